@@ -1,0 +1,37 @@
+"""Privacy core: mechanisms that return DpEvents, the ledger, calibration, clipping, randomness.
+
+Spec: ../shared/spec/004-multitask-dp-skew.md §1-§2, §5-§6 (accounting details in §6).
+"""
+
+from .calibration import (
+    SplitCalibration,
+    calibrate_noise_multiplier,
+    calibrate_with_split,
+    default_count_fraction,
+    gaussian_rho,
+)
+from .clipping import clip_labels, clip_rows, clip_vector
+from .ledger import (
+    DEFAULT_RDP_ORDERS,
+    PrivacyLedger,
+    epsilon_from_report,
+    epsilon_of_event,
+    event_from_dict,
+    event_to_dict,
+)
+from .mechanisms import (
+    Release,
+    compose,
+    fixed_size_subsampled_gaussian_event,
+    gaussian_event,
+    gaussian_mechanism,
+    gaussian_noise,
+    laplace_event,
+    laplace_for_epsilon,
+    laplace_mechanism,
+    poisson_subsampled_gaussian_event,
+    symmetric_gaussian_noise,
+)
+from .rng import make_rng
+
+__all__ = [name for name in dir() if not name.startswith("_")]

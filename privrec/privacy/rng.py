@@ -1,0 +1,38 @@
+"""Randomness for noise: OS entropy by default.
+
+Every noise-adding function in privrec takes a ``random_state``. ``None`` (the default) draws a
+fresh seed from the operating system's entropy pool (``numpy.random.SeedSequence`` reads
+``os.urandom``), which is what the privacy guarantee assumes. An integer or a
+``numpy.random.Generator`` makes runs reproducible for experiments and tests. **A fixed seed voids
+the privacy guarantee for anyone who knows it**: the noise can be regenerated and subtracted.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+
+def make_rng(random_state=None) -> np.random.Generator:
+    """Return a ``numpy.random.Generator``.
+
+    ``None`` -> seeded from OS entropy (private); int / SeedSequence -> deterministic (experiments
+    only, voids the guarantee if the seed is known); a Generator is returned as is.
+    """
+    if random_state is None:
+        return np.random.default_rng()
+    if isinstance(random_state, np.random.Generator):
+        return random_state
+    if isinstance(random_state, np.random.RandomState):
+        return np.random.default_rng(random_state.randint(0, 2**63 - 1, dtype=np.int64))
+    if isinstance(random_state, (numbers.Integral, np.random.SeedSequence)) and not isinstance(random_state, bool):
+        return np.random.default_rng(random_state)
+    raise ValueError(f"random_state must be None, an int or a numpy Generator, got {random_state!r}")
+
+
+def spawn(rng: np.random.Generator, n: int) -> list[np.random.Generator]:
+    """Independent child generators (for chunked or parallel noise)."""
+    return [np.random.default_rng(s) for s in rng.bit_generator.seed_seq.spawn(n)] if hasattr(
+        rng.bit_generator, "seed_seq"
+    ) else [np.random.default_rng(rng.integers(0, 2**63 - 1)) for _ in range(n)]
