@@ -1,0 +1,16 @@
+"""Generic multi-task convex layer: losses, multi-task DP estimators, joint DP, asynchronous DP.
+
+Specs: ../shared/spec/004-multitask-dp-skew.md §2-§4, §7; 000-joint-dp.md; 003-async-dp.md.
+The federated algorithms live in ``privrec.convex.federated`` (imported from there directly).
+"""
+
+from .losses import (
+    LogisticLoss,
+    SoftmaxLoss,
+    SquaredLoss,
+    clip_gradients,
+    clip_gradients_l1,
+    clipped_gradient_sum,
+)
+
+__all__ = [name for name in dir() if not name.startswith("_")]
