@@ -1,0 +1,15 @@
+"""Offline evaluation: metrics, popularity slicing, neighbour overlap, protocols (spec 004 §7-§8)."""
+
+from .metrics import (
+    catalogue_coverage,
+    ndcg_at_k,
+    pair_predictions,
+    ranking_metrics,
+    recall_at_k,
+    rmse,
+)
+from .neighbours import cosine_neighbours, neighbour_overlap, sliced_neighbour_overlap
+from .slicing import PAPER_SLICED_KS, popularity_buckets, sliced_recall, sliced_rmse, top_items
+from .topk import topk_indices
+
+__all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,167 @@
+"""Offline metrics: RMSE, Recall@k, NDCG@k and catalogue coverage (spec 004 §7, §8 evaluation).
+
+All ranking metrics take factor matrices and CSR interaction matrices aligned row by row:
+``user_factors[r]`` scores every item as ``user_factors[r] @ item_factors.T (+ item_bias)``,
+``targets[r]`` holds the user's held-out items and ``history[r]`` the items that are *excluded
+from the candidates* (the fold-in history; spec §7). Users are scored in float32 blocks of
+``chunk`` rows (bounded memory) and the top k is taken by :func:`topk.topk_indices`
+(ties: higher score first, then lower item index).
+
+Definitions (spec §7):
+
+* ``Recall@k = (1/n') sum_j |T_j ∩ topk_j| / min(k, |T_j|)`` over the n' users with at least
+  one target (users without targets are dropped, not counted as zero).
+* ``NDCG@k = (1/n') sum_j DCG_j / IDCG_j`` with binary gains, ``DCG = sum_{hits at rank r}
+  1/log2(r+2)`` (r = 0 for the first slot) and ``IDCG = sum_{r < min(k, |T_j|)} 1/log2(r+2)``.
+* ``coverage@k`` = share of the catalogue (or of ``items`` when given) that appears in at
+  least one evaluated user's top-k list.
+* ``RMSE = sqrt(mean over test pairs of (prediction - y)^2)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._validation import check_finite_array, check_int
+from .topk import DEFAULT_CHUNK, exclude_rows, iter_chunks, score_block, topk_indices
+
+
+def rmse(predictions, targets) -> float:
+    """Root mean squared error of two equal-length vectors (NaN when empty)."""
+    p = check_finite_array(np.asarray(predictions, dtype=np.float64).ravel(), "predictions")
+    y = check_finite_array(np.asarray(targets, dtype=np.float64).ravel(), "targets")
+    if p.shape != y.shape:
+        raise ValueError(f"predictions and targets differ in length: {p.size} vs {y.size}")
+    if p.size == 0:
+        return float("nan")
+    return float(np.sqrt(np.mean((p - y) ** 2)))
+
+
+def pair_predictions(user_factors, item_factors, rows, cols, chunk: int = 1 << 20) -> np.ndarray:
+    """``<u_rows[e], v_cols[e]>`` for every pair ``e``, computed in blocks of ``chunk`` pairs."""
+    U = np.asarray(user_factors, dtype=np.float32)
+    V = np.asarray(item_factors, dtype=np.float32)
+    rows = np.asarray(rows, dtype=np.int64)
+    cols = np.asarray(cols, dtype=np.int64)
+    out = np.empty(rows.size, dtype=np.float32)
+    for a, b in iter_chunks(rows.size, chunk):
+        out[a:b] = np.einsum("ij,ij->i", U[rows[a:b]], V[cols[a:b]])
+    return out
+
+
+def _as_csr(m, name: str, shape) -> sp.csr_matrix:
+    if m is None:
+        return None
+    if not sp.issparse(m):
+        raise ValueError(f"{name} must be a scipy sparse matrix (users x items)")
+    m = sp.csr_matrix(m)
+    if m.shape != shape:
+        raise ValueError(f"{name} has shape {m.shape}, expected {shape}")
+    return m
+
+
+def _check_factors(user_factors, item_factors):
+    U = check_finite_array(np.asarray(user_factors, dtype=np.float32), "user_factors")
+    V = check_finite_array(np.asarray(item_factors, dtype=np.float32), "item_factors")
+    if U.ndim != 2 or V.ndim != 2 or U.shape[1] != V.shape[1]:
+        raise ValueError(f"factor shapes do not match: users {U.shape}, items {V.shape}")
+    return U, V
+
+
+def _discounts(k: int) -> np.ndarray:
+    return 1.0 / np.log2(np.arange(k, dtype=np.float64) + 2.0)
+
+
+def ranking_metrics(
+    user_factors,
+    item_factors,
+    targets,
+    history=None,
+    ks=(20,),
+    item_bias=None,
+    items=None,
+    chunk: int = DEFAULT_CHUNK,
+    progress=None,
+) -> dict:
+    """Recall@k, NDCG@k and coverage@k for every k in ``ks`` in one pass over the users.
+
+    ``items`` (optional index array) restricts both candidates and targets to those items
+    (e.g. the top-10% most popular items, spec §8). ``progress`` is an optional callable
+    receiving the number of users processed per block (e.g. ``tqdm.update``).
+    Returns ``{"recall@k", "ndcg@k", "coverage@k", "n_users"}`` (NaN metrics when no user
+    has a target).
+    """
+    U, V = _check_factors(user_factors, item_factors)
+    ks = sorted({check_int(k, "k", minimum=1) for k in np.atleast_1d(ks).tolist()})
+    shape = (U.shape[0], V.shape[0])
+    targets = _as_csr(targets, "targets", shape)
+    history = _as_csr(history, "history", shape)
+    bias = None if item_bias is None else np.asarray(item_bias, dtype=np.float32)
+    if items is not None:
+        items = np.unique(np.asarray(items, dtype=np.int64))
+        V = V[items]
+        bias = None if bias is None else bias[items]
+        targets = targets[:, items]
+        history = None if history is None else history[:, items]
+    targets.eliminate_zeros()
+    kmax = ks[-1]
+    disc = _discounts(kmax)
+    n_t = np.diff(targets.indptr)
+    recall_sum = {k: 0.0 for k in ks}
+    ndcg_sum = {k: 0.0 for k in ks}
+    seen = {k: np.zeros(V.shape[0], dtype=bool) for k in ks}
+    n_eval = 0
+    for a, b in iter_chunks(U.shape[0], chunk):
+        keep = np.flatnonzero(n_t[a:b] > 0)
+        if keep.size:
+            rows = a + keep
+            s = score_block(U[rows], V, bias)
+            if history is not None:
+                sub = history[rows]
+                r = np.repeat(np.arange(rows.size), np.diff(sub.indptr))
+                s[r, sub.indices] = -np.inf
+            top = topk_indices(s, kmax)
+            valid = top >= 0
+            tdense = targets[rows].toarray() != 0
+            hits = tdense[np.arange(rows.size)[:, None], np.where(valid, top, 0)] & valid
+            nt = n_t[rows].astype(np.float64)
+            cum_hits = np.cumsum(hits, axis=1)
+            cum_dcg = np.cumsum(hits * disc[None, :], axis=1)
+            cum_disc = np.cumsum(disc)
+            for k in ks:
+                denom = np.minimum(k, nt)
+                recall_sum[k] += float(np.sum(cum_hits[:, k - 1] / denom))
+                idcg = cum_disc[denom.astype(np.int64) - 1]
+                ndcg_sum[k] += float(np.sum(cum_dcg[:, k - 1] / idcg))
+                shown = top[:, :k][valid[:, :k]]
+                seen[k][shown] = True
+            n_eval += rows.size
+        if progress is not None:
+            progress(b - a)
+    out: dict = {"n_users": int(n_eval)}
+    for k in ks:
+        out[f"recall@{k}"] = recall_sum[k] / n_eval if n_eval else float("nan")
+        out[f"ndcg@{k}"] = ndcg_sum[k] / n_eval if n_eval else float("nan")
+        out[f"coverage@{k}"] = float(seen[k].mean()) if V.shape[0] else float("nan")
+    return out
+
+
+def recall_at_k(user_factors, item_factors, targets, history=None, k: int = 20, **kw) -> float:
+    """Recall@k as in the paper (module docstring); see :func:`ranking_metrics` for arguments."""
+    return ranking_metrics(user_factors, item_factors, targets, history, ks=(k,), **kw)[f"recall@{k}"]
+
+
+def ndcg_at_k(user_factors, item_factors, targets, history=None, k: int = 20, **kw) -> float:
+    """NDCG@k with binary gains (module docstring); see :func:`ranking_metrics`."""
+    return ranking_metrics(user_factors, item_factors, targets, history, ks=(k,), **kw)[f"ndcg@{k}"]
+
+
+def catalogue_coverage(recommended, n_items: int) -> float:
+    """Share of ``n_items`` appearing at least once in ``recommended`` (index array; -1 ignored)."""
+    n_items = check_int(n_items, "n_items", minimum=1)
+    rec = np.asarray(recommended, dtype=np.int64).ravel()
+    rec = rec[rec >= 0]
+    if rec.size and rec.max() >= n_items:
+        raise ValueError(f"recommended item index {int(rec.max())} out of range for {n_items} items")
+    return float(np.unique(rec).size / n_items)

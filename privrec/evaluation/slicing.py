@@ -1,0 +1,142 @@
+"""Popularity-sliced metrics (spec 004 §7 "Sliced metrics", §8 evaluation details).
+
+Buckets: the (optionally restricted) items are sorted by **increasing training count** — equal
+counts ordered by item index — and cut into ``n_buckets`` contiguous groups of equal size
+(``np.array_split``: when the count does not divide, the first buckets get one item more).
+Bucket 0 is the least popular. Items outside ``items`` get bucket ``-1`` and are ignored.
+
+Per-bucket RMSE (spec §8): ``sqrt(sum_i mse_i n_i / sum_i n_i)`` over the bucket's items, with
+``mse_i`` the mean squared error of item i's test pairs and ``n_i`` their number — i.e. exactly
+the RMSE over the test pairs whose item lies in the bucket. A bucket without test pairs is NaN.
+
+Per-bucket Recall (spec §7-§8): for bucket b with cut-off ``k_b``, both the **candidates** and the
+**targets** are restricted to the bucket's items: a user's ranking is computed among bucket-b items
+not in their history, their targets are ``T_j ∩ B_b``, and
+``Recall_b = (1/n_b) sum_j |T_j ∩ B_b ∩ topk_b(j)| / min(k_b, |T_j ∩ B_b|)`` over the ``n_b``
+users with at least one target in the bucket (others dropped). The paper's option
+``ks = [100, 80, 60, 40, 20]`` gives larger k to tail buckets (first entry = bucket 0).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._validation import check_int
+from .metrics import _as_csr, _check_factors, _discounts
+from .topk import DEFAULT_CHUNK, iter_chunks, score_block, topk_indices
+
+#: The paper's per-bucket cut-offs, least popular bucket first (spec §8).
+PAPER_SLICED_KS = (100, 80, 60, 40, 20)
+
+
+def popularity_buckets(train_counts, n_buckets: int = 5, items=None) -> np.ndarray:
+    """Bucket index per item (int64 array of length ``len(train_counts)``; -1 = not bucketed)."""
+    counts = np.asarray(train_counts).ravel()
+    n_buckets = check_int(n_buckets, "n_buckets", minimum=1)
+    idx = np.arange(counts.size) if items is None else np.unique(np.asarray(items, dtype=np.int64))
+    if idx.size and (idx.min() < 0 or idx.max() >= counts.size):
+        raise ValueError("items contains an index outside the catalogue")
+    order = idx[np.lexsort((idx, counts[idx]))]  # by count, then by item index
+    out = np.full(counts.size, -1, dtype=np.int64)
+    for b, part in enumerate(np.array_split(order, n_buckets)):
+        out[part] = b
+    return out
+
+
+def top_items(train_counts, fraction: float) -> np.ndarray:
+    """Indices of the ``ceil(fraction * m)`` most-trained items (ties: lower index first)."""
+    counts = np.asarray(train_counts).ravel()
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
+    n = int(np.ceil(fraction * counts.size))
+    order = np.lexsort((np.arange(counts.size), -counts))
+    return np.sort(order[:n])
+
+
+def sliced_rmse(predictions, y, item_of_pair, buckets, n_buckets: int | None = None) -> list:
+    """Per-bucket RMSE (module docstring); ``item_of_pair[e]`` is the item of test pair e."""
+    p = np.asarray(predictions, dtype=np.float64).ravel()
+    y = np.asarray(y, dtype=np.float64).ravel()
+    items = np.asarray(item_of_pair, dtype=np.int64).ravel()
+    buckets = np.asarray(buckets, dtype=np.int64)
+    if not (p.size == y.size == items.size):
+        raise ValueError("predictions, y and item_of_pair must have the same length")
+    nb = int(buckets.max()) + 1 if n_buckets is None else int(n_buckets)
+    b = buckets[items]
+    ok = b >= 0
+    se = np.bincount(b[ok], weights=(p[ok] - y[ok]) ** 2, minlength=nb)[:nb]
+    n = np.bincount(b[ok], minlength=nb)[:nb]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return [float(v) for v in np.sqrt(se / n)]
+
+
+def sliced_recall(
+    user_factors,
+    item_factors,
+    targets,
+    buckets,
+    history=None,
+    ks=20,
+    item_bias=None,
+    n_buckets: int | None = None,
+    chunk: int = DEFAULT_CHUNK,
+    with_ndcg: bool = False,
+):
+    """Per-bucket Recall@k_b (module docstring). ``ks``: one int or one cut-off per bucket.
+
+    Returns a list of recalls (bucket 0 first); with ``with_ndcg`` a pair ``(recalls, ndcgs)``.
+    Empty buckets and buckets where no user has a target give NaN.
+    """
+    U, V = _check_factors(user_factors, item_factors)
+    shape = (U.shape[0], V.shape[0])
+    targets = _as_csr(targets, "targets", shape)
+    targets.eliminate_zeros()
+    history = _as_csr(history, "history", shape)
+    buckets = np.asarray(buckets, dtype=np.int64)
+    if buckets.shape != (V.shape[0],):
+        raise ValueError(f"buckets must have one entry per item ({V.shape[0]}), got {buckets.shape}")
+    nb = int(buckets.max()) + 1 if n_buckets is None else check_int(n_buckets, "n_buckets", 1)
+    ks = [check_int(int(k), "k", 1) for k in np.broadcast_to(np.asarray(ks), (nb,))]
+    bias = None if item_bias is None else np.asarray(item_bias, dtype=np.float32)
+    cols = [np.flatnonzero(buckets == b) for b in range(nb)]
+    # per-bucket target counts per user
+    tb = buckets[targets.indices]
+    trow = np.repeat(np.arange(shape[0]), np.diff(targets.indptr))
+    okb = tb >= 0
+    per_user = np.zeros((shape[0], nb), dtype=np.int64)
+    np.add.at(per_user, (trow[okb], tb[okb]), 1)
+    rec_sum = np.zeros(nb)
+    ndcg_sum = np.zeros(nb)
+    users = np.zeros(nb, dtype=np.int64)
+    for a, b_ in iter_chunks(shape[0], chunk):
+        active = np.flatnonzero(per_user[a:b_].sum(axis=1) > 0)
+        if not active.size:
+            continue
+        rows = a + active
+        s = score_block(U[rows], V, bias)
+        if history is not None:
+            sub = history[rows]
+            r = np.repeat(np.arange(rows.size), np.diff(sub.indptr))
+            s[r, sub.indices] = -np.inf
+        tdense = targets[rows].toarray() != 0
+        for b in range(nb):
+            nt = per_user[rows, b]
+            has = nt > 0
+            if not has.any() or cols[b].size == 0:
+                continue
+            k = ks[b]
+            sc = s[has][:, cols[b]]
+            top = topk_indices(sc, k)
+            valid = top >= 0
+            td = tdense[has][:, cols[b]]
+            hits = td[np.arange(td.shape[0])[:, None], np.where(valid, top, 0)] & valid
+            denom = np.minimum(k, nt[has]).astype(np.float64)
+            rec_sum[b] += float(np.sum(hits.sum(axis=1) / denom))
+            disc = _discounts(k)
+            idcg = np.cumsum(disc)[denom.astype(np.int64) - 1]
+            ndcg_sum[b] += float(np.sum((hits * disc).sum(axis=1) / idcg))
+            users[b] += int(has.sum())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rec = [float(v) for v in rec_sum / users]
+        nd = [float(v) for v in ndcg_sum / users]
+    return (rec, nd) if with_ndcg else rec
