@@ -33,5 +33,14 @@ from .mechanisms import (
     symmetric_gaussian_noise,
 )
 from .rng import make_rng
+from .tree import (
+    TreeAggregator,
+    leaf_nodes,
+    node_multiplier_for,
+    node_range,
+    prefix_nodes,
+    tree_depth,
+    tree_noise_multiplier_event,
+)
 
 __all__ = [name for name in dir() if not name.startswith("_")]
