@@ -4,6 +4,14 @@ Specs: ../shared/spec/004-multitask-dp-skew.md §2-§4, §7; 000-joint-dp.md; 00
 The federated algorithms live in ``privrec.convex.federated`` (imported from there directly).
 """
 
+from .joint import (
+    JointDPSGD,
+    PersonalBiasLinear,
+    PersonalBiasSoftmax,
+    group_privacy,
+    paper_noise_std,
+    user_level_budget,
+)
 from .losses import (
     LogisticLoss,
     SoftmaxLoss,

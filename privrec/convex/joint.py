@@ -1,0 +1,511 @@
+"""Joint differential privacy across data owners: noisy SGD with personal and shared blocks (spec 000).
+
+Spec: ../shared/spec/000-joint-dp.md (Huang et al., "Learning across Data Owners with Joint DP").
+
+n data owners each hold records; the model has a *personal* block x_j per owner and a *shared*
+block u. In the billboard model the server publishes u and owner j keeps x_j to itself, so joint
+DP asks that everything except x_j be private with respect to owner j's data. Algorithm 1
+(A_NSGD) is projected SGD on (x_{j_t}, u) with Gaussian noise on the shared coordinates only.
+
+What privrec runs (:class:`JointDPSGD`):
+
+* each step picks ``owners_per_step`` = B distinct owners uniformly (B = 1 is the spec's
+  algorithm), one uniformly random record from each, and clips each record's joint gradient
+  ``(grad_x, grad_u)`` to L2 norm ``clip_norm`` = L (this enforces the spec's L-Lipschitz
+  assumption in code);
+* the whole update is ``theta <- Proj(theta - eta (sum of clipped gradients + noise) / B)``
+  where noise ~ N(0, sigma^2) is added to the shared block only (``regime="joint"``), to every
+  coordinate of every owner's block and the shared block (``regime="full"``, the full-DP
+  baseline), or not at all (``regime="nonprivate"``, collaboration without DP);
+  ``regime="individual"`` trains each owner alone with its own copy of u (no communication);
+* projection onto L2 balls of radii ``personal_radius`` (per owner) and ``shared_radius``;
+* the output is the average of the iterates t = 0..T-1 (spec step 3) or the last iterate.
+
+Accounting (conservative, as the spec's [CAUTION] requires). Neighbouring datasets replace one
+user's records inside one owner j, with the number of owners public (``replace_one``). The
+personal block x_j is never noised, so once a changed record has been used x_j differs between
+neighbours and *every* later step that selects owner j may carry a different u-gradient, not just
+the steps that draw the changed record. privrec therefore treats owner j's whole contribution to a
+step as the differing element: it is selected with probability B/n (a uniform B-subset of the n
+owners) and, being one clipped gradient, it moves by at most 2L between neighbours (replace-one
+sensitivity). Each step is recorded as a Gaussian mechanism with noise multiplier sigma / (2L)
+sampled without replacement (B of n), composed over T steps, in a ``replace_one`` ledger (the
+RDP accountant of dp_accounting supports exactly that combination). This is valid whatever x_j is,
+hence for the hidden state too, and it ignores the extra amplification from sampling a record
+inside the owner (a larger, unsafe-to-claim saving). The paper's own sigma formula
+(:func:`paper_noise_std`) has unspecified constants and is reported only for comparison.
+
+With record-level DP per owner the guarantee is per user when each user holds one record; for a
+user holding r records within an owner of m records the conservative bound above already covers
+any change of owner j's data (it never uses the record-sampling rate), so the same epsilon holds
+at the user level. :func:`group_privacy` and :func:`user_level_budget` implement the spec's
+group-privacy conversion for callers who account record-level.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._validation import check_delta, check_epsilon, check_finite_array, check_int, check_positive
+from ..privacy import (
+    PrivacyLedger,
+    calibrate_noise_multiplier,
+    fixed_size_subsampled_gaussian_event,
+    make_rng,
+)
+from ..privacy.ledger import DEFAULT_RDP_ORDERS
+
+__all__ = [
+    "JointDPSGD",
+    "PersonalBiasSoftmax",
+    "PersonalBiasLinear",
+    "paper_noise_std",
+    "group_privacy",
+    "user_level_budget",
+    "REGIMES",
+]
+
+REGIMES = ("joint", "full", "nonprivate", "individual")
+
+
+# -------------------------------------------------------------------------------------------------
+# Spec 000 formulas (reported, never used as the privacy claim)
+# -------------------------------------------------------------------------------------------------
+
+
+def paper_noise_std(lipschitz: float, n_steps: int, epsilon: float, delta: float, records_per_owner: int,
+                    n_owners: int) -> float:
+    """sigma = L sqrt(T ln(1/delta)) / (eps m n), Algorithm 1 step 1 of spec 000 (constants unspecified).
+
+    privrec's estimators calibrate sigma with the accountant instead; this is for comparison.
+    """
+    L = check_positive(lipschitz, "lipschitz")
+    T = check_int(n_steps, "n_steps", minimum=1)
+    eps = check_epsilon(epsilon, allow_inf=False)
+    d = check_delta(delta)
+    m = check_int(records_per_owner, "records_per_owner", minimum=1)
+    n = check_int(n_owners, "n_owners", minimum=1)
+    return L * math.sqrt(T * math.log(1.0 / d)) / (eps * m * n)
+
+
+def group_privacy(epsilon: float, delta: float, k: int) -> tuple[float, float]:
+    """Group privacy for groups of k: (eps, delta) -> (k eps, k e^{k eps} delta) (spec 000, fact 5)."""
+    eps = check_epsilon(epsilon, allow_inf=False)
+    d = check_delta(delta)
+    k = check_int(k, "k", minimum=1)
+    return k * eps, k * math.exp(k * eps) * d
+
+
+def user_level_budget(epsilon: float, delta: float, records_per_user: int, records_per_owner: int) -> tuple[float, float]:
+    """Record-level budget giving user-level (eps, delta): eps' = eps r/m, delta' = delta r/(m e^eps).
+
+    Spec 000 "User level". Group privacy with k = m/r maps (eps', delta') back to (eps, delta).
+    """
+    eps = check_epsilon(epsilon, allow_inf=False)
+    d = check_delta(delta)
+    r = check_int(records_per_user, "records_per_user", minimum=1)
+    m = check_int(records_per_owner, "records_per_owner", minimum=1)
+    if r > m:
+        raise ValueError(f"records_per_user ({r}) cannot exceed records_per_owner ({m})")
+    return eps * r / m, d * r / (m * math.exp(eps))
+
+
+# -------------------------------------------------------------------------------------------------
+# Models: a personal block and a shared block, per-example gradients computed without materialising
+# -------------------------------------------------------------------------------------------------
+
+
+class PersonalBiasSoftmax:
+    """Multinomial logistic regression with shared weights W (d, K) and a personal bias b_j (K,).
+
+    logits = x W + b_j; loss = softmax cross-entropy (see ``losses.SoftmaxLoss``).
+    """
+
+    def __init__(self, n_features: int, n_classes: int):
+        self.n_features = check_int(n_features, "n_features", minimum=1)
+        self.n_classes = check_int(n_classes, "n_classes", minimum=2)
+        self.shared_shape = (self.n_features, self.n_classes)
+        self.personal_shape = (self.n_classes,)
+
+    def check_labels(self, y) -> np.ndarray:
+        y = np.asarray(y)
+        if y.dtype.kind == "f" and np.all(np.isfinite(y)) and np.all(y == np.round(y)):
+            y = y.astype(np.int64)
+        if y.dtype.kind not in "iu" or (y.size and (y.min() < 0 or y.max() >= self.n_classes)):
+            raise ValueError(f"labels must be integers in 0..{self.n_classes - 1}")
+        return y.astype(np.int64)
+
+    def scores(self, personal, shared, X):
+        """personal: (B, K) rows aligned with X (B, d)."""
+        return X @ shared + personal
+
+    def gradient_parts(self, personal, shared, X, y):
+        """Return (residual r (B, K), squared per-example joint gradient norms (B,)).
+
+        grad_b = r, grad_W = x r^T, so ||(grad_b, grad_W)||^2 = ||r||^2 (1 + ||x||^2).
+        """
+        z = self.scores(personal, shared, X)
+        z -= z.max(axis=1, keepdims=True)
+        p = np.exp(z)
+        p /= p.sum(axis=1, keepdims=True)
+        p[np.arange(X.shape[0]), y] -= 1.0
+        sq = np.einsum("ij,ij->i", p, p) * (1.0 + np.einsum("ij,ij->i", X, X))
+        return p, sq
+
+    def shared_grad_sum(self, r, X, scale):
+        return X.T @ (r * scale[:, None])
+
+    def personal_grads(self, r, X, scale):
+        return r * scale[:, None]
+
+    def loss(self, personal, shared, X, y) -> np.ndarray:
+        z = self.scores(personal, shared, X)
+        zmax = z.max(axis=1, keepdims=True)
+        lse = np.log(np.exp(z - zmax).sum(axis=1)) + zmax[:, 0]
+        return lse - z[np.arange(X.shape[0]), y]
+
+    def predict(self, personal, shared, X):
+        return np.argmax(self.scores(personal, shared, X), axis=1)
+
+
+class PersonalBiasLinear:
+    """Least squares with shared weights w (d,) and a personal intercept b_j (1,): loss (1/2)(x w + b_j - y)^2."""
+
+    def __init__(self, n_features: int):
+        self.n_features = check_int(n_features, "n_features", minimum=1)
+        self.shared_shape = (self.n_features,)
+        self.personal_shape = (1,)
+
+    def check_labels(self, y) -> np.ndarray:
+        return check_finite_array(np.asarray(y, dtype=np.float64), "y")
+
+    def scores(self, personal, shared, X):
+        return X @ shared + personal[:, 0]
+
+    def gradient_parts(self, personal, shared, X, y):
+        r = self.scores(personal, shared, X) - y
+        sq = r * r * (1.0 + np.einsum("ij,ij->i", X, X))
+        return r, sq
+
+    def shared_grad_sum(self, r, X, scale):
+        return X.T @ (r * scale)
+
+    def personal_grads(self, r, X, scale):
+        return (r * scale)[:, None]
+
+    def loss(self, personal, shared, X, y):
+        r = self.scores(personal, shared, X) - y
+        return 0.5 * r * r
+
+    def predict(self, personal, shared, X):
+        return self.scores(personal, shared, X)
+
+
+def _project_rows(a: np.ndarray, radius: float) -> np.ndarray:
+    """Project each row (flattened trailing axes) onto the L2 ball of the given radius, in place."""
+    if math.isinf(radius):
+        return a
+    flat = a.reshape(a.shape[0], -1)
+    norms = np.sqrt(np.einsum("ij,ij->i", flat, flat))
+    over = norms > radius
+    if np.any(over):
+        flat[over] *= (radius / norms[over])[:, None]
+    return a
+
+
+def _project(a: np.ndarray, radius: float) -> np.ndarray:
+    if math.isinf(radius):
+        return a
+    nrm = float(np.sqrt(np.sum(a * a)))
+    if nrm > radius:
+        a *= radius / nrm
+    return a
+
+
+@dataclass
+class JointFitInfo:
+    noise_std: float
+    noise_multiplier: float
+    learning_rate: float
+    n_steps: int
+    owners_per_step: int
+
+
+class JointDPSGD:
+    """Joint-DP noisy SGD with a personal block per owner and a shared block (spec 000, Algorithm 1).
+
+    Parameters
+    ----------
+    model : ``PersonalBiasSoftmax`` or ``PersonalBiasLinear`` (or any object with the same methods).
+    regime : ``"joint"`` (noise on the shared block only), ``"full"`` (noise on every coordinate,
+        the full-DP baseline), ``"nonprivate"`` (collaboration without DP) or ``"individual"``
+        (each owner trains alone with its own shared block; no communication, epsilon irrelevant).
+    epsilon, delta : target budget for ``joint`` / ``full``; sigma is calibrated by the accountant
+        over the exact events the fit records (see module docstring for the conservative accounting).
+        Alternatively give ``noise_multiplier`` (sigma / (2 clip_norm)) and read epsilon from
+        :meth:`privacy_report`.
+    n_steps : T (``individual``: steps per owner).
+    owners_per_step : B distinct owners per step (1 = the spec's algorithm).
+    clip_norm : L, per-example bound on the joint gradient (enforced by clipping).
+    personal_radius, shared_radius : L2-ball radii of X and U (``inf`` = no projection).
+    learning_rate : float or ``"auto"``: eta = R / sqrt(T (L^2 + p sigma^2 / B^2)) with
+        R = sqrt(n D_X^2 + D_U^2) (diameters) and p the number of noised coordinates
+        (projected SGD's step for E||g~||^2 <= L^2 + p sigma^2 / B^2, spec 000 fact 3).
+    average : return the average of iterates 0..T-1 (spec) instead of the last iterate.
+    random_state : ``None`` draws noise from OS entropy. A fixed seed is for experiments only and
+        voids the privacy guarantee for anyone who knows it.
+    """
+
+    def __init__(self, model, regime: str = "joint", epsilon: float | None = 1.0, delta: float = 1e-5,
+                 n_steps: int = 1000, owners_per_step: int = 1, clip_norm: float = 1.0,
+                 personal_radius: float = math.inf, shared_radius: float = math.inf, learning_rate="auto",
+                 noise_multiplier: float | None = None, average: bool = True, random_state=None):
+        if regime not in REGIMES:
+            raise ValueError(f"regime must be one of {REGIMES}, got {regime!r}")
+        self.model = model
+        self.regime = regime
+        self.epsilon = epsilon
+        self.delta = delta
+        self.n_steps = n_steps
+        self.owners_per_step = owners_per_step
+        self.clip_norm = clip_norm
+        self.personal_radius = personal_radius
+        self.shared_radius = shared_radius
+        self.learning_rate = learning_rate
+        self.noise_multiplier = noise_multiplier
+        self.average = average
+        self.random_state = random_state
+
+    # -- validation ---------------------------------------------------------------------------
+    def _validate(self):
+        self.n_steps_ = check_int(self.n_steps, "n_steps", minimum=1)
+        self.clip_ = check_positive(self.clip_norm, "clip_norm")
+        self.rx_ = check_positive(self.personal_radius, "personal_radius", allow_inf=True)
+        self.ru_ = check_positive(self.shared_radius, "shared_radius", allow_inf=True)
+        check_int(self.owners_per_step, "owners_per_step", minimum=1)
+        if self.regime in ("joint", "full"):
+            self.delta_ = check_delta(self.delta)
+            if self.noise_multiplier is None:
+                if self.epsilon is None:
+                    raise ValueError("give epsilon or noise_multiplier for a private regime")
+                check_epsilon(self.epsilon)
+            else:
+                check_positive(self.noise_multiplier, "noise_multiplier", allow_zero=True)
+        if not (self.learning_rate == "auto" or (isinstance(self.learning_rate, (int, float))
+                                                 and not isinstance(self.learning_rate, bool))):
+            raise ValueError(f"learning_rate must be a positive number or 'auto', got {self.learning_rate!r}")
+        if self.learning_rate != "auto":
+            check_positive(self.learning_rate, "learning_rate")
+
+    def _step_event(self, z: float, n_owners: int, B: int):
+        return fixed_size_subsampled_gaussian_event(B, n_owners, z, self.n_steps_)
+
+    def fit(self, X, y, owner):
+        """Fit on records X (N, d), labels y, owner labels ``owner`` (N,) (any hashable values)."""
+        self._validate()
+        X = check_finite_array(X, "X")
+        if X.ndim != 2 or X.shape[1] != self.model.n_features:
+            raise ValueError(f"X must have shape (N, {self.model.n_features}), got {X.shape}")
+        X = X.astype(np.float64 if X.dtype == np.float64 else np.float32)
+        y = self.model.check_labels(y)
+        owner = np.asarray(owner)
+        if y.shape != (X.shape[0],) or owner.shape != (X.shape[0],):
+            raise ValueError("X, y and owner must have the same number of rows")
+        if X.shape[0] == 0:
+            raise ValueError("no records to fit")
+        self.owners_, owner_idx = np.unique(owner, return_inverse=True)
+        n = self.owners_.size
+        B = int(self.owners_per_step)
+        if self.regime != "individual" and B > n:
+            raise ValueError(f"owners_per_step ({B}) exceeds the number of owners ({n})")
+        order = np.argsort(owner_idx, kind="stable")
+        Xs, ys = X[order], y[order]
+        counts = np.bincount(owner_idx, minlength=n)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        rng = make_rng(self.random_state)
+        ledger = PrivacyLedger(neighboring="replace_one")
+        T = self.n_steps_
+        L = self.clip_
+
+        # noise
+        if self.regime in ("joint", "full"):
+            if self.noise_multiplier is not None:
+                z = float(self.noise_multiplier)
+            else:
+                z = calibrate_noise_multiplier(
+                    self.epsilon, self.delta_, lambda s: self._step_event(s, n, B), neighboring="replace_one"
+                )
+            sigma = 2.0 * L * z
+            ledger.record(
+                f"{self.regime}-DP SGD: {T} steps, {B} of {n} owners per step, noise on "
+                + ("the shared block" if self.regime == "joint" else "all coordinates"),
+                self._step_event(z, n, B), clip_norm=L, noise_std=sigma, sensitivity=2 * L,
+            )
+        else:
+            z, sigma = 0.0, 0.0
+        p_shared = int(np.prod(self.model.shared_shape))
+        p_personal = int(np.prod(self.model.personal_shape))
+        noised = {"joint": p_shared, "full": p_shared + n * p_personal}.get(self.regime, 0)
+        diam_x = 2 * self.rx_ if math.isfinite(self.rx_) else 2.0
+        diam_u = 2 * self.ru_ if math.isfinite(self.ru_) else 2.0
+        if self.learning_rate == "auto":
+            n_eff = 1 if self.regime == "individual" else n
+            Bq = 1 if self.regime == "individual" else B
+            R = math.sqrt(n_eff * diam_x**2 + diam_u**2)
+            eta = R / math.sqrt(T * (L**2 + noised * sigma**2 / Bq**2))
+        else:
+            eta = float(self.learning_rate)
+        self.info_ = JointFitInfo(sigma, z, eta, T, B)
+        self.ledger_ = ledger
+        dtype = X.dtype
+        if self.regime == "individual":
+            self._fit_individual(Xs, ys, counts, starts, eta, rng, dtype)
+        else:
+            self._fit_joint(Xs, ys, counts, starts, eta, sigma, B, rng, dtype)
+        return self
+
+    def _fit_joint(self, Xs, ys, counts, starts, eta, sigma, B, rng, dtype):
+        n = counts.size
+        T, L = self.n_steps_, self.clip_
+        model = self.model
+        U = np.zeros(model.shared_shape, dtype=dtype)
+        P = np.zeros((n, *model.personal_shape), dtype=dtype)
+        U_sum = np.zeros_like(U, dtype=np.float64)
+        P_sum = np.zeros_like(P, dtype=np.float64)
+        full = self.regime == "full"
+        chunk = max(1, min(T, 4096))
+        for c0 in range(0, T, chunk):
+            c = min(chunk, T - c0)
+            if B == 1:
+                sel = rng.integers(0, n, size=(c, 1))
+            elif B == n:
+                sel = np.broadcast_to(np.arange(n), (c, n))
+            else:
+                sel = np.argpartition(rng.random((c, n)), B - 1, axis=1)[:, :B]
+            rows = starts[sel] + np.floor(rng.random(sel.shape) * counts[sel]).astype(np.int64)
+            for t in range(c):
+                if self.average:
+                    U_sum += U
+                    P_sum += P
+                j = sel[t]
+                Xb, yb = Xs[rows[t]], ys[rows[t]]
+                r, sq = model.gradient_parts(P[j], U, Xb, yb)
+                scale = np.minimum(1.0, L / np.maximum(np.sqrt(sq), 1e-300)).astype(dtype)
+                gU = model.shared_grad_sum(r, Xb, scale)
+                gP = model.personal_grads(r, Xb, scale)
+                if sigma > 0:
+                    gU = gU + sigma * rng.standard_normal(U.shape).astype(dtype)
+                U -= (eta / B) * gU
+                _project(U, self.ru_)
+                if full and sigma > 0:
+                    noise = sigma * rng.standard_normal(P.shape).astype(dtype)
+                    noise[j] += gP
+                    P -= (eta / B) * noise
+                    _project_rows(P, self.rx_)
+                else:
+                    P[j] -= (eta / B) * gP
+                    P[j] = _project_rows(P[j], self.rx_)
+        if self.average:
+            self.shared_ = (U_sum / T).astype(dtype)
+            self.personal_ = (P_sum / T).astype(dtype)
+        else:
+            self.shared_, self.personal_ = U, P
+
+    def _fit_individual(self, Xs, ys, counts, starts, eta, rng, dtype):
+        """Every owner runs its own projected SGD on (x_j, u_j), all owners vectorised per step."""
+        n = counts.size
+        T, L = self.n_steps_, self.clip_
+        model = self.model
+        U = np.zeros((n, *model.shared_shape), dtype=dtype)
+        P = np.zeros((n, *model.personal_shape), dtype=dtype)
+        U_sum = np.zeros_like(U, dtype=np.float64)
+        P_sum = np.zeros_like(P, dtype=np.float64)
+        for t in range(T):
+            if self.average:
+                U_sum += U
+                P_sum += P
+            rows = starts + np.floor(rng.random(n) * counts).astype(np.int64)
+            Xb, yb = Xs[rows], ys[rows]
+            # per-owner scores with per-owner shared blocks
+            if len(model.shared_shape) == 2:
+                s = np.einsum("nd,ndk->nk", Xb, U)
+            else:
+                s = np.einsum("nd,nd->n", Xb, U)
+            r, sq = _parts_from_scores(model, s, P, Xb, yb)
+            scale = np.minimum(1.0, L / np.maximum(np.sqrt(sq), 1e-300)).astype(dtype)
+            if len(model.shared_shape) == 2:
+                gU = Xb[:, :, None] * (r * scale[:, None])[:, None, :]
+            else:
+                gU = Xb * (r * scale)[:, None]
+            U -= eta * gU
+            _project_rows(U, self.ru_)
+            P -= eta * model.personal_grads(r, Xb, scale)
+            _project_rows(P, self.rx_)
+        if self.average:
+            U, P = (U_sum / T).astype(dtype), (P_sum / T).astype(dtype)
+        self.shared_per_owner_ = U
+        self.personal_ = P
+        self.shared_ = None
+
+    # -- inference ----------------------------------------------------------------------------
+    def _owner_index(self, owner) -> np.ndarray:
+        owner = np.asarray(owner)
+        idx = np.searchsorted(self.owners_, owner)
+        idx = np.clip(idx, 0, self.owners_.size - 1)
+        if not np.all(self.owners_[idx] == owner):
+            raise ValueError("owner contains values not seen in fit")
+        return idx
+
+    def decision_function(self, X, owner) -> np.ndarray:
+        if not hasattr(self, "personal_"):
+            raise ValueError("call fit before predict")
+        X = check_finite_array(X, "X")
+        j = self._owner_index(owner)
+        if self.regime == "individual":
+            Uj = self.shared_per_owner_[j]
+            if Uj.ndim == 3:
+                return np.einsum("nd,ndk->nk", X, Uj) + self.personal_[j]
+            return np.einsum("nd,nd->n", X, Uj) + self.personal_[j][:, 0]
+        return self.model.scores(self.personal_[j], self.shared_, X)
+
+    def predict(self, X, owner) -> np.ndarray:
+        s = self.decision_function(X, owner)
+        return np.argmax(s, axis=1) if s.ndim == 2 else s
+
+    def score(self, X, y, owner) -> float:
+        """Accuracy (classification) or mean squared error (regression) on (X, y, owner)."""
+        pred = self.predict(X, owner)
+        y = np.asarray(y)
+        if isinstance(self.model, PersonalBiasSoftmax):
+            return float(np.mean(pred == y))
+        return float(np.mean((pred - y) ** 2))
+
+    def privacy_report(self) -> dict:
+        """Ledger report (events, epsilon by RDP and PLD) plus the regime; epsilon = inf for nonprivate."""
+        if not hasattr(self, "ledger_"):
+            raise ValueError("call fit before privacy_report")
+        if self.regime in ("joint", "full"):
+            rep = self.ledger_.report(self.delta_, include_pld=False)
+        else:
+            rep = {"events": [], "epsilon": "inf", "note": f"regime {self.regime!r} adds no noise"}
+        rep["regime"] = self.regime
+        rep["guarantee"] = {"joint": "joint DP (everything but owner j's personal block)",
+                            "full": "standard DP of all released parameters",
+                            "nonprivate": "none", "individual": "none (no communication)"}[self.regime]
+        return rep
+
+
+def _parts_from_scores(model, s, P, Xb, yb):
+    """Residuals and squared joint-gradient norms given precomputed shared scores (individual regime)."""
+    if isinstance(model, PersonalBiasSoftmax):
+        z = s + P
+        z -= z.max(axis=1, keepdims=True)
+        p = np.exp(z)
+        p /= p.sum(axis=1, keepdims=True)
+        p[np.arange(z.shape[0]), yb] -= 1.0
+        return p, np.einsum("ij,ij->i", p, p) * (1.0 + np.einsum("ij,ij->i", Xb, Xb))
+    r = s + P[:, 0] - yb
+    return r, r * r * (1.0 + np.einsum("ij,ij->i", Xb, Xb))
