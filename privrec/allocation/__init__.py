@@ -1,0 +1,31 @@
+"""Private pre-processing and per-user budget allocation (spec 004 §4-§5).
+
+* counts: :func:`private_item_counts`, :func:`private_global_mean`, :func:`head_items`,
+  :func:`private_head_items` — each returns a :class:`NoisyStatistic` with its DpEvents.
+* weights: :func:`uniform_weights`, :func:`tail_weights`, :func:`adaptive_weights` — weights CSR
+  aligned with the interactions, ``max_user sum w^2 <= beta`` enforced (:func:`enforce_budget`).
+"""
+
+from .counts import NoisyStatistic, head_items, private_global_mean, private_head_items, private_item_counts
+from .weights import (
+    adaptive_task_weights,
+    adaptive_weights,
+    enforce_budget,
+    tail_weights,
+    uniform_weights,
+    user_spend,
+)
+
+__all__ = [
+    "NoisyStatistic",
+    "private_item_counts",
+    "private_global_mean",
+    "head_items",
+    "private_head_items",
+    "uniform_weights",
+    "tail_weights",
+    "adaptive_weights",
+    "adaptive_task_weights",
+    "enforce_budget",
+    "user_spend",
+]

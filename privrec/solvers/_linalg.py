@@ -1,0 +1,124 @@
+"""Batched statistics and linear algebra for the solvers (spec 004 §2): chunked Gramians,
+PSD projection, pinv-style solves. float32 by default, memory bounded by task chunks."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..privacy.clipping import clip_labels, clip_rows
+from .batch import TaskBatch
+
+DEFAULT_CHUNK_TASKS = 2048
+DEFAULT_CHUNK_EXAMPLES = 1 << 20
+
+
+def task_chunks(indptr: np.ndarray, chunk_tasks: int = DEFAULT_CHUNK_TASKS, chunk_examples: int = DEFAULT_CHUNK_EXAMPLES):
+    """Contiguous task ranges [t0, t1) with at most ``chunk_tasks`` tasks and, unless a single task
+    is larger, at most ``chunk_examples`` examples (bounds the gathered (examples, d) block)."""
+    m = indptr.size - 1
+    t0 = 0
+    while t0 < m:
+        limit = indptr[t0] + chunk_examples
+        t1 = int(np.searchsorted(indptr, limit, side="right")) - 1
+        t1 = min(max(t1, t0 + 1), t0 + chunk_tasks, m)
+        yield t0, t1
+        t0 = t1
+
+
+def prepared_inputs(batch: TaskBatch, max_norm, label_bound, dtype):
+    """Clipped features (units, d) and clipped labels, cast to ``dtype`` (spec 004 §2 step 1)."""
+    x = np.asarray(batch.features, dtype=dtype)
+    if max_norm is not None:
+        x = clip_rows(x, max_norm)
+    y = np.asarray(batch.labels, dtype=dtype)
+    if label_bound is not None:
+        y = clip_labels(y, label_bound).astype(dtype, copy=False)
+    return x, y
+
+
+def chunk_statistics(batch: TaskBatch, x: np.ndarray, y: np.ndarray, t0: int, t1: int):
+    """Weighted Gramians sum_e w_e x_e x_e^T and RHS sum_e w_e y_e x_e for tasks [t0, t1).
+
+    Gathers the chunk's rows once, scaled by sqrt(w), then one BLAS product per task
+    (``Xs.T @ Xs``: symmetric rank-k update, FLOPs ~ n_i d^2). Never materialises (nnz, d, d).
+    """
+    d = x.shape[1]
+    indptr = batch.indptr
+    e0, e1 = int(indptr[t0]), int(indptr[t1])
+    sw = np.sqrt(batch.weights[e0:e1].astype(x.dtype, copy=False))
+    xs = x[batch.feature_ids[e0:e1]]
+    xs *= sw[:, None]
+    ys = y[e0:e1] * sw
+    G = np.zeros((t1 - t0, d, d), dtype=x.dtype)
+    b = np.zeros((t1 - t0, d), dtype=x.dtype)
+    offs = indptr[t0 : t1 + 1] - e0
+    for i in np.flatnonzero(np.diff(offs)):
+        s, e = offs[i], offs[i + 1]
+        blk = xs[s:e]
+        np.matmul(blk.T, blk, out=G[i])
+        np.matmul(ys[s:e], blk, out=b[i])
+    return G, b
+
+
+def weighted_statistics(batch: TaskBatch, max_norm=None, label_bound=None, dtype=np.float64,
+                        chunk_tasks: int = DEFAULT_CHUNK_TASKS, chunk_examples: int = DEFAULT_CHUNK_EXAMPLES):
+    """All tasks' clipped weighted statistics before noise: Gramians (m, d, d) and RHS (m, d).
+
+    These are exactly what SSP perturbs (spec 004 §2); exposed for sensitivity tests and audits.
+    """
+    x, y = prepared_inputs(batch, max_norm, label_bound, dtype)
+    G = np.empty((batch.n_tasks, batch.dim, batch.dim), dtype=dtype)
+    b = np.empty((batch.n_tasks, batch.dim), dtype=dtype)
+    for t0, t1 in task_chunks(batch.indptr, chunk_tasks, chunk_examples):
+        G[t0:t1], b[t0:t1] = chunk_statistics(batch, x, y, t0, t1)
+    return G, b
+
+
+def global_gramian(x: np.ndarray) -> np.ndarray:
+    """sum over units of x_u x_u^T (the gravity / unobserved-weight term, spec 004 §6)."""
+    return x.T @ x
+
+
+def psd_project(A: np.ndarray, floor: float = 0.0) -> np.ndarray:
+    """Projection onto {A : eigenvalues >= floor} in Frobenius norm (eigenvalue floor), batched."""
+    lam, V = np.linalg.eigh(A)
+    lam = np.maximum(lam, floor)
+    return (V * lam[..., None, :]) @ np.swapaxes(V, -1, -2)
+
+
+def _pinv_diag(denom: np.ndarray) -> np.ndarray:
+    scale = np.max(np.abs(denom), axis=-1, keepdims=True)
+    tol = denom.shape[-1] * np.finfo(denom.dtype).eps * scale
+    out = np.zeros_like(denom)
+    np.divide(1.0, denom, out=out, where=denom > tol)
+    return out
+
+
+def eig_solve(lam: np.ndarray, V: np.ndarray, b: np.ndarray, shift) -> np.ndarray:
+    """theta = pinv(V diag(lam + shift) V^T) b, batched; ``shift`` scalar or (batch,)."""
+    shift = np.asarray(shift, dtype=lam.dtype)
+    denom = lam + (shift[:, None] if shift.ndim == 1 else shift)
+    coef = np.matmul(b[:, None, :], V)[:, 0, :] * _pinv_diag(denom)
+    return np.matmul(V, coef[:, :, None])[:, :, 0]
+
+
+def spd_solve(A: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Batched solve of symmetric PSD systems: LU solve, falling back to eigh-pinv if singular."""
+    try:
+        out = np.linalg.solve(A, b[..., None])[..., 0]
+        if np.all(np.isfinite(out)):
+            return out
+    except np.linalg.LinAlgError:
+        pass
+    lam, V = np.linalg.eigh(A)
+    return eig_solve(lam, V, b, 0.0)
+
+
+def as_task_array(value, m: int, name: str, dtype) -> np.ndarray:
+    """A scalar or (m,) array of non-negative per-task values (e.g. ridge regularisation)."""
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim == 0:
+        arr = np.full(m, float(arr))
+    if arr.shape != (m,) or not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise ValueError(f"{name} must be a non-negative scalar or an array of shape ({m},)")
+    return arr.astype(dtype)

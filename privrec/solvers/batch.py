@@ -1,0 +1,207 @@
+"""The solvers' input and output: :class:`TaskBatch` and :class:`SolverResult` (spec 004 §1-§3).
+
+A batch holds m weighted least-squares tasks. Task i's examples are positions
+``indptr[i]:indptr[i+1]``; example e has feature row ``features[feature_ids[e]]``, label
+``labels[e]`` and weight ``weights[e] >= 0``. ``feature_ids`` name the *privacy unit* (a user in
+DP-ALS) that owns the example: a unit appears in many tasks, and the stacked release over all
+tasks has L2 sensitivity governed by ``beta = max_u sum_{e of u} weights[e]^2``
+(:meth:`TaskBatch.unit_budget`). Solvers know nothing else about users or items.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import dp_accounting
+import numpy as np
+import scipy.sparse as sp
+
+from .._validation import check_finite_array
+
+
+@dataclass(frozen=True)
+class TaskBatch:
+    """m weighted regression tasks over shared unit features (see module docstring).
+
+    Optional *public* per-task side information used only by step-size schedules:
+    ``task_sizes`` (estimates of n_i, e.g. released noisy counts) and ``task_weights``
+    (the task weight omega_i of the allocation). They must not be computed from private data
+    when the solve is private.
+    """
+
+    indptr: np.ndarray
+    feature_ids: np.ndarray
+    features: np.ndarray
+    labels: np.ndarray
+    weights: np.ndarray
+    task_sizes: np.ndarray | None = None
+    task_weights: np.ndarray | None = None
+
+    def __post_init__(self):
+        indptr = np.asarray(self.indptr, dtype=np.int64)
+        fid = np.asarray(self.feature_ids)
+        feats = check_finite_array(self.features, "features")
+        labels = check_finite_array(np.asarray(self.labels), "labels")
+        weights = check_finite_array(np.asarray(self.weights), "weights")
+        if indptr.ndim != 1 or indptr.size < 1 or indptr[0] != 0 or np.any(np.diff(indptr) < 0):
+            raise ValueError("indptr must be a non-decreasing 1-D array starting at 0")
+        nnz = int(indptr[-1])
+        if feats.ndim != 2:
+            raise ValueError(f"features must be a 2-D (units x d) array, got shape {feats.shape}")
+        if feats.dtype.kind != "f":
+            feats = feats.astype(np.float64)
+        for name, arr in (("feature_ids", fid), ("labels", labels), ("weights", weights)):
+            if arr.shape != (nnz,):
+                raise ValueError(f"{name} must have shape ({nnz},) (indptr[-1]), got {arr.shape}")
+        if fid.dtype.kind not in "iu":
+            raise ValueError(f"feature_ids must be integers, got dtype {fid.dtype}")
+        if nnz and (fid.min() < 0 or fid.max() >= feats.shape[0]):
+            raise ValueError(f"feature_ids must lie in [0, {feats.shape[0]})")
+        if np.any(weights < 0):
+            raise ValueError("weights must be >= 0")
+        m = indptr.size - 1
+        for name in ("task_sizes", "task_weights"):
+            v = getattr(self, name)
+            if v is not None:
+                v = check_finite_array(np.asarray(v, dtype=np.float64), name)
+                if v.shape != (m,) or np.any(v < 0):
+                    raise ValueError(f"{name} must be a non-negative array of shape ({m},)")
+                object.__setattr__(self, name, v)
+        object.__setattr__(self, "indptr", indptr)
+        object.__setattr__(self, "feature_ids", fid)
+        object.__setattr__(self, "features", feats)
+        object.__setattr__(self, "labels", labels)
+        object.__setattr__(self, "weights", weights)
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_csr(
+        cls,
+        labels,
+        weights,
+        features,
+        transpose: bool = False,
+        drop_zero_weights: bool = True,
+        task_sizes=None,
+        task_weights=None,
+    ) -> "TaskBatch":
+        """Build a batch from a labels CSR and a *parallel* weights CSR (same indptr/indices).
+
+        Without ``transpose`` the matrices are tasks x units (row i = task i). With
+        ``transpose=True`` they are units x tasks (e.g. users x items interactions and the
+        weights from :mod:`privrec.allocation`); entries are regrouped by task with one stable
+        sort, keeping labels and weights aligned. Zero-weight entries are dropped by default
+        (they contribute nothing). ``features``: (units, d).
+        """
+        for name, mat in (("labels", labels), ("weights", weights)):
+            if not (sp.issparse(mat) and mat.format == "csr"):
+                raise ValueError(f"{name} must be a scipy.sparse CSR matrix, got {type(mat).__name__}")
+        if labels.shape != weights.shape or not (
+            np.array_equal(labels.indptr, weights.indptr) and np.array_equal(labels.indices, weights.indices)
+        ):
+            raise ValueError("labels and weights must share shape, indptr and indices (aligned CSR)")
+        features = np.asarray(features)
+        n_rows, n_cols = labels.shape
+        lab = np.asarray(labels.data)
+        w = np.asarray(weights.data)
+        if transpose:
+            n_tasks, n_units = n_cols, n_rows
+            if features.ndim != 2 or features.shape[0] != n_units:
+                raise ValueError(f"features must have {n_units} rows (one per unit), got shape {features.shape}")
+            units = np.repeat(np.arange(n_rows, dtype=np.int64), np.diff(labels.indptr))
+            order = np.argsort(labels.indices, kind="stable")
+            tasks = labels.indices[order]
+            fid, lab, w = units[order], lab[order], w[order]
+            indptr = np.concatenate(([0], np.cumsum(np.bincount(tasks, minlength=n_tasks))))
+        else:
+            n_tasks, n_units = n_rows, n_cols
+            if features.ndim != 2 or features.shape[0] != n_units:
+                raise ValueError(f"features must have {n_units} rows (one per unit), got shape {features.shape}")
+            fid = np.asarray(labels.indices, dtype=np.int64)
+            indptr = np.asarray(labels.indptr, dtype=np.int64)
+        if drop_zero_weights:
+            keep = w != 0
+            if not np.all(keep):
+                task_of = np.repeat(np.arange(n_tasks), np.diff(indptr))[keep]
+                indptr = np.concatenate(([0], np.cumsum(np.bincount(task_of, minlength=n_tasks))))
+                fid, lab, w = fid[keep], lab[keep], w[keep]
+        id_dtype = np.int32 if n_units < 2**31 - 1 else np.int64
+        return cls(indptr, fid.astype(id_dtype), features, lab, w, task_sizes, task_weights)
+
+    def with_features(self, features) -> "TaskBatch":
+        """Same tasks, labels and weights with new unit features (e.g. the next ALS sweep)."""
+        features = np.asarray(features)
+        if features.ndim != 2 or features.shape[0] != self.n_units:
+            raise ValueError(f"features must have shape ({self.n_units}, d), got {features.shape}")
+        return replace(self, features=features)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def n_tasks(self) -> int:
+        return self.indptr.size - 1
+
+    @property
+    def n_units(self) -> int:
+        return self.features.shape[0]
+
+    @property
+    def dim(self) -> int:
+        return self.features.shape[1]
+
+    @property
+    def nnz(self) -> int:
+        return int(self.indptr[-1])
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """Exact number of examples per task (private: do not use in a private release)."""
+        return np.diff(self.indptr)
+
+    def task_ids(self) -> np.ndarray:
+        return np.repeat(np.arange(self.n_tasks, dtype=np.int64), self.sizes)
+
+    def unit_spend(self) -> np.ndarray:
+        """Per-unit spend ``sum_e w_e^2`` in float64 (length n_units)."""
+        w = self.weights.astype(np.float64)
+        return np.bincount(self.feature_ids, weights=w * w, minlength=self.n_units)
+
+    def unit_budget(self) -> float:
+        """beta = max over units of ``sum w^2`` (spec 004 §2, Thm 3.3). Private: do not publish."""
+        spend = self.unit_spend()
+        return float(spend.max()) if spend.size else 0.0
+
+    def check_budget(self, budget: float | None) -> float:
+        """Return the actual beta; ``ValueError`` if it exceeds the declared ``budget``."""
+        beta = self.unit_budget()
+        if budget is not None and beta > budget:
+            raise ValueError(
+                f"per-unit spend max sum w^2 = {beta:.6g} exceeds the declared budget {budget:.6g}; "
+                "build the weights with privrec.allocation (which enforces the budget)"
+            )
+        return beta
+
+
+@dataclass(frozen=True)
+class SolverResult:
+    """Output of a solver: ``params`` (m, d), ``events`` [(label, DpEvent, meta)], ``info``.
+
+    ``meta`` goes into the public privacy report (sensitivity, noise std, multiplier, budget);
+    ``info`` holds diagnostics that may depend on private data and must not be published.
+    """
+
+    params: np.ndarray
+    events: list = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def event(self) -> dp_accounting.DpEvent:
+        evs = [e for _, e, _ in self.events]
+        if not evs:
+            return dp_accounting.NoOpDpEvent()
+        return evs[0] if len(evs) == 1 else dp_accounting.ComposedDpEvent(evs)
+
+    def record(self, ledger, prefix: str = "") -> None:
+        """Record every event in ``ledger`` (labels prefixed, e.g. ``"ALS step 3: "``)."""
+        for label, event, meta in self.events:
+            ledger.record(prefix + label, event, **meta)
