@@ -9,10 +9,12 @@
   coverage are computed on their targets, plus per-bucket recall (optionally the paper's
   ``k = [100, 80, 60, 40, 20]`` over the top-10% items).
 
-The model contract used here (implicit-0.7 style, issue 4): ``model.item_factors`` (items x d),
-``model.transform(user_items_csr)`` -> user factors (rows aligned with the CSR), and for ratings
-``model.predict_pairs(user_factors, rows, cols)`` when the model adds offsets (global mean, item
-bias, mean rating for untrained items); without it predictions are plain dot products.
+The model contract used here (implicit-0.7 style, issue 4, ``privrec.models._base``): the released
+``item_factors_`` (items x d; ``item_factors`` also accepted), optional ``item_bias_`` and
+``global_mean_``, and the projection ``_project_users(csr) -> (factors, user_bias)`` (or the public
+``transform(csr) -> factors`` when a model has no user bias). A predicted rating is
+``global_mean_ + user_bias[u] + item_bias_[i] + <u, v_i>``; rankings use ``<u, v_i> + item_bias_[i]``
+(the per-user terms do not change a user's ranking).
 """
 
 from __future__ import annotations
@@ -33,30 +35,53 @@ def _matrix(x):
 
 
 def item_factors_of(model) -> np.ndarray:
-    """The released item factors of a fitted model (``item_factors`` attribute)."""
-    V = getattr(model, "item_factors", None)
+    """The released item factors of a fitted model (``item_factors_`` or ``item_factors``)."""
+    V = getattr(model, "item_factors_", None)
+    if V is None:
+        V = getattr(model, "item_factors", None)
     if V is None:
         raise ValueError(f"{type(model).__name__} has no item_factors: fit the model first")
     return np.asarray(V, dtype=np.float32)
 
 
-def project_users(model, history) -> np.ndarray:
-    """Billboard projection of each row of ``history`` onto the model's item factors."""
-    fn = getattr(model, "transform", None)
-    if fn is None:
-        raise ValueError(f"{type(model).__name__} has no transform(user_items) projection")
-    U = np.asarray(fn(_matrix(history)), dtype=np.float32)
-    if U.shape[0] != _matrix(history).shape[0]:
-        raise ValueError("model.transform returned a different number of rows than the history")
-    return U
+def item_bias_of(model):
+    """The model's item bias vector, or ``None``."""
+    b = getattr(model, "item_bias_", None)
+    return None if b is None else np.asarray(b, dtype=np.float32)
 
 
-def predict_pairs(model, user_factors, rows, cols) -> np.ndarray:
-    """Predicted ratings for (row, col) pairs: the model's own offsets when it defines them."""
-    fn = getattr(model, "predict_pairs", None)
-    if fn is not None:
-        return np.asarray(fn(user_factors, rows, cols), dtype=np.float32)
-    return pair_predictions(user_factors, item_factors_of(model), rows, cols)
+def project_users(model, history, with_bias: bool = False):
+    """Billboard projection of each row of ``history`` onto the model's item factors.
+
+    Returns the user factors, or ``(factors, user_bias or None)`` with ``with_bias``.
+    """
+    H = _matrix(history).astype(np.float32)
+    inner = getattr(model, "_project_users", None)
+    if inner is not None:
+        if hasattr(model, "_check_fitted"):
+            model._check_fitted()
+        U, ub = inner(H)
+    else:
+        fn = getattr(model, "transform", None)
+        if fn is None:
+            raise ValueError(f"{type(model).__name__} has no transform(user_items) projection")
+        U, ub = fn(H), None
+    U = np.asarray(U, dtype=np.float32)
+    if U.shape[0] != H.shape[0]:
+        raise ValueError("the model's projection returned a different number of rows than the history")
+    return (U, None if ub is None else np.asarray(ub, dtype=np.float32)) if with_bias else U
+
+
+def predict_pairs(model, user_factors, rows, cols, user_bias=None) -> np.ndarray:
+    """Predicted ratings for (row, col) pairs including the model's offsets (module docstring)."""
+    pred = pair_predictions(user_factors, item_factors_of(model), rows, cols)
+    pred += np.float32(float(getattr(model, "global_mean_", 0.0) or 0.0))
+    ib = item_bias_of(model)
+    if ib is not None:
+        pred += ib[np.asarray(cols)]
+    if user_bias is not None:
+        pred += user_bias[np.asarray(rows)]
+    return pred
 
 
 def evaluate_ratings(model, train, test, n_buckets: int = 5, reference=None) -> dict:
@@ -72,9 +97,9 @@ def evaluate_ratings(model, train, test, n_buckets: int = 5, reference=None) -> 
     counts = np.diff(tr.tocsc().indptr)
     buckets = popularity_buckets(counts, n_buckets)
     users = np.flatnonzero(np.diff(te.indptr) > 0)
-    U = project_users(model, tr[users])
+    U, ub = project_users(model, tr[users], with_bias=True)
     sub = te[users].tocoo()
-    pred = predict_pairs(model, U, sub.row, sub.col)
+    pred = predict_pairs(model, U, sub.row, sub.col, ub)
     out = {
         "metrics": {"rmse": rmse(pred, sub.data), "n_test": int(sub.nnz), "n_users": int(users.size)},
         "sliced": {"rmse": sliced_rmse(pred, sub.data, sub.col, buckets, n_buckets)},
@@ -110,7 +135,8 @@ def evaluate_heldout(
     counts = np.diff(tr.tocsc().indptr)
     U = project_users(model, hi)
     V = item_factors_of(model)
-    m = ranking_metrics(U, V, ta, hi, ks=(k,))
+    ib = item_bias_of(model)
+    m = ranking_metrics(U, V, ta, hi, ks=(k,), item_bias=ib)
     if paper_sliced:
         n_buckets = len(PAPER_SLICED_KS)
         items = top_items(counts, head_fraction or 0.1)
@@ -119,7 +145,8 @@ def evaluate_heldout(
         items = None if head_fraction is None else top_items(counts, head_fraction)
         ks = k
     buckets = popularity_buckets(counts, n_buckets, items=items)
-    rec, nd = sliced_recall(U, V, ta, buckets, history=hi, ks=ks, n_buckets=n_buckets, with_ndcg=True)
+    rec, nd = sliced_recall(U, V, ta, buckets, history=hi, ks=ks, item_bias=ib, n_buckets=n_buckets,
+                            with_ndcg=True)
     sliced = {"recall": rec, "ndcg": nd, "k": np.broadcast_to(np.asarray(ks), (n_buckets,)).tolist()}
     if reference is not None:
         all_b = popularity_buckets(counts, n_buckets)

@@ -1,0 +1,213 @@
+"""One experiment = load -> split -> fit -> evaluate -> privacy report (spec 004 §7 protocols).
+
+Shared by the CLI (``privrec fit`` / ``evaluate``) and the benchmark scripts so both report the
+same numbers the same way. Methods by name (spec 004 §5-§6, issue 4):
+
+* ``als`` — non-private ALS (``privrec.models.ALS``), the reference of every comparison;
+* ``dpals-uniform``, ``dpals-tail``, ``ada-dpals`` — DPALS with the SSP item solver and uniform
+  sampling / tail sampling / adaptive weights;
+* ``dpsgd-uniform``, ``dpsgd-tail``, ``ada-dpsgd`` — the same allocations with the noisy-GD solver.
+
+Protocols: ``random`` (80/10/10 rating split, RMSE; users projected from their train history)
+and ``heldout-users`` (binarised, fold-in history / targets of held-out users, Recall@20, NDCG@20).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from .protocols import evaluate_heldout, evaluate_ratings
+
+METHODS = ("als", "dpals-uniform", "dpals-tail", "ada-dpals", "dpsgd-uniform", "dpsgd-tail", "ada-dpsgd")
+PRIVATE_METHODS = METHODS[1:]
+PROTOCOLS = ("random", "heldout-users")
+DEFAULT_DATASET = "synthetic-skew"
+#: datasets whose paper protocol is top-k on held-out users (spec 004 §7); others use ratings / RMSE
+_TOPK_DATASETS = ("ml20m-like", "msd-like", "ml-20m", "msd", "lastfm", "hetrec2011-lastfm-2k")
+
+
+def default_protocol(dataset: str) -> str:
+    """The paper's protocol for a dataset name (held-out users for ML20M / MSD / Last.fm)."""
+    return "heldout-users" if dataset in _TOPK_DATASETS else "random"
+
+
+@dataclass
+class Split:
+    """A dataset split for one protocol; matrices share the item columns of ``train``."""
+
+    protocol: str
+    train: sp.csr_matrix
+    test: sp.csr_matrix | None = None          # random protocol
+    history: sp.csr_matrix | None = None       # held-out users: fold-in
+    targets: sp.csr_matrix | None = None       # held-out users: targets
+    item_ids: np.ndarray | None = None
+    user_ids: np.ndarray | None = None
+    item_metadata: Any = None
+    info: dict = field(default_factory=dict)
+
+
+def load_data(dataset: str | None = None, data_dir=None, scale: float | None = None, seed: int = 0):
+    """Load a dataset by name as ``Interactions`` (``scale`` < 1 shrinks a synthetic preset)."""
+    name = dataset or DEFAULT_DATASET
+    if scale is not None and scale != 1.0:
+        from ..data.synthetic import PRESETS, generate_preset
+
+        if name not in PRESETS:
+            raise ValueError(f"scale applies to synthetic presets only ({sorted(PRESETS)}), not {name!r}")
+        return generate_preset(name, scale=scale, random_state=seed).interactions
+    from ..data import load_dataset
+
+    kwargs = {} if data_dir is None else {"data_dir": data_dir}
+    return load_dataset(name, **kwargs)
+
+
+def make_split(data, protocol: str, seed: int = 0, heldout_users: int | None = None) -> Split:
+    """Split ``Interactions`` by ``protocol`` (privrec.data's splits; spec 004 §7)."""
+    from .. import data as D
+
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; choose from {', '.join(PROTOCOLS)}")
+    meta = dict(item_ids=getattr(data, "item_ids", None), user_ids=getattr(data, "user_ids", None),
+                item_metadata=getattr(data, "item_metadata", None))
+    if protocol == "random":
+        parts = D.random_split(data, random_state=seed)
+        train, valid, test = _parts(parts, ("train", "validation", "test"))
+        tr = _m(train)
+        if valid is not None:  # spec §8: test users are projected from train + validation history
+            tr = (tr + _m(valid)).tocsr()
+        return Split(protocol, tr, test=_m(test), **meta)
+    kw = {"random_state": seed}
+    if heldout_users is not None:
+        kw["n_heldout"] = heldout_users
+    parts = D.heldout_users_split(data, **kw)
+    train, history, targets = _parts(parts, ("train", "test_history", "test_targets"))
+    return Split(protocol, _m(train), history=_m(history), targets=_m(targets), **meta)
+
+
+def _parts(parts, names):
+    if isinstance(parts, dict):
+        return tuple(parts.get(n) for n in names)
+    return tuple(getattr(parts, n, None) for n in names)
+
+
+def _m(x):
+    if x is None:
+        return None
+    return sp.csr_matrix(getattr(x, "matrix", x))
+
+
+def make_model(method: str, epsilon: float | None = None, delta: float | None = None,
+               params: dict | None = None, seed: int | None = None, protocol: str = "random"):
+    """Instantiate the estimator for ``method`` with only the parameters it accepts.
+
+    ``seed`` fixes initialisation *and* the privacy noise of private methods (experiments only:
+    a known seed voids the guarantee); ``None`` draws noise from OS entropy.
+    """
+    from .. import models
+
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    params = {k: v for k, v in (params or {}).items() if v is not None}
+    if method == "als":
+        cls, kwargs = models.ALS, {}
+        if protocol == "heldout-users":  # binarised data: no biases / centering, small gravity (spec §8)
+            kwargs.update(biases=False, center=False, unobserved_weight=0.2)
+    else:
+        cls = getattr(models, "DPALS", None)
+        if cls is None:
+            raise ValueError("private methods need privrec.models.DPALS, which this installation lacks")
+        if epsilon is None or delta is None:
+            raise ValueError(f"method {method} needs --epsilon and --delta")
+        kwargs = {"method": method, "epsilon": epsilon, "delta": delta}
+    accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
+    bad = sorted(set(params) - accepted)
+    if bad:
+        raise ValueError(f"method {method} does not accept parameter(s): {', '.join(bad)}")
+    kwargs.update(params)
+    if "random_state" in accepted:
+        kwargs["random_state"] = seed
+    return cls(**kwargs)
+
+
+def privacy_summary(model, delta: float | None) -> dict:
+    """``epsilon_spent`` and the ledger report of a fitted model (non-private -> inf, no events)."""
+    fn = getattr(model, "privacy_report", None)
+    if fn is None:
+        return {"epsilon_spent": "inf", "privacy_events": {"events": [], "epsilon": "inf", "note": "non-private"}}
+    try:
+        report = fn(delta) if delta is not None else fn()
+    except TypeError:
+        report = fn()
+    eps = report.get("epsilon", report.get("epsilon_rdp"))
+    return {"epsilon_spent": eps, "privacy_events": report}
+
+
+def evaluate_split(model, split: Split, reference=None, k: int = 20, paper_sliced: bool = False) -> dict:
+    """Metrics of a fitted model on a :class:`Split` (protocols module)."""
+    if split.protocol == "random":
+        return evaluate_ratings(model, split.train, split.test, reference=reference)
+    return evaluate_heldout(model, split.train, split.history, split.targets, k=k,
+                            paper_sliced=paper_sliced, reference=reference)
+
+
+def run_experiment(split: Split, method: str, epsilon=None, delta=None, params=None, seed=None,
+                   reference=None, evaluate: bool = True, dataset: str | None = None,
+                   paper_sliced: bool = False) -> tuple[Any, dict]:
+    """Fit ``method`` on ``split.train`` and evaluate it; returns ``(model, result dict)``.
+
+    The result holds ``dataset, method, protocol, epsilon, delta, epsilon_spent, privacy_events,
+    metrics, sliced, fit_seconds`` (+ ``eval_seconds``), ready for ``json.dumps``.
+    """
+    if delta is None and method != "als":
+        delta = default_delta(split)
+    model = make_model(method, epsilon, delta, params, seed, split.protocol)
+    t0 = time.perf_counter()
+    model.fit(split.train)
+    fit_s = time.perf_counter() - t0
+    out = {
+        "dataset": dataset,
+        "method": method,
+        "protocol": split.protocol,
+        "epsilon": None if method == "als" else epsilon,
+        "delta": None if method == "als" else delta,
+        "n_users": int(split.train.shape[0]),
+        "n_items": int(split.train.shape[1]),
+        "n_train": int(split.train.nnz),
+        "fit_seconds": round(fit_s, 4),
+        **privacy_summary(model, delta),
+    }
+    if evaluate:
+        t1 = time.perf_counter()
+        ev = evaluate_split(model, split, reference=reference, paper_sliced=paper_sliced)
+        out.update(metrics=ev["metrics"], sliced=ev["sliced"], bucket_items=ev["bucket_items"],
+                   eval_seconds=round(time.perf_counter() - t1, 4))
+    return model, out
+
+
+def default_delta(split: Split) -> float:
+    """Spec 004 §7: delta = 1e-5 for rating prediction, 1/n (n = training users) for top-k."""
+    if split.protocol == "random":
+        return 1e-5
+    return 1.0 / max(2, split.train.shape[0])
+
+
+def json_safe(obj):
+    """Replace non-finite floats by strings ("inf", "nan") so the output is strict JSON."""
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return json_safe(obj.tolist())
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    return obj
