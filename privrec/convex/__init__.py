@@ -4,6 +4,15 @@ Specs: ../shared/spec/004-multitask-dp-skew.md §2-§4, §7; 000-joint-dp.md; 00
 The federated algorithms live in ``privrec.convex.federated`` (imported from there directly).
 """
 
+from .asynchronous import (
+    AsyncDPLearner,
+    SpecSquaredLoss,
+    cost_bound,
+    effective_noise_scale,
+    laplace_scale,
+    ridge_objective,
+    ridge_optimum,
+)
 from .joint import (
     JointDPSGD,
     PersonalBiasLinear,
