@@ -1,0 +1,443 @@
+"""Privacy-utility trade-off, mu sweep, sliced metrics and neighbour overlap (spec 004 §7; paper Figs. 1-4, 9-11).
+
+For every dataset and epsilon this fits non-private ALS (the reference) and the six private methods
+(dpals-uniform, dpals-tail, ada-dpals, dpsgd-uniform, dpsgd-tail, ada-dpsgd; ada-* over a grid of
+weight exponents mu), evaluates each with the dataset's protocol (random split -> RMSE; held-out
+users -> Recall@20 / NDCG@20), per popularity bucket (bucket 0 = least popular) and the top-20
+cosine neighbour overlap with ALS, and checks the paper's claims (issue 5 "Done when"):
+
+1. ada (best mu among 1/4, 1/3, 1/2) beats tail sampling, which beats uniform sampling, overall,
+   at eps = 1 and eps = 5, for both the DPALS (SSP) and the DPSGD (noisy GD) family;
+2. on the two least-popular buckets ada improves on tail by >= 10% relative.
+
+Claims are *measured*, never forced: the generator and the hyper-parameters are fixed before the
+run; the outcome is written as measured. Privacy noise uses a fixed seed per run (experiments
+only — a known seed voids the DP guarantee).
+
+    python benchmarks/bench_tradeoff.py --quick          # seconds: small synthetic data
+    python benchmarks/bench_tradeoff.py                  # the documented full configuration
+    python benchmarks/bench_tradeoff.py --part mu        # only the mu sweep
+
+Outputs in ``benchmarks/results/``: ``tradeoff[_quick].json`` (every run, every bucket, ledger
+epsilon), PNG plots (``tradeoff_*.png``, ``sliced_*.png``, ``mu_*.png``, ``overlap_*.png``) and
+``tradeoff[_quick].md`` (tables + claims) which ``summary.md`` embeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+try:  # package import (privrec.commands.benchmark) or script run
+    from . import _common as C
+except ImportError:  # pragma: no cover - script mode
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _common as C  # type: ignore
+
+from privrec.evaluation import experiment as X  # noqa: E402
+
+ADA_MUS_CLAIM = (0.25, 1 / 3, 0.5)
+FAMILIES = {"dpals": ("dpals-uniform", "dpals-tail", "ada-dpals"),
+            "dpsgd": ("dpsgd-uniform", "dpsgd-tail", "ada-dpsgd")}
+PARTS = ("all", "tradeoff", "mu", "sliced")
+
+
+@dataclass
+class DatasetRun:
+    """One dataset of the benchmark and how it is loaded / split."""
+
+    name: str
+    protocol: str
+    scale: float | None = None
+    data_dir: str | None = None
+    heldout_users: int | None = None
+    label: str | None = None
+    params: dict = field(default_factory=dict)   # model parameters shared by every method
+
+    @property
+    def key(self) -> str:
+        return self.label or self.name
+
+
+@dataclass
+class Config:
+    datasets: list
+    epsilons: tuple = (1.0, 5.0, 20.0)
+    mus: tuple = (0.0, 0.25, 1 / 3, 0.5, 1.0)
+    seed: int = 0
+    tag: str = ""
+
+
+def quick_config() -> Config:
+    """Seconds: the small embedded generator at reduced scale, both protocols, two epsilons."""
+    common = {"iterations": 2, "factors": 8}
+    return Config(
+        datasets=[DatasetRun("synthetic-skew", "random", scale=0.3, label="synthetic-skew-rmse", params=common),
+                  DatasetRun("synthetic-skew", "heldout-users", scale=0.3, heldout_users=100,
+                             label="synthetic-skew-topk", params=common)],
+        epsilons=(1.0, 5.0), mus=(0.0, 0.25, 0.5), tag="_quick")
+
+
+def full_config(ml10m_scale: float = 0.1, ml20m_scale: float = 0.1) -> Config:
+    """The documented full run (<= 45 min on 2 cores): see summary.md for the exact sizes used.
+
+    The ``*-like`` presets are subsampled with ``scale`` (users, items and interactions shrink
+    proportionally, skew target kept) because the full-size presets do not fit the time box.
+    """
+    ds = [DatasetRun("ml10m-like", "random", scale=ml10m_scale),
+          DatasetRun("ml20m-like", "heldout-users", scale=ml20m_scale,
+                     heldout_users=max(100, int(10_000 * ml20m_scale)))]
+    shared = C.shared_datasets()
+    if shared is not None and (shared / "ml-100k").is_dir():
+        ds.append(DatasetRun("ml-100k", "random", data_dir=str(shared / "ml-100k")))
+    if shared is not None and (shared / "hetrec2011-lastfm-2k").is_dir():
+        ds.append(DatasetRun("lastfm", "heldout-users", data_dir=str(shared / "hetrec2011-lastfm-2k"),
+                             heldout_users=300))
+    return Config(datasets=ds)
+
+
+def metric_name(protocol: str) -> str:
+    return "rmse" if protocol == "random" else "recall@20"
+
+
+def sliced_name(protocol: str) -> str:
+    return "rmse" if protocol == "random" else "recall"
+
+
+def lower_is_better(protocol: str) -> bool:
+    return protocol == "random"
+
+
+def plan(cfg: Config, part: str) -> list[tuple[str, float | None, float | None]]:
+    """(method, epsilon, mu) triples to run for one dataset."""
+    runs = [("als", None, None)]
+    need_mu = part in ("all", "mu")
+    need_main = part in ("all", "tradeoff", "sliced")
+    for eps in cfg.epsilons:
+        if need_main:
+            for fam in FAMILIES.values():
+                runs += [(fam[0], eps, None), (fam[1], eps, None)]
+        for ada in ("ada-dpals", "ada-dpsgd"):
+            mus = set(cfg.mus) if need_mu else set()
+            if need_main:
+                mus |= set(ADA_MUS_CLAIM)
+            runs += [(ada, eps, mu) for mu in sorted(mus)]
+    return runs
+
+
+def run(cfg: Config, part: str = "all", out_dir: Path | None = None, quiet: bool = False,
+        make_plots: bool = True, deadline_s: float | None = None) -> dict:
+    """Run the configured benchmark and write JSON, plots and the markdown tables."""
+    if part not in PARTS:
+        raise ValueError(f"part must be one of {PARTS}, got {part!r}")
+    out_dir = Path(out_dir or C.RESULTS)
+    t_start = time.perf_counter()
+    results = {"config": {"part": part, "epsilons": list(cfg.epsilons), "mus": list(cfg.mus), "seed": cfg.seed,
+                          "datasets": [asdict(d) for d in cfg.datasets]},
+               "environment": C.environment(), "runs": [], "skipped": []}
+    for ds in cfg.datasets:
+        C.log(f"{ds.key}: loading ({ds.name}, scale {ds.scale})", quiet)
+        try:
+            data = X.load_data(ds.name, ds.data_dir, ds.scale, seed=cfg.seed)
+            split = X.make_split(data, ds.protocol, seed=cfg.seed, heldout_users=ds.heldout_users)
+        except (ValueError, FileNotFoundError, ImportError, AttributeError) as exc:
+            results["skipped"].append({"dataset": ds.key, "reason": f"{type(exc).__name__}: {exc}"})
+            C.log(f"{ds.key}: skipped ({exc})", quiet)
+            continue
+        reference = None
+        for method, eps, mu in plan(cfg, part):
+            if deadline_s is not None and time.perf_counter() - t_start > deadline_s:
+                results["skipped"].append({"dataset": ds.key, "method": method, "epsilon": eps, "mu": mu,
+                                           "reason": "time budget exhausted"})
+                continue
+            params = dict(ds.params)
+            if mu is not None:
+                params["weight_exponent"] = mu
+            try:
+                model, res = X.run_experiment(split, method, epsilon=eps, params=params, seed=cfg.seed,
+                                              reference=reference, dataset=ds.key)
+            except (ValueError, ImportError) as exc:
+                results["skipped"].append({"dataset": ds.key, "method": method, "epsilon": eps, "mu": mu,
+                                           "reason": f"{type(exc).__name__}: {exc}"})
+                C.log(f"{ds.key} {method} eps={eps}: skipped ({exc})", quiet)
+                continue
+            if method == "als":
+                reference = model
+            res["mu"] = mu
+            res.pop("privacy_events_full", None)
+            res["n_events"] = len(res.get("privacy_events", {}).get("events", []))
+            res.pop("privacy_events", None)  # the JSON keeps epsilon_spent; the ledger is in the CLI output
+            results["runs"].append(res)
+            C.log(f"{ds.key} {method:<14} eps={eps} mu={mu}: {metric_name(ds.protocol)}="
+                  f"{res['metrics'][metric_name(ds.protocol)]:.4f} eps_spent={res['epsilon_spent']} "
+                  f"fit {res['fit_seconds']:.1f}s", quiet)
+    results["analysis"] = analyse(results)
+    results["wall_seconds"] = round(time.perf_counter() - t_start, 1)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    C.write_json(out_dir / f"tradeoff{cfg.tag}.json", results)
+    md = markdown(results)
+    if make_plots:
+        results["plots"] = plots(results, out_dir, cfg.tag)
+    C.write_text(out_dir / f"tradeoff{cfg.tag}.md", md)
+    return results
+
+
+# ------------------------------------------------------------------------------------------ analysis
+def _select(runs, dataset, method, eps):
+    return [r for r in runs if r["dataset"] == dataset and r["method"] == method
+            and (eps is None or r["epsilon"] == eps)]
+
+
+def _overall(r):
+    return r["metrics"]["rmse" if r["protocol"] == "random" else "recall@20"]
+
+
+def best_ada(runs, dataset, method, eps, protocol):
+    """The ada run with the best overall metric among mu in {1/4, 1/3, 1/2} (None if none ran)."""
+    cands = [r for r in _select(runs, dataset, method, eps)
+             if r.get("mu") is not None and any(math.isclose(r["mu"], m) for m in ADA_MUS_CLAIM)]
+    cands = [r for r in cands if _finite(_overall(r))]
+    if not cands:
+        return None
+    key = (lambda r: _overall(r)) if lower_is_better(protocol) else (lambda r: -_overall(r))
+    return min(cands, key=key)
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _improvement(new, old, protocol) -> float:
+    """Relative improvement of ``new`` over ``old`` (positive = better)."""
+    if not (_finite(new) and _finite(old)) or old == 0:
+        return float("nan")
+    return (old - new) / old if lower_is_better(protocol) else (new - old) / old
+
+
+def analyse(results: dict) -> dict:
+    """Per dataset and epsilon: the table of overall metrics and the claims, measured."""
+    runs = results["runs"]
+    out = {}
+    for ds in sorted({r["dataset"] for r in runs}):
+        rs = [r for r in runs if r["dataset"] == ds]
+        protocol = rs[0]["protocol"]
+        als = _select(rs, ds, "als", None)
+        entry = {"protocol": protocol, "metric": metric_name(protocol),
+                 "als": _overall(als[0]) if als else None, "by_epsilon": {}}
+        for eps in sorted({r["epsilon"] for r in rs if r["epsilon"] is not None}):
+            row, claims = {}, {}
+            for fam, (uni, tail, ada) in FAMILIES.items():
+                u = _select(rs, ds, uni, eps)
+                t = _select(rs, ds, tail, eps)
+                a = best_ada(rs, ds, ada, eps, protocol)
+                vals = {uni: _overall(u[0]) if u else None, tail: _overall(t[0]) if t else None,
+                        ada: _overall(a) if a else None}
+                row.update(vals)
+                row[f"{ada}_best_mu"] = a["mu"] if a else None
+                if u and t and a:
+                    ok_order = (_improvement(vals[ada], vals[tail], protocol) > 0
+                                and _improvement(vals[tail], vals[uni], protocol) > 0)
+                    sk = sliced_name(protocol)
+                    tail_b = [_improvement(a["sliced"][sk][b], t[0]["sliced"][sk][b], protocol) for b in (0, 1)]
+                    claims[fam] = {
+                        "ordering_ada>tail>uniform": bool(ok_order),
+                        "ada_vs_tail_overall_rel": _improvement(vals[ada], vals[tail], protocol),
+                        "tail_vs_uniform_overall_rel": _improvement(vals[tail], vals[uni], protocol),
+                        "ada_vs_tail_bucket0_rel": tail_b[0],
+                        "ada_vs_tail_bucket1_rel": tail_b[1],
+                        "tail_buckets_>=10%": bool(all(_finite(x) and x >= 0.10 for x in tail_b)),
+                    }
+            entry["by_epsilon"][str(eps)] = {"overall": row, "claims": claims}
+        out[ds] = entry
+    return out
+
+
+def _f(v, nd=4) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return "nan" if not math.isfinite(v) else f"{v:.{nd}f}"
+
+
+def markdown(results: dict) -> str:
+    """Tables of overall metrics, claims and per-bucket values, as measured."""
+    lines = []
+    an = results["analysis"]
+    runs = results["runs"]
+    for ds, e in an.items():
+        lines.append(f"### {ds} ({e['protocol']} protocol, {e['metric']}; ALS = {_f(e['als'])})\n")
+        methods = [m for fam in FAMILIES.values() for m in fam]
+        lines.append("| eps | " + " | ".join(methods) + " | best mu (ada-dpals / ada-dpsgd) |")
+        lines.append("|---" * (len(methods) + 2) + "|")
+        for eps, v in e["by_epsilon"].items():
+            o = v["overall"]
+            lines.append(f"| {eps} | " + " | ".join(_f(o.get(m)) for m in methods)
+                         + f" | {_f(o.get('ada-dpals_best_mu'), 3)} / {_f(o.get('ada-dpsgd_best_mu'), 3)} |")
+        lines.append("")
+        lines.append("| eps | family | ada > tail > uniform | ada vs tail (overall) | ada vs tail bucket 0 | "
+                     "bucket 1 | both >= 10% |")
+        lines.append("|---|---|---|---|---|---|---|")
+        for eps, v in e["by_epsilon"].items():
+            for fam, c in v["claims"].items():
+                lines.append(f"| {eps} | {fam} | {_f(c['ordering_ada>tail>uniform'])} | "
+                             f"{_f(100 * c['ada_vs_tail_overall_rel'], 1)}% | "
+                             f"{_f(100 * c['ada_vs_tail_bucket0_rel'], 1)}% | "
+                             f"{_f(100 * c['ada_vs_tail_bucket1_rel'], 1)}% | {_f(c['tail_buckets_>=10%'])} |")
+        lines.append("")
+        # per-bucket table at the smallest epsilon (plus ALS)
+        rs = [r for r in runs if r["dataset"] == ds]
+        eps0 = min((r["epsilon"] for r in rs if r["epsilon"] is not None), default=None)
+        sk = sliced_name(e["protocol"])
+        sel = [r for r in rs if r["method"] == "als"]
+        for m in methods:
+            cand = [r for r in rs if r["method"] == m and r["epsilon"] == eps0]
+            if m.startswith("ada"):
+                b = best_ada(rs, ds, m, eps0, e["protocol"])
+                cand = [b] if b else []
+            sel += cand[:1]
+        if sel:
+            nb = len(sel[0]["sliced"][sk])
+            lines.append(f"Per-bucket {sk} at eps = {eps0} (bucket 0 = least popular; "
+                         f"neighbour overlap with ALS in brackets):\n")
+            lines.append("| method | " + " | ".join(f"b{b}" for b in range(nb)) + " |")
+            lines.append("|---" * (nb + 1) + "|")
+            for r in sel:
+                ov = r["sliced"].get("neighbour_overlap@20")
+                cells = [_f(r["sliced"][sk][b]) + (f" ({_f(ov[b], 2)})" if ov else "") for b in range(nb)]
+                name = r["method"] + (f" mu={r['mu']:.3g}" if r.get("mu") is not None else "")
+                lines.append(f"| {name} | " + " | ".join(cells) + " |")
+            lines.append("")
+    if results.get("skipped"):
+        lines.append("Skipped: " + "; ".join(
+            f"{s['dataset']} {s.get('method', '')} {s.get('epsilon', '') or ''}: {s['reason']}"
+            for s in results["skipped"][:20]) + ("" if len(results["skipped"]) <= 20 else " ..."))
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------ plots
+def plots(results: dict, out_dir: Path, tag: str = "") -> list[str]:
+    """Trade-off, sliced, mu and overlap plots (matplotlib imported lazily, Agg backend)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover - plots extra not installed
+        return []
+    written = []
+    runs = results["runs"]
+    for ds, e in results["analysis"].items():
+        rs = [r for r in runs if r["dataset"] == ds]
+        protocol, metric = e["protocol"], e["metric"]
+        eps_list = sorted(float(x) for x in e["by_epsilon"])
+        # trade-off
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for fam, ms in FAMILIES.items():
+            for m, style in zip(ms, (":", "--", "-")):
+                ys = [e["by_epsilon"][str(x)]["overall"].get(m) for x in eps_list]
+                ax.plot(eps_list, [math.nan if y is None else y for y in ys], style, marker="o",
+                        color="C0" if fam == "dpals" else "C1", label=m)
+        if e["als"] is not None:
+            ax.axhline(e["als"], color="k", lw=1, label="ALS (non-private)")
+        ax.set_xscale("log")
+        ax.set_xlabel("epsilon")
+        ax.set_ylabel(metric)
+        ax.set_title(f"{ds}: privacy-utility trade-off")
+        ax.legend(fontsize=7)
+        written.append(_save(fig, out_dir / f"tradeoff_{ds}{tag}.png", plt))
+        # sliced + overlap at each epsilon's smallest value
+        eps0 = eps_list[0] if eps_list else None
+        sk = sliced_name(protocol)
+        for what, fname in ((sk, "sliced"), ("neighbour_overlap@20", "overlap")):
+            sel = [(m, r) for m in [x for f in FAMILIES.values() for x in f]
+                   for r in ([best_ada(rs, ds, m, eps0, protocol)] if m.startswith("ada")
+                             else [x for x in rs if x["method"] == m and x["epsilon"] == eps0][:1]) if r]
+            if what == sk:
+                sel = [("als", r) for r in rs if r["method"] == "als"][:1] + sel
+            sel = [(m, r) for m, r in sel if what in r.get("sliced", {})]
+            if not sel:
+                continue
+            nb = len(sel[0][1]["sliced"][what])
+            fig, ax = plt.subplots(figsize=(7, 4))
+            w = 0.8 / len(sel)
+            for j, (m, r) in enumerate(sel):
+                vals = [math.nan if v is None else v for v in r["sliced"][what]]
+                ax.bar([b + j * w for b in range(nb)], vals, w, label=m)
+            ax.set_xticks([b + 0.4 - w / 2 for b in range(nb)])
+            ax.set_xticklabels([f"b{b}" + (" (tail)" if b == 0 else "") for b in range(nb)])
+            ax.set_ylabel(what)
+            ax.set_title(f"{ds}: {what} per popularity bucket, eps = {eps0}")
+            ax.legend(fontsize=7)
+            written.append(_save(fig, out_dir / f"{fname}_{ds}{tag}.png", plt))
+        # mu sweep
+        mus = sorted({r["mu"] for r in rs if r.get("mu") is not None})
+        if len(mus) > 1:
+            fig, axes = plt.subplots(1, 2, figsize=(9, 3.5), sharey=True)
+            for ax, m in zip(axes, ("ada-dpals", "ada-dpsgd")):
+                for eps in eps_list:
+                    pts = sorted((r["mu"], _overall(r)) for r in rs if r["method"] == m and r["epsilon"] == eps)
+                    if pts:
+                        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"eps={eps:g}")
+                ax.set_xlabel("mu (weight exponent)")
+                ax.set_title(m)
+            axes[0].set_ylabel(metric)
+            axes[0].legend(fontsize=7)
+            fig.suptitle(f"{ds}: mu sweep")
+            written.append(_save(fig, out_dir / f"mu_{ds}{tag}.png", plt))
+    return written
+
+
+def _save(fig, path: Path, plt) -> str:
+    from privrec._io import atomic_path
+
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.tight_layout()
+        fig.savefig(tmp, dpi=90, format="png")
+    plt.close(fig)
+    return str(path)
+
+
+# ------------------------------------------------------------------------------------------ CLI
+def build_parser(p=None):
+    p = p or argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small synthetic configuration (seconds)")
+    p.add_argument("--part", choices=PARTS, default="all", help="which runs (default: all)")
+    p.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
+    p.add_argument("--ml10m-scale", type=float, default=0.1, help="subsampling of the ml10m-like preset")
+    p.add_argument("--ml20m-scale", type=float, default=0.1, help="subsampling of the ml20m-like preset")
+    p.add_argument("--epsilons", type=float, nargs="+", default=None)
+    p.add_argument("--datasets", nargs="+", default=None, help="restrict to these dataset keys")
+    p.add_argument("--budget-minutes", type=float, default=None, help="skip remaining runs after this time")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--quiet", action="store_true")
+    return p
+
+
+def main_from_args(args) -> int:
+    cfg = quick_config() if args.quick else full_config(args.ml10m_scale, args.ml20m_scale)
+    if args.epsilons:
+        cfg.epsilons = tuple(args.epsilons)
+    if args.datasets:
+        cfg.datasets = [d for d in cfg.datasets if d.key in args.datasets]
+        if not cfg.datasets:
+            print("bench_tradeoff: error: no dataset left after --datasets", file=sys.stderr)
+            return 2
+    res = run(cfg, args.part, args.out, quiet=args.quiet, make_plots=not args.no_plots,
+              deadline_s=None if args.budget_minutes is None else 60 * args.budget_minutes)
+    print(markdown(res))
+    return 0
+
+
+def main(argv=None) -> int:
+    return main_from_args(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
