@@ -21,6 +21,7 @@ from .joint import (
     paper_noise_std,
     user_level_budget,
 )
+from .multitask import MultiTaskDPClassifier, MultiTaskDPRegressor, MultiTaskProblem
 from .losses import (
     LogisticLoss,
     SoftmaxLoss,

@@ -1,0 +1,467 @@
+"""Multi-task convex learning under user-level DP with budget allocation (spec 004 §2-§4).
+
+Spec: ../shared/spec/004-multitask-dp-skew.md §1 (setting), §2 (weighted SSP), §3 (weighted
+noisy GD), §4 (adaptive weights, eq. 11-12), §5 (private counts), §7 (Appendix C).
+
+A :class:`MultiTaskProblem` is a set of examples (task i, user j, features x_ij, label y_ij), at
+most one per (task, user) pair as in the spec's task-user graph Omega. Users are the privacy
+unit: removing a user removes all of their examples. The estimators
+
+* :class:`MultiTaskDPRegressor` -- ridge per task, solved by privrec's shared solvers
+  (:class:`privrec.solvers.SSPSolver` or :class:`privrec.solvers.NoisyGDSolver`, no second
+  implementation here), with per-example weights from :func:`privrec.allocation.adaptive_weights`
+  (``weight_exponent`` = mu; mu = 0 is uniform weighting) so that every user satisfies
+  ``sum_i w_ij^2 <= budget`` (enforced by the allocation code and checked by the solver);
+* :class:`MultiTaskDPClassifier` -- per-task logistic regression by weighted noisy full-batch GD
+  (spec 004 §3, Algorithm 2 with the logistic loss): the solvers package only covers the squared
+  loss, so the logistic gradient step lives here; the sensitivity argument is the same.
+
+Privacy pipeline (every step records its DpEvent in the estimator's ledger):
+
+1. task counts n_i, needed by the weights (mu > 0 or eq. 11's global normalisation) and by the
+   noisy-GD step sizes, are released by :func:`privrec.allocation.private_item_counts`
+   (Gaussian, each user's tasks subsampled to ``count_sample``), unless the caller supplies
+   ``task_counts`` it asserts are public (e.g. known task sizes; Appendix C uses exact counts);
+2. weights are post-processing of the released counts and the user's own row;
+3. the solver's release (SSP: Gramians and right-hand sides; GD: T noisy gradients).
+
+The noise scales of (1) and (3) come from :func:`privrec.privacy.calibrate_with_split` over the
+exact events the fit records (the count share defaults to the paper's, spec 004 §5), so the
+reported epsilon (``privacy_report()``) is the accountant's and never exceeds ``epsilon``.
+
+``random_state=None`` draws all noise from OS entropy; a fixed seed is for experiments only and
+voids the guarantee for anyone who knows it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import dp_accounting
+import numpy as np
+import scipy.sparse as sp
+
+from .._validation import check_delta, check_epsilon, check_finite_array, check_int, check_positive
+from ..allocation import adaptive_task_weights, adaptive_weights, private_item_counts
+from ..privacy import (
+    PrivacyLedger,
+    calibrate_with_split,
+    clip_rows,
+    default_count_fraction,
+    gaussian_event,
+    gaussian_noise,
+    make_rng,
+)
+from ..solvers import NoisyGDSolver, SSPSolver, TaskBatch
+from .losses import LogisticLoss
+
+__all__ = ["MultiTaskProblem", "MultiTaskDPRegressor", "MultiTaskDPClassifier"]
+
+
+class MultiTaskProblem:
+    """Examples of m tasks contributed by n users (spec 004 §1), at most one per (task, user).
+
+    Parameters
+    ----------
+    tasks : (N,) integer task index of each example, in ``[0, n_tasks)``.
+    users : (N,) user of each example (any hashable labels; the privacy unit).
+    labels : (N,) labels.
+    features : (N, d) per-example features, or ``None`` when ``user_features`` is given.
+    user_features : (n_users, d) features shared by all examples of a user (Appendix C: x_ij = u_j);
+        then ``users`` must be integer indices into it.
+    n_tasks : number of tasks (default ``max(tasks) + 1``).
+    """
+
+    def __init__(self, tasks, users, labels, features=None, user_features=None, n_tasks: int | None = None):
+        tasks = np.asarray(tasks)
+        if tasks.ndim != 1:
+            raise ValueError(f"tasks must be 1-D, got shape {tasks.shape}")
+        N = tasks.size
+        if tasks.dtype.kind not in "iu":
+            raise ValueError(f"tasks must be integer task indices, got dtype {tasks.dtype}")
+        if N and tasks.min() < 0:
+            raise ValueError("tasks must be >= 0")
+        m = int(tasks.max()) + 1 if N else 0
+        if n_tasks is not None:
+            n_tasks = check_int(n_tasks, "n_tasks", minimum=1)
+            if n_tasks < m:
+                raise ValueError(f"n_tasks ({n_tasks}) is smaller than max(tasks) + 1 ({m})")
+            m = n_tasks
+        if m == 0:
+            raise ValueError("a multi-task problem needs at least one example")
+        users = np.asarray(users)
+        labels = check_finite_array(np.asarray(labels), "labels")
+        if users.shape != (N,) or labels.shape != (N,):
+            raise ValueError(f"tasks, users and labels must all have shape ({N},)")
+        if (features is None) == (user_features is None):
+            raise ValueError("give exactly one of features (per example) or user_features (per user)")
+        if user_features is not None:
+            uf = check_finite_array(user_features, "user_features")
+            if uf.ndim != 2:
+                raise ValueError(f"user_features must be 2-D (n_users, d), got shape {uf.shape}")
+            if users.dtype.kind not in "iu" or (N and (users.min() < 0 or users.max() >= uf.shape[0])):
+                raise ValueError(f"with user_features, users must be integer indices in [0, {uf.shape[0]})")
+            self.user_labels = np.arange(uf.shape[0])
+            user_idx = users.astype(np.int64)
+            self.user_features = uf if uf.dtype.kind == "f" else uf.astype(np.float32)
+            self.features = None
+        else:
+            X = check_finite_array(features, "features")
+            if X.ndim != 2 or X.shape[0] != N:
+                raise ValueError(f"features must have shape ({N}, d), got {X.shape}")
+            self.user_labels, user_idx = np.unique(users, return_inverse=True)
+            self.features = X if X.dtype.kind == "f" else X.astype(np.float32)
+            self.user_features = None
+        key = user_idx * m + tasks.astype(np.int64)
+        if np.unique(key).size != N:
+            raise ValueError("each (task, user) pair may appear at most once (spec 004 §1: Omega is a set)")
+        self.tasks = tasks.astype(np.int64)
+        self.user_index = user_idx
+        self.labels = labels
+        self.n_tasks = m
+
+    # ---------------------------------------------------------------- constructors / properties
+    @classmethod
+    def from_task_examples(cls, examples, user_features, n_tasks: int | None = None) -> "MultiTaskProblem":
+        """From :class:`privrec.data.synthetic.TaskExamples` (indptr, feature_ids, labels) + user features."""
+        return cls(examples.task_ids().astype(np.int64), np.asarray(examples.feature_ids, dtype=np.int64),
+                   examples.labels, user_features=user_features, n_tasks=n_tasks or examples.n_tasks)
+
+    @property
+    def n_examples(self) -> int:
+        return self.tasks.size
+
+    @property
+    def n_users(self) -> int:
+        return self.user_labels.size
+
+    @property
+    def dim(self) -> int:
+        return (self.features if self.features is not None else self.user_features).shape[1]
+
+    def example_features(self) -> np.ndarray:
+        """(N, d) features of every example."""
+        if self.features is not None:
+            return self.features
+        return self.user_features[self.user_index]
+
+    def task_counts(self) -> np.ndarray:
+        """Exact n_i (private: never publish or use in a private release)."""
+        return np.bincount(self.tasks, minlength=self.n_tasks)
+
+    def user_task_matrix(self):
+        """(users x tasks CSR with ones, order): CSR position k holds example ``order[k]``."""
+        order = np.lexsort((self.tasks, self.user_index))
+        indptr = np.concatenate(([0], np.cumsum(np.bincount(self.user_index, minlength=self.n_users))))
+        mat = sp.csr_matrix((np.ones(order.size, dtype=np.float32), self.tasks[order].astype(np.int32), indptr),
+                            shape=(self.n_users, self.n_tasks))
+        return mat, order
+
+    def task_batch(self, example_weights, task_sizes=None, task_weights=None) -> TaskBatch:
+        """The solvers' :class:`TaskBatch`, examples grouped by task (zero weights dropped).
+
+        With ``user_features`` the batch's units are the users, so the solver's per-unit budget
+        check is exactly the per-user one. With per-example features each example is its own
+        feature row; the per-user budget is then enforced by the allocation (and re-checked by
+        :meth:`user_spend`).
+        """
+        w = np.asarray(example_weights)
+        if w.shape != (self.n_examples,):
+            raise ValueError(f"example_weights must have shape ({self.n_examples},)")
+        keep = np.flatnonzero(w > 0)
+        order = keep[np.argsort(self.tasks[keep], kind="stable")]
+        indptr = np.concatenate(([0], np.cumsum(np.bincount(self.tasks[order], minlength=self.n_tasks))))
+        if self.user_features is not None:
+            fid, feats = self.user_index[order], self.user_features
+        else:
+            fid, feats = order, self.features
+        return TaskBatch(indptr, fid.astype(np.int64), feats, self.labels[order], w[order],
+                         task_sizes=task_sizes, task_weights=task_weights)
+
+    def user_spend(self, example_weights) -> np.ndarray:
+        """Per-user sum of squared weights (spec 004 §1: must be <= beta)."""
+        w = np.asarray(example_weights, dtype=np.float64)
+        return np.bincount(self.user_index, weights=w * w, minlength=self.n_users)
+
+
+def _as_problem(X, y, tasks, users, problem) -> MultiTaskProblem:
+    if problem is not None:
+        if not isinstance(problem, MultiTaskProblem):
+            raise ValueError("problem must be a MultiTaskProblem")
+        return problem
+    if tasks is None or users is None:
+        raise ValueError("fit needs tasks= and users= (or problem=)")
+    return MultiTaskProblem(tasks, users, y, features=X)
+
+
+class _MultiTaskDPBase:
+    """Shared pipeline: counts -> weights -> calibrated private solve (see module docstring)."""
+
+    def _validate_common(self):
+        self.delta_ = check_delta(self.delta)
+        self.epsilon_target_ = check_epsilon(self.epsilon)
+        self.budget_ = check_positive(self.budget, "budget")
+        mu = check_positive(self.weight_exponent, "weight_exponent", allow_zero=True)
+        if mu > 1:
+            raise ValueError(f"weight_exponent must be in [0, 1], got {self.weight_exponent!r}")
+        if self.weight_mode not in ("global", "per_user"):
+            raise ValueError(f"weight_mode must be 'global' or 'per_user', got {self.weight_mode!r}")
+        check_int(self.count_sample, "count_sample", minimum=1)
+        check_positive(self.max_norm, "max_norm")
+
+    def _needs_counts(self) -> bool:
+        return True
+
+    def _public_counts(self, problem):
+        if isinstance(self.task_counts, str):
+            if self.task_counts != "private":
+                raise ValueError(f"task_counts must be 'private' or an array of public counts, got {self.task_counts!r}")
+            return None
+        c = check_finite_array(np.asarray(self.task_counts, dtype=np.float64), "task_counts")
+        if c.shape != (problem.n_tasks,) or np.any(c <= 0):
+            raise ValueError(f"task_counts must be {problem.n_tasks} positive public counts")
+        return c
+
+    def _fit_pipeline(self, problem: MultiTaskProblem, build_train_event, solve):
+        self._validate_common()
+        rng = make_rng(self.random_state)
+        ledger = PrivacyLedger()
+        public = self._public_counts(problem)
+        release_counts = public is None and self._needs_counts()
+        if release_counts:
+            frac = self.count_fraction if self.count_fraction is not None else default_count_fraction(
+                self.epsilon_target_)
+            split = calibrate_with_split(self.epsilon_target_, self.delta_, frac, gaussian_event, build_train_event)
+        else:
+            split = calibrate_with_split(self.epsilon_target_, self.delta_, 0.0, None, build_train_event)
+        user_tasks, order = problem.user_task_matrix()
+        if release_counts:
+            stat = private_item_counts(user_tasks, int(self.count_sample), split.count_scale, rng,
+                                       label="task counts")
+            stat.record(ledger)
+            counts = stat.value
+        elif public is not None:
+            counts = public
+        else:
+            counts = np.ones(problem.n_tasks)
+        W = adaptive_weights(user_tasks, counts, float(self.weight_exponent), self.budget_, mode=self.weight_mode,
+                             dtype=np.float64)
+        weights = np.empty(problem.n_examples)
+        weights[order] = W.data
+        spend = problem.user_spend(weights)
+        if spend.max(initial=0.0) > self.budget_ * (1 + 1e-9):
+            raise AssertionError("allocation exceeded the per-user budget")  # pragma: no cover
+        omega = adaptive_task_weights(counts, float(self.weight_exponent), self.budget_, problem.n_users)
+        self.params_ = solve(problem, weights, counts, omega, split.train_scale, rng, ledger)
+        self.weights_ = weights
+        self.task_counts_used_ = counts
+        self.noise_multiplier_ = split.train_scale
+        self.count_noise_multiplier_ = split.count_scale if release_counts else None
+        self.ledger_ = ledger
+        self.n_tasks_ = problem.n_tasks
+        self.counts_source_ = "private" if release_counts else ("public (supplied)" if public is not None else "unused")
+        return self
+
+    # ---------------------------------------------------------------- inference / report
+    def decision_function(self, X, tasks) -> np.ndarray:
+        if not hasattr(self, "params_"):
+            raise ValueError("call fit before predict")
+        X = check_finite_array(X, "X")
+        tasks = np.asarray(tasks)
+        if X.ndim != 2 or X.shape[1] != self.params_.shape[1] or tasks.shape != (X.shape[0],):
+            raise ValueError(f"X must be (N, {self.params_.shape[1]}) and tasks (N,)")
+        if tasks.size and (tasks.dtype.kind not in "iu" or tasks.min() < 0 or tasks.max() >= self.n_tasks_):
+            raise ValueError(f"tasks must be integers in [0, {self.n_tasks_})")
+        return np.einsum("ij,ij->i", X, self.params_[tasks])
+
+    def privacy_report(self) -> dict:
+        """Ledger report (events, epsilon by the accountant) plus the allocation settings."""
+        if not hasattr(self, "ledger_"):
+            raise ValueError("call fit before privacy_report")
+        rep = self.ledger_.report(self.delta_, include_pld=False)
+        rep["target_epsilon"] = self.epsilon_target_
+        rep["budget"] = self.budget_
+        rep["weight_exponent"] = float(self.weight_exponent)
+        rep["weight_mode"] = self.weight_mode
+        rep["task_counts"] = self.counts_source_
+        return rep
+
+
+class MultiTaskDPRegressor(_MultiTaskDPBase):
+    """Per-task ridge regression under user-level DP (spec 004 §2-§4), scikit-learn style.
+
+    Parameters
+    ----------
+    solver : ``"ssp"`` (Algorithm 1, :class:`privrec.solvers.SSPSolver`) or ``"noisy_gd"``
+        (Algorithm 2, :class:`privrec.solvers.NoisyGDSolver`).
+    epsilon, delta : the target budget (``epsilon=inf``: no noise; the fit then equals weighted
+        per-task ridge and the report says epsilon = inf).
+    weight_exponent : mu in [0, 1] of the adaptive weights (0 = uniform weighting).
+    budget : beta, the per-user bound on sum_i w_ij^2. Only the ratio to ``reg`` matters.
+    weight_mode : ``"global"`` (eq. 11-12, default) or ``"per_user"`` (each user spends exactly beta).
+    task_counts : ``"private"`` (released with part of the budget) or an array of counts the
+        caller asserts are public.
+    count_fraction : share of the RDP budget spent on counts (default: the paper's, spec 004 §5).
+    count_sample : tasks per user sampled for the counts.
+    max_norm, label_bound : Gamma_x and the label clip (enforced by the solvers).
+    reg : public ridge added after the noise (see ``SSPSolver``).
+    iterations, radius, schedule, strong_convexity : noisy-GD settings (see ``NoisyGDSolver``).
+    random_state : ``None`` = OS entropy; a fixed seed voids the guarantee if known.
+    """
+
+    def __init__(self, solver: str = "ssp", epsilon: float = 1.0, delta: float = 1e-5,
+                 weight_exponent: float = 0.5, budget: float = 1.0, weight_mode: str = "global",
+                 task_counts="private", count_fraction: float | None = None, count_sample: int = 32,
+                 max_norm: float = 1.0, label_bound: float = 1.0, reg: float = 1e-2, iterations: int = 50,
+                 radius: float = 2.0, schedule="strongly_convex", strong_convexity: float = 0.1,
+                 random_state=None):
+        self.solver = solver
+        self.epsilon = epsilon
+        self.delta = delta
+        self.weight_exponent = weight_exponent
+        self.budget = budget
+        self.weight_mode = weight_mode
+        self.task_counts = task_counts
+        self.count_fraction = count_fraction
+        self.count_sample = count_sample
+        self.max_norm = max_norm
+        self.label_bound = label_bound
+        self.reg = reg
+        self.iterations = iterations
+        self.radius = radius
+        self.schedule = schedule
+        self.strong_convexity = strong_convexity
+        self.random_state = random_state
+
+    def _needs_counts(self) -> bool:
+        return self.solver == "noisy_gd" or float(self.weight_exponent) > 0 or self.weight_mode == "global"
+
+    def _make_solver(self, z: float):
+        if self.solver == "ssp":
+            return SSPSolver(noise_multiplier=z, budget=self.budget_, max_norm=self.max_norm,
+                             label_bound=self.label_bound, reg=self.reg, dtype=np.float64)
+        return NoisyGDSolver(noise_multiplier=z, iterations=self.iterations, budget=self.budget_,
+                             max_norm=self.max_norm, label_bound=self.label_bound, radius=self.radius,
+                             reg=self.reg, schedule=self.schedule, strong_convexity=self.strong_convexity,
+                             dtype=np.float64)
+
+    def fit(self, X=None, y=None, tasks=None, users=None, problem: MultiTaskProblem | None = None):
+        """Fit on per-example features ``X``, labels ``y``, ``tasks`` and ``users`` (or a ``problem``)."""
+        if self.solver not in ("ssp", "noisy_gd"):
+            raise ValueError(f"solver must be 'ssp' or 'noisy_gd', got {self.solver!r}")
+        problem = _as_problem(X, y, tasks, users, problem)
+        self.budget_ = check_positive(self.budget, "budget")
+        check_int(self.iterations, "iterations", minimum=1)
+
+        def build_train_event(z):
+            return self._make_solver(z).dp_event()
+
+        def solve(problem, weights, counts, omega, z, rng, ledger):
+            batch = problem.task_batch(weights, task_sizes=counts, task_weights=omega)
+            result = self._make_solver(z).solve(batch, rng)
+            result.record(ledger)
+            self.solver_info_ = result.info
+            return result.params
+
+        return self._fit_pipeline(problem, build_train_event, solve)
+
+    def predict(self, X, tasks) -> np.ndarray:
+        return self.decision_function(X, tasks)
+
+    def score(self, X, y, tasks) -> float:
+        """R^2 of the predictions."""
+        y = np.asarray(y, dtype=np.float64)
+        r = y - self.predict(X, tasks)
+        return float(1.0 - np.sum(r * r) / max(np.sum((y - y.mean()) ** 2), np.finfo(float).tiny))
+
+
+class MultiTaskDPClassifier(_MultiTaskDPBase):
+    """Per-task binary logistic regression under user-level DP by weighted noisy GD (spec 004 §3).
+
+    For task i and step t = 1..T (full batch):
+
+        g_i = sum_e w_e (sigmoid(<theta_i, x_e>) - y_e) x_e          (features clipped to Gamma_x)
+        theta_i <- Proj_R[theta_i - eta_i (g_i + N(0, std^2 I) + reg theta_i)]
+
+    Every logistic per-example gradient has norm <= ||x_e|| <= Gamma_x for any theta, so removing
+    a user with spend <= beta moves the stacked gradient by <= sqrt(beta) Gamma_x: each step is a
+    Gaussian mechanism with multiplier z (std = z sqrt(beta) Gamma_x), T steps
+    ``SelfComposed(Gaussian(z), T)``. The step eta_i = learning_rate / (Gamma_x^2 omega_i nhat_i / 4 + reg)
+    is 1/smoothness of task i's weighted loss, from public counts and weights only.
+    Labels must be 0/1. Other parameters as :class:`MultiTaskDPRegressor`.
+    """
+
+    def __init__(self, epsilon: float = 1.0, delta: float = 1e-5, weight_exponent: float = 0.5,
+                 budget: float = 1.0, weight_mode: str = "global", task_counts="private",
+                 count_fraction: float | None = None, count_sample: int = 32, max_norm: float = 1.0,
+                 reg: float = 1e-2, iterations: int = 50, radius: float = 10.0, learning_rate: float = 1.0,
+                 random_state=None):
+        self.epsilon = epsilon
+        self.delta = delta
+        self.weight_exponent = weight_exponent
+        self.budget = budget
+        self.weight_mode = weight_mode
+        self.task_counts = task_counts
+        self.count_fraction = count_fraction
+        self.count_sample = count_sample
+        self.max_norm = max_norm
+        self.reg = reg
+        self.iterations = iterations
+        self.radius = radius
+        self.learning_rate = learning_rate
+        self.random_state = random_state
+
+    def _train_event(self, z: float):
+        step = gaussian_event(z)
+        T = int(self.iterations)
+        if T == 1 or z == 0:
+            return step
+        return dp_accounting.SelfComposedDpEvent(step, T)
+
+    def fit(self, X=None, y=None, tasks=None, users=None, problem: MultiTaskProblem | None = None):
+        """Fit on per-example features, 0/1 labels, ``tasks`` and ``users`` (or a ``problem``)."""
+        problem = _as_problem(X, y, tasks, users, problem)
+        T = check_int(self.iterations, "iterations", minimum=1)
+        R = check_positive(self.radius, "radius")
+        lr = check_positive(self.learning_rate, "learning_rate")
+        reg = check_positive(self.reg, "reg", allow_zero=True)
+        labels = problem.labels
+        if np.any((labels != 0) & (labels != 1)):
+            raise ValueError("MultiTaskDPClassifier labels must be 0 or 1")
+        loss = LogisticLoss()
+        gx = float(check_positive(self.max_norm, "max_norm"))
+
+        def solve(problem, weights, counts, omega, z, rng, ledger):
+            keep = np.flatnonzero(weights > 0)
+            X = clip_rows(problem.example_features()[keep].astype(np.float64), gx)
+            t = problem.tasks[keep]
+            y = labels[keep].astype(np.float64)
+            w = weights[keep]
+            m, d = problem.n_tasks, problem.dim
+            S = sp.csr_matrix((w, (t, np.arange(keep.size))), shape=(m, keep.size))
+            std = z * math.sqrt(self.budget_) * gx if z > 0 else 0.0
+            eta = lr / (gx * gx * omega * counts / 4.0 + reg + 1e-12)
+            theta = np.zeros((m, d))
+            for _ in range(T):
+                g = S @ (loss.derivative(np.einsum("ij,ij->i", X, theta[t]), y)[:, None] * X)
+                if std > 0:
+                    g += gaussian_noise(g.shape, std, rng, np.float64)
+                theta = clip_rows(theta - eta[:, None] * (g + reg * theta), R)
+            ledger.record(f"logistic noisy GD gradients: {T} steps", self._train_event(z),
+                          mechanism="gaussian", noise_multiplier=z, noise_std=std,
+                          sensitivity=math.sqrt(self.budget_) * gx, steps=T, budget=self.budget_)
+            return theta
+
+        self.budget_ = check_positive(self.budget, "budget")
+        return self._fit_pipeline(problem, self._train_event, solve)
+
+    def predict_proba(self, X, tasks) -> np.ndarray:
+        p1 = 1.0 / (1.0 + np.exp(-self.decision_function(X, tasks)))
+        return np.stack([1 - p1, p1], axis=1)
+
+    def predict(self, X, tasks) -> np.ndarray:
+        return (self.decision_function(X, tasks) > 0).astype(np.int64)
+
+    def score(self, X, y, tasks) -> float:
+        """Accuracy."""
+        return float(np.mean(self.predict(X, tasks) == np.asarray(y)))
