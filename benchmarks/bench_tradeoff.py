@@ -337,6 +337,8 @@ def plots(results: dict, out_dir: Path, tag: str = "") -> list[str]:
         rs = [r for r in runs if r["dataset"] == ds]
         protocol, metric = e["protocol"], e["metric"]
         eps_list = sorted(float(x) for x in e["by_epsilon"])
+        if not eps_list:  # no private run finished: nothing to plot
+            continue
         # trade-off
         fig, ax = plt.subplots(figsize=(6, 4))
         for fam, ms in FAMILIES.items():

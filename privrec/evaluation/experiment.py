@@ -131,6 +131,8 @@ def make_model(method: str, epsilon: float | None = None, delta: float | None = 
     if bad:
         raise ValueError(f"method {method} does not accept parameter(s): {', '.join(bad)}")
     kwargs.update(params)
+    if "dtype" in accepted and "dtype" not in params:
+        kwargs["dtype"] = "float32"  # a string keeps the saved parameters JSON-serialisable
     if "random_state" in accepted:
         kwargs["random_state"] = seed
     return cls(**kwargs)
