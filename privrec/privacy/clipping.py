@@ -12,7 +12,8 @@ def clip_rows(x: np.ndarray, max_norm: float, out: np.ndarray | None = None) -> 
     g = check_positive(max_norm, "max_norm")
     x = np.asarray(x)
     norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64)) if x.ndim == 2 else np.linalg.norm(x, axis=-1)
-    scale = np.minimum(1.0, g / np.maximum(norms, np.finfo(np.float64).tiny)).astype(x.dtype, copy=False)
+    with np.errstate(over="ignore", divide="ignore"):  # zero rows: g / tiny -> inf -> scale 1
+        scale = np.minimum(1.0, g / np.maximum(norms, np.finfo(np.float64).tiny)).astype(x.dtype, copy=False)
     if out is None:
         return x * scale[..., None]
     np.multiply(x, scale[..., None], out=out)

@@ -79,6 +79,14 @@ def global_gramian(x: np.ndarray) -> np.ndarray:
     return x.T @ x
 
 
+def noisy_global_gramian(x: np.ndarray, std: float, weight: float, rng, dtype) -> np.ndarray:
+    """weight * PSD(sum_u x_u x_u^T + symmetric N(0, std^2)): the released gravity term (spec 004 §6)."""
+    from ..privacy import symmetric_gaussian_noise
+
+    g0 = global_gramian(x) + symmetric_gaussian_noise((), x.shape[1], std, rng, dtype)
+    return psd_project(g0) * np.dtype(dtype).type(weight)
+
+
 def psd_project(A: np.ndarray, floor: float = 0.0) -> np.ndarray:
     """Projection onto {A : eigenvalues >= floor} in Frobenius norm (eigenvalue floor), batched."""
     lam, V = np.linalg.eigh(A)

@@ -34,16 +34,15 @@ import dp_accounting
 import numpy as np
 
 from .._validation import check_int, check_positive
-from ..privacy import gaussian_event, make_rng, symmetric_gaussian_noise
+from ..privacy import gaussian_event, make_rng
 from ..privacy.mechanisms import gaussian_noise
 from ._linalg import (
     DEFAULT_CHUNK_EXAMPLES,
     DEFAULT_CHUNK_TASKS,
     as_task_array,
     chunk_statistics,
-    global_gramian,
+    noisy_global_gramian,
     prepared_inputs,
-    psd_project,
     task_chunks,
 )
 from .batch import SolverResult, TaskBatch
@@ -208,8 +207,7 @@ class NoisyGDSolver:
         if self.unobserved_weight > 0:
             z0 = float(self.noise_multiplier) * self.global_ratio
             std0 = z0 * float(self.max_norm) ** 2
-            g0 = global_gramian(x) + symmetric_gaussian_noise((), d, std0, rng, dtype)
-            gram = psd_project(g0) * dtype.type(self.unobserved_weight)
+            gram = noisy_global_gramian(x, std0, self.unobserved_weight, rng, dtype)
         if self.init is None:
             theta_all = np.zeros((m, d), dtype=dtype)
         else:

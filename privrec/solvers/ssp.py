@@ -39,9 +39,8 @@ from ._linalg import (
     as_task_array,
     chunk_statistics,
     eig_solve,
-    global_gramian,
+    noisy_global_gramian,
     prepared_inputs,
-    psd_project,
     spd_solve,
     task_chunks,
 )
@@ -148,8 +147,7 @@ class SSPSolver:
         x, y = prepared_inputs(batch, self.max_norm, self.label_bound, dtype)
         gram = None
         if self.unobserved_weight > 0:
-            g0 = global_gramian(x) + symmetric_gaussian_noise((), d, std["global"], rng, dtype)
-            gram = psd_project(g0, self.eig_floor) * dtype.type(self.unobserved_weight)
+            gram = noisy_global_gramian(x, std["global"], self.unobserved_weight, rng, dtype)
         params = np.zeros((m, d), dtype=dtype)
         n_clamped = 0
         for t0, t1 in task_chunks(batch.indptr, self.chunk_tasks, self.chunk_examples):

@@ -1,0 +1,86 @@
+"""TaskBatch construction, alignment and the per-unit budget (spec 004 §1-§2)."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from privrec.allocation import adaptive_weights
+from privrec.solvers import TaskBatch
+
+
+def _data(seed=0, n_users=30, n_items=8, d=3):
+    rng = np.random.default_rng(seed)
+    dense = (rng.random((n_users, n_items)) < 0.5) * rng.integers(1, 6, (n_users, n_items))
+    ui = sp.csr_matrix(dense.astype(np.float32))
+    counts = np.maximum(np.diff(ui.tocsc().indptr), 1).astype(float)
+    w = adaptive_weights(ui, counts, 0.5, 2.0)
+    feats = rng.normal(size=(n_users, d))
+    return ui, w, feats
+
+
+def test_from_csr_transpose_groups_by_task_and_keeps_alignment():
+    ui, w, feats = _data()
+    b = TaskBatch.from_csr(ui, w, feats, transpose=True)
+    assert b.n_tasks == ui.shape[1] and b.n_units == ui.shape[0] and b.dim == 3 and b.nnz == ui.nnz
+    lab, wd = ui.toarray(), w.toarray()
+    t = b.task_ids()
+    np.testing.assert_array_equal(b.labels, lab[b.feature_ids, t])
+    np.testing.assert_allclose(b.weights, wd[b.feature_ids, t])
+    np.testing.assert_array_equal(b.sizes, np.diff(ui.tocsc().indptr))
+    # tasks x units orientation gives the same batch
+    b2 = TaskBatch.from_csr(ui.T.tocsr(), w.T.tocsr(), feats)
+    np.testing.assert_array_equal(b2.indptr, b.indptr)
+    np.testing.assert_array_equal(b2.feature_ids, b.feature_ids)
+
+
+def test_zero_weights_dropped_and_budget_computed():
+    ui = sp.csr_matrix(np.array([[1, 2, 0], [3, 0, 4]], dtype=np.float32))
+    w = ui.copy()
+    w.data = np.array([1.0, 0.0, 0.5, 2.0], dtype=np.float32)
+    b = TaskBatch.from_csr(ui, w, np.ones((2, 2)), transpose=True)
+    assert b.nnz == 3 and b.sizes.tolist() == [2, 0, 1]
+    np.testing.assert_allclose(b.unit_spend(), [1.0, 4.25])
+    assert b.unit_budget() == pytest.approx(4.25)
+    assert b.check_budget(5.0) == pytest.approx(4.25)
+    with pytest.raises(ValueError, match="exceeds the declared budget"):
+        b.check_budget(4.0)
+    keep_all = TaskBatch.from_csr(ui, w, np.ones((2, 2)), transpose=True, drop_zero_weights=False)
+    assert keep_all.nnz == 4
+
+
+def test_with_features():
+    ui, w, feats = _data()
+    b = TaskBatch.from_csr(ui, w, feats, transpose=True)
+    b2 = b.with_features(np.zeros_like(feats))
+    assert b2.features.sum() == 0 and b2.indptr is b.indptr
+    with pytest.raises(ValueError):
+        b.with_features(np.zeros((3, 3)))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(indptr=[0, 2], feature_ids=[0, 5], labels=[1.0, 1.0], weights=[1.0, 1.0]),  # unit id out of range
+        dict(indptr=[0, 2], feature_ids=[0, 1], labels=[1.0], weights=[1.0, 1.0]),  # length mismatch
+        dict(indptr=[1, 2], feature_ids=[0, 1], labels=[1.0, 1.0], weights=[1.0, 1.0]),  # indptr[0] != 0
+        dict(indptr=[0, 2, 1], feature_ids=[0, 1], labels=[1.0, 1.0], weights=[1.0, 1.0]),  # decreasing
+        dict(indptr=[0, 2], feature_ids=[0, 1], labels=[1.0, np.nan], weights=[1.0, 1.0]),  # NaN label
+        dict(indptr=[0, 2], feature_ids=[0, 1], labels=[1.0, 1.0], weights=[1.0, -1.0]),  # negative weight
+        dict(indptr=[0, 2], feature_ids=[0.0, 1.0], labels=[1.0, 1.0], weights=[1.0, 1.0]),  # float ids
+    ],
+)
+def test_bad_batches(kwargs):
+    with pytest.raises(ValueError):
+        TaskBatch(features=np.ones((2, 2)), **{k: np.asarray(v) for k, v in kwargs.items()})
+
+
+def test_from_csr_rejects_misaligned_or_non_csr():
+    ui, w, feats = _data()
+    with pytest.raises(ValueError, match="aligned"):
+        TaskBatch.from_csr(ui, w[:, :-1], feats, transpose=True)
+    with pytest.raises(ValueError, match="CSR"):
+        TaskBatch.from_csr(ui.tocsc(), w, feats, transpose=True)
+    with pytest.raises(ValueError, match="rows"):
+        TaskBatch.from_csr(ui, w, feats[:-1], transpose=True)
+    with pytest.raises(ValueError, match="NaN"):
+        TaskBatch.from_csr(ui, w, np.full_like(feats, np.nan), transpose=True)
