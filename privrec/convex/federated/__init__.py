@@ -1,0 +1,48 @@
+"""Federated convex learning without a trusted server (ISRL-DP) and single-epoch DP-SRGD.
+
+Specs: ../shared/spec/002-isrl-dp-federated.md (silos, ISRL-DP MB-SGD, accelerated and
+multi-stage MB-SGD, Local SGD baselines) and ../shared/spec/001-dp-srgd.md (Accelerated-DP-SRGD
+with the binary-tree mechanism, DP-SGD / DP-FTRL baselines).
+
+Every message a silo sends goes through :class:`SiloChannel` (a privrec Gaussian mechanism on
+clipped gradients) and is recorded in that silo's own PrivacyLedger; results carry one JSON
+report per silo, recomputable with :func:`privrec.privacy.epsilon_from_report`.
+"""
+
+from .accelerated import (
+    accelerated_mb_sgd,
+    acsa_step,
+    md_weights,
+    multistage_accelerated,
+    multistage_schedule,
+)
+from .calibration import (
+    accountant_multiplier,
+    message_event,
+    paper_local_sgd_sigma2,
+    paper_min_batch,
+    paper_moments_batch,
+    paper_moments_sigma2,
+    paper_one_pass_sigma2,
+    paper_theory_sigma2,
+)
+from .channel import SiloChannel
+from ._common import FederatedResult, federated_objective, project_ball
+from .mbsgd import local_sgd, mb_sgd
+from .silos import Availability, Silo, SiloSet
+from .srgd import (
+    SingleEpochResult,
+    SRGDParams,
+    accelerated_dp_srgd,
+    dp_ftrl_single_epoch,
+    dp_sgd_single_epoch,
+    eta,
+    eta_cumulative,
+    event_multiplier,
+    general_preset,
+    interior_preset,
+    recursive_gradients,
+    tau,
+)
+
+__all__ = [name for name in dir() if not name.startswith("_")]
