@@ -1,0 +1,106 @@
+"""Synthetic generators (spec 004 §7): Appendix C multi-task regression and skewed low-rank data."""
+
+import numpy as np
+import pytest
+
+from privrec.data.synthetic import (PRESETS, calibrate_exponent, generate_preset, low_rank_interactions,
+                                    multitask_regression)
+
+
+def _top10_share(x):
+    c = np.sort(x.item_counts)[::-1]
+    return c[: int(np.ceil(0.1 * x.n_items))].sum() / c.sum()
+
+
+def test_multitask_regression_appendix_c_facts():
+    d = multitask_regression(n_users=2000, n_tasks=100, dim=5, power=2.0, random_state=1)
+    assert d.features.shape == (2000, 5) and d.task_params.shape == (100, 5)
+    assert np.all(np.linalg.norm(d.features, axis=1) <= 1 + 1e-6)
+    assert np.all(np.linalg.norm(d.task_params, axis=1) <= 1 + 1e-6)
+    assert d.task_probs.sum() == pytest.approx(20.0)
+    total = d.train.n_examples + d.test.n_examples
+    assert total / 2000 == pytest.approx(20.0, rel=0.05)          # ~20 tasks per user
+    assert d.train.n_examples / total == pytest.approx(0.8, abs=0.01)
+    # labels are <u_j, theta_i> + tiny noise
+    t = d.train.task_ids()
+    pred = np.einsum("ij,ij->i", d.features[d.train.feature_ids], d.task_params[t])
+    assert np.max(np.abs(pred - d.train.labels)) < 1e-2
+    # per-task counts follow q_i * n (binomial)
+    counts = d.train.task_counts + d.test.task_counts
+    assert np.corrcoef(counts, d.task_probs)[0, 1] > 0.99
+    # train/test pairs are disjoint and users sorted within each task
+    csr_tr, csr_te = d.train.to_csr(2000), d.test.to_csr(2000)
+    assert csr_tr.multiply(csr_te).nnz == 0
+    assert csr_tr.has_sorted_indices or np.all(np.diff(d.train.feature_ids[: d.train.indptr[1]]) > 0)
+
+
+def test_multitask_regression_seeded_and_validated():
+    a = multitask_regression(n_users=300, random_state=5)
+    b = multitask_regression(n_users=300, random_state=5)
+    np.testing.assert_array_equal(a.train.labels, b.train.labels)
+    with pytest.raises(ValueError):
+        multitask_regression(n_users=0)
+    with pytest.raises(ValueError):
+        multitask_regression(n_tasks=10, tasks_per_user=20)
+
+
+def test_synthetic_skew_preset_statistics():
+    d = generate_preset("synthetic-skew")
+    x = d.interactions
+    pr = PRESETS["synthetic-skew"]
+    assert (x.n_users, x.n_items, x.nnz) == (pr.n_users, pr.n_items, pr.n_interactions)
+    assert x.user_counts.min() >= pr.min_per_user
+    assert x.user_counts.max() <= pr.max_user_fraction * pr.n_items
+    assert _top10_share(x) == pytest.approx(0.86, abs=0.03)
+    # heavy-tailed activity: mean well above median
+    assert x.user_counts.mean() > 1.4 * np.median(x.user_counts)
+    vals = np.unique(x.matrix.data)
+    assert vals.min() >= 0.5 and vals.max() <= 5.0 and np.all(vals * 2 == np.round(vals * 2))
+    # planted ground truth explains the ratings (noise sd 0.5 + half-star rounding + clipping)
+    u, i, v = x.coo_arrays()
+    resid = v - d.expected(u, i)
+    assert np.sqrt(np.mean(resid ** 2)) < 0.65
+    assert np.corrcoef(v, d.expected(u, i))[0, 1] > 0.6
+
+
+@pytest.mark.parametrize("name,scale", [("ml20m-like", 0.005), ("ml10m-like", 0.005), ("msd-like", 0.001)])
+def test_scaled_presets_keep_skew_and_shape(name, scale):
+    pr = PRESETS[name]
+    x = generate_preset(name, scale=scale, random_state=3).interactions
+    assert x.n_items == pr.n_items
+    assert x.n_users == round(pr.n_users * scale)
+    assert x.nnz == max(x.n_users * pr.min_per_user, round(pr.n_interactions * scale))
+    assert x.user_counts.min() >= pr.min_per_user
+    assert _top10_share(x) == pytest.approx(pr.top10_share, abs=0.05)
+    if pr.values == "counts":
+        assert x.matrix.data.min() >= 1 and np.all(x.matrix.data == np.round(x.matrix.data))
+
+
+def test_skew_is_controllable_and_seeded():
+    lo = low_rank_interactions(2000, 1000, 40000, top10_share=0.4, random_state=0).interactions
+    hi = low_rank_interactions(2000, 1000, 40000, top10_share=0.8, random_state=0).interactions
+    assert _top10_share(lo) == pytest.approx(0.4, abs=0.03)
+    assert _top10_share(hi) == pytest.approx(0.8, abs=0.03)
+    again = low_rank_interactions(2000, 1000, 40000, top10_share=0.8, random_state=0).interactions
+    assert (again.matrix != hi.matrix).nnz == 0
+    # a different seed gives different data
+    other = low_rank_interactions(2000, 1000, 40000, top10_share=0.8, random_state=1).interactions
+    assert (other.matrix != hi.matrix).nnz > 0
+
+
+def test_unreachable_skew_warns_and_calibration_monotone():
+    with pytest.warns(UserWarning, match="out of reach"):
+        low_rank_interactions(200, 50, 2000, top10_share=0.95, min_per_user=5, random_state=0)
+    k = np.full(1000, 20)
+    a1, s1 = calibrate_exponent(k, 5000, 0.5)
+    a2, s2 = calibrate_exponent(k, 5000, 0.8)
+    assert a1 < a2 and s1 == pytest.approx(0.5, abs=0.01) and s2 == pytest.approx(0.8, abs=0.01)
+
+
+def test_bad_generator_arguments():
+    with pytest.raises(ValueError, match="unknown synthetic preset"):
+        generate_preset("ml-1b-like")
+    with pytest.raises(ValueError):
+        low_rank_interactions(10, 10, 10, min_per_user=5)  # fewer than 10 * 5
+    with pytest.raises(ValueError):
+        low_rank_interactions(10, 10, 100, values="stars")
