@@ -1,0 +1,313 @@
+"""Loaders, one per source format of the benchmark datasets (spec 004 §7; formats in
+``../shared/datasets/README.md``).
+
+* MovieLens 100K: ``u.data`` (``user \\t item \\t rating \\t timestamp``), ``u.item`` (``|``-separated,
+  latin-1: id|title|release date|video date|IMDb URL|19 genre flags), ``u.genre`` (optional).
+* MovieLens 1M / 10M: ``ratings.dat`` (``UserID::MovieID::Rating::Timestamp``), ``movies.dat``
+  (``MovieID::Title::Genres``; 1M is latin-1, 10M utf-8).
+* MovieLens 20M / 25M / latest / latest-small: ``ratings.csv`` (header
+  ``userId,movieId,rating,timestamp``), ``movies.csv`` (``movieId,title,genres``, quoted titles).
+* Million Song Dataset, Echo Nest Taste Profile: ``train_triplets.txt`` (``user \\t song \\t count``,
+  string ids).
+* Last.fm HetRec 2011: ``user_artists.dat`` (``userID \\t artistID \\t weight``, with or without a
+  header line), ``artists.dat`` (``id \\t name \\t url \\t pictureURL``, header) for titles.
+
+The fast path parses with pyarrow's multi-threaded C++ CSV reader. Any parse failure, and any NaN
+or non-numeric value, is turned into a ``ValueError`` naming the file and the 1-based line number;
+to find that line a plain line scan is run, on the error path only.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from privrec.data.interactions import Interactions
+
+
+class DatasetNotFoundError(FileNotFoundError, ValueError):
+    """A dataset file is missing. Also a ``ValueError`` (bad input), so callers can catch either."""
+
+
+def missing_file_error(path, dataset: str | None = None) -> DatasetNotFoundError:
+    """Error naming the expected file and how to obtain it."""
+    how = (f"run `privrec datasets prepare {dataset} --download` or point --data-dir / data_dir= at a folder "
+           f"holding it" if dataset else "point data_dir= at a folder holding it")
+    return DatasetNotFoundError(f"expected file not found: {path}; {how}")
+
+
+# ------------------------------------------------------------------------------- parsing core
+
+_INT = "int"
+_FLOAT = "float"
+_STR = "str"
+
+
+def _check_field(value: str, kind: str) -> str | None:
+    if kind == _STR:
+        return None if value != "" else "empty field"
+    try:
+        v = int(value) if kind == _INT else float(value)
+    except ValueError:
+        return f"non-numeric value {value!r}"
+    if kind == _FLOAT and not math.isfinite(v):
+        return f"value {value!r} is NaN or infinite"
+    return None
+
+
+def _scan_for_bad_line(path: Path, sep: str, kinds: list[str | None], skip: int, encoding: str):
+    """Return ``(line_number, reason)`` of the first malformed line (or ``None``). Error path only."""
+    n_fields = len(kinds)
+    with open(path, encoding=encoding, errors="replace", newline="") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if lineno <= skip:
+                continue
+            line = line.rstrip("\r\n")
+            fields = line.split(sep)
+            if len(fields) != n_fields:
+                return lineno, f"expected {n_fields} fields separated by {sep!r}, found {len(fields)}: {line[:80]!r}"
+            for value, kind in zip(fields, kinds):
+                if kind is None:
+                    continue
+                reason = _check_field(value, kind)
+                if reason:
+                    return lineno, reason
+    return None
+
+
+def _read_table(path: Path, sep: str, kinds: list[str | None], names: list[str], skip: int = 0,
+                encoding: str = "utf-8") -> dict[str, np.ndarray]:
+    """Parse a delimited file whose columns are ``kinds`` (None = ignored column).
+
+    Returns numpy arrays for the named (non-ignored) columns. ``sep`` may be ``"::"``: it is read
+    as ``":"`` with empty columns in between (the C++ reader only takes one-character separators).
+    """
+    if sep == "::":
+        raw_kinds: list[str | None] = []
+        for i, k in enumerate(kinds):
+            if i:
+                raw_kinds.append("empty")
+            raw_kinds.append(k)
+        csv_sep = ":"
+    else:
+        raw_kinds = list(kinds)
+        csv_sep = sep
+    cols = [f"c{i}" for i in range(len(raw_kinds))]
+    types = {}
+    for c, k in zip(cols, raw_kinds):
+        if k == _INT:
+            types[c] = pa.int64()
+        elif k == _FLOAT:
+            types[c] = pa.float64()
+        elif k in (_STR, None, "empty"):
+            types[c] = pa.string()
+    keep = [c for c, k in zip(cols, raw_kinds) if k not in (None, "empty")]
+    try:
+        table = pacsv.read_csv(
+            path,
+            read_options=pacsv.ReadOptions(column_names=cols, skip_rows=skip, encoding=encoding,
+                                           block_size=1 << 24),
+            parse_options=pacsv.ParseOptions(delimiter=csv_sep, quote_char=False, escape_char=False,
+                                             newlines_in_values=False, ignore_empty_lines=False),
+            convert_options=pacsv.ConvertOptions(column_types=types, include_columns=keep,
+                                                 strings_can_be_null=False, quoted_strings_can_be_null=False),
+        )
+    except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+        bad = _scan_for_bad_line(path, sep, kinds, skip, encoding)
+        if bad:
+            raise ValueError(f"{path}, line {bad[0]}: malformed line ({bad[1]})") from None
+        raise ValueError(f"{path}: could not parse ({str(exc).splitlines()[0]})") from None
+    if table.num_rows == 0:
+        raise ValueError(f"{path}: no data rows")
+    out = {}
+    for c, name in zip(keep, names):
+        col = table.column(c)
+        if col.null_count:
+            row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+            raise ValueError(f"{path}, line {row + skip + 1}: missing value in column {name!r}")
+        arr = col.to_numpy() if col.type != pa.string() else col
+        if isinstance(arr, np.ndarray) and arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+            row = int(np.flatnonzero(~np.isfinite(arr))[0])
+            raise ValueError(f"{path}, line {row + skip + 1}: {name} is NaN or infinite")
+        out[name] = arr
+    return out
+
+
+def _find(folder, filename: str, dataset: str | None) -> Path:
+    folder = Path(folder)
+    if folder.is_file() and folder.name == filename:
+        return folder
+    path = folder / filename
+    if not path.is_file():
+        raise missing_file_error(path, dataset)
+    return path
+
+
+def _first_line(path: Path, encoding: str = "utf-8") -> str:
+    with open(path, encoding=encoding, errors="replace") as fh:
+        return fh.readline().rstrip("\r\n")
+
+
+def _metadata_for(item_ids: np.ndarray, meta_ids, titles, genres) -> pd.DataFrame:
+    idx = pd.Index(np.asarray(meta_ids)).get_indexer(item_ids)
+    titles = np.asarray(titles, dtype=object)
+    genres = np.asarray(genres, dtype=object)
+    found = idx >= 0
+    t = np.full(len(item_ids), "", dtype=object)
+    g = np.full(len(item_ids), "", dtype=object)
+    t[found] = titles[idx[found]]
+    g[found] = genres[idx[found]]
+    return pd.DataFrame({"item_id": item_ids, "title": t, "genres": g})
+
+
+def _to_codes(col) -> tuple[np.ndarray, np.ndarray]:
+    """Dictionary-encode a pyarrow string column: (codes int64, sorted vocabulary)."""
+    enc = pa.chunked_array(col).combine_chunks().dictionary_encode() if isinstance(col, pa.ChunkedArray) \
+        else col.dictionary_encode()
+    vocab = np.asarray(enc.dictionary.to_pylist(), dtype=object).astype(str)
+    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    order = np.argsort(vocab, kind="stable")
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return rank[codes], vocab[order]
+
+
+# ------------------------------------------------------------------------------- loaders
+
+ML100K_GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary",
+                 "Drama", "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller",
+                 "War", "Western"]
+
+
+def load_movielens_100k(folder, duplicates: str = "last", name: str = "ml-100k") -> Interactions:
+    """MovieLens 100K from ``u.data`` (+ ``u.item`` titles/genres when present)."""
+    path = _find(folder, "u.data", "ml-100k")
+    t = _read_table(path, "\t", [_INT, _INT, _FLOAT, _INT], ["user", "item", "rating", "timestamp"])
+    x = Interactions.from_arrays(t["user"], t["item"], t["rating"], timestamps=t["timestamp"],
+                                 duplicates=duplicates, name=name, info={"source": str(path)})
+    item_file = path.parent / "u.item"
+    if item_file.is_file():
+        genre_names = ML100K_GENRES
+        gfile = path.parent / "u.genre"
+        if gfile.is_file():
+            rows = [ln.split("|") for ln in gfile.read_text(encoding="latin-1").splitlines() if "|" in ln]
+            if len(rows) == 19:
+                genre_names = [r[0] for r in rows]
+        ids, titles, genres = [], [], []
+        with open(item_file, encoding="latin-1") as fh:  # 1,682 lines: small metadata file
+            for lineno, line in enumerate(fh, start=1):
+                line = line.rstrip("\r\n")
+                if not line:
+                    continue
+                f = line.split("|")
+                if len(f) != 24 or not f[0].strip().isdigit():
+                    raise ValueError(f"{item_file}, line {lineno}: malformed line (expected 24 '|'-separated fields, "
+                                     f"found {len(f)})")
+                ids.append(int(f[0]))
+                titles.append(f[1])
+                genres.append("|".join(g for g, flag in zip(genre_names, f[5:]) if flag.strip() == "1"))
+        x.item_metadata = _metadata_for(x.item_ids, ids, titles, genres)
+    return x
+
+
+def _read_movies_dat(path: Path) -> tuple[list, list, list]:
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:  # ML-1M is latin-1
+        text = raw.decode("latin-1")
+    ids, titles, genres = [], [], []
+    for lineno, line in enumerate(text.splitlines(), start=1):  # tens of thousands of lines at most
+        if not line:
+            continue
+        f = line.split("::")
+        if len(f) != 3 or not f[0].isdigit():
+            raise ValueError(f"{path}, line {lineno}: malformed line (expected MovieID::Title::Genres)")
+        ids.append(int(f[0]))
+        titles.append(f[1])
+        genres.append(f[2])
+    return ids, titles, genres
+
+
+def load_movielens_dat(folder, duplicates: str = "last", name: str = "ml-1m") -> Interactions:
+    """MovieLens 1M / 10M from ``ratings.dat`` (+ ``movies.dat``), ``::``-separated."""
+    path = _find(folder, "ratings.dat", name)
+    t = _read_table(path, "::", [_INT, _INT, _FLOAT, _INT], ["user", "item", "rating", "timestamp"])
+    x = Interactions.from_arrays(t["user"], t["item"], t["rating"], timestamps=t["timestamp"],
+                                 duplicates=duplicates, name=name, info={"source": str(path)})
+    movies = path.parent / "movies.dat"
+    if movies.is_file():
+        x.item_metadata = _metadata_for(x.item_ids, *_read_movies_dat(movies))
+    return x
+
+
+def load_movielens_csv(folder, duplicates: str = "last", name: str = "ml-20m") -> Interactions:
+    """MovieLens 20M / 25M / latest / latest-small from ``ratings.csv`` (+ ``movies.csv``)."""
+    path = _find(folder, "ratings.csv", name)
+    header = _first_line(path)
+    if [h.strip() for h in header.split(",")] != ["userId", "movieId", "rating", "timestamp"]:
+        raise ValueError(f"{path}, line 1: expected header 'userId,movieId,rating,timestamp', found {header[:80]!r}")
+    t = _read_table(path, ",", [_INT, _INT, _FLOAT, _INT], ["user", "item", "rating", "timestamp"], skip=1)
+    x = Interactions.from_arrays(t["user"], t["item"], t["rating"], timestamps=t["timestamp"],
+                                 duplicates=duplicates, name=name, info={"source": str(path)})
+    movies = path.parent / "movies.csv"
+    if movies.is_file():
+        try:
+            m = pd.read_csv(movies, dtype={"movieId": "int64", "title": str, "genres": str}, keep_default_na=False,
+                            engine="c")
+        except (ValueError, pd.errors.ParserError) as exc:
+            raise ValueError(f"{movies}: malformed file ({str(exc).splitlines()[0]})") from None
+        if list(m.columns) != ["movieId", "title", "genres"]:
+            raise ValueError(f"{movies}, line 1: expected header 'movieId,title,genres'")
+        x.item_metadata = _metadata_for(x.item_ids, m.movieId.to_numpy(), m.title.to_numpy(), m.genres.to_numpy())
+    return x
+
+
+def load_msd_taste_profile(folder, duplicates: str = "sum", name: str = "msd") -> Interactions:
+    """Echo Nest Taste Profile (Million Song Dataset) ``train_triplets.txt``: string ids, play counts.
+
+    String ids are dictionary-encoded by pyarrow (no Python strings per row); duplicates, if any,
+    are summed by default (play counts).
+    """
+    path = _find(folder, "train_triplets.txt", "msd")
+    t = _read_table(path, "\t", [_STR, _STR, _INT], ["user", "item", "count"])
+    counts = t["count"]
+    if np.any(counts <= 0):
+        row = int(np.flatnonzero(counts <= 0)[0])
+        raise ValueError(f"{path}, line {row + 1}: play count must be positive, got {counts[row]}")
+    u, uvocab = _to_codes(t["user"])
+    i, ivocab = _to_codes(t["item"])
+    x = Interactions.from_arrays(u, i, counts, duplicates=duplicates, name=name, info={"source": str(path)})
+    # every code occurs, so the sorted unique codes are 0..V-1: map them back to the string ids
+    return Interactions(x.matrix, uvocab[x.user_ids], ivocab[x.item_ids], name=name, info=x.info)
+
+
+def load_lastfm_hetrec(folder, duplicates: str = "sum", name: str = "lastfm-2k") -> Interactions:
+    """Last.fm HetRec 2011 ``user_artists.dat`` (header optional) + ``artists.dat`` names as titles."""
+    path = _find(folder, "user_artists.dat", "lastfm-2k")
+    first = _first_line(path).split("\t")
+    skip = 0 if first and first[0].strip().lstrip("-").isdigit() else 1
+    t = _read_table(path, "\t", [_INT, _INT, _FLOAT], ["user", "item", "weight"], skip=skip)
+    x = Interactions.from_arrays(t["user"], t["item"], t["weight"], duplicates=duplicates, name=name,
+                                 info={"source": str(path), "header": bool(skip)})
+    artists = path.parent / "artists.dat"
+    if artists.is_file():
+        ids, names = [], []
+        with open(artists, encoding="utf-8", errors="replace", newline="") as fh:  # ~17k lines
+            reader = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
+            for row in reader:
+                if row and row[0].strip().isdigit() and len(row) >= 2:
+                    ids.append(int(row[0]))
+                    names.append(row[1])
+        x.item_metadata = _metadata_for(x.item_ids, ids, names, [""] * len(ids))
+    return x
+
+
+__all__ = ["DatasetNotFoundError", "missing_file_error", "load_movielens_100k", "load_movielens_dat",
+           "load_movielens_csv", "load_msd_taste_profile", "load_lastfm_hetrec"]
