@@ -156,10 +156,10 @@ def run(cfg: Config, part: str = "all", out_dir: Path | None = None, quiet: bool
                 continue
             params = dict(ds.params)
             if mu is not None:
-                params["weight_exponent"] = mu
+                params["mu"] = mu
             try:
                 model, res = X.run_experiment(split, method, epsilon=eps, params=params, seed=cfg.seed,
-                                              reference=reference, dataset=ds.key)
+                                              reference=reference, dataset=ds.key, pld=False)
             except (ValueError, ImportError) as exc:
                 results["skipped"].append({"dataset": ds.key, "method": method, "epsilon": eps, "mu": mu,
                                            "reason": f"{type(exc).__name__}: {exc}"})

@@ -28,7 +28,7 @@ _MODEL_FLAGS = {
     "factors": "factors",
     "iterations": "iterations",
     "regularization": "regularization",
-    "weight_exponent": "weight_exponent",
+    "weight_exponent": "mu",
     "budget": "budget",
     "max_norm": "max_norm",
     "unobserved_weight": "unobserved_weight",
