@@ -1,0 +1,225 @@
+"""Batched ridge solves for one half of an ALS sweep (spec 004 §6, user step and non-private item step).
+
+For every row r of a CSR matrix (users x items for the user step, items x users for the item step)
+we solve the regularised least-squares problem
+
+    x_r = argmin_x  sum_{c in row r} (<x, f_c> - t_rc)^2 + reg_r |x|^2 + x^T G x
+
+where ``f_c`` are the (fixed) factors of the other side, ``t_rc`` the targets aligned with the CSR
+data, ``reg_r`` a per-row ridge (frequency-scaled, see :func:`frequency_regularization`) and ``G``
+an optional extra Gramian (the gravity / unobserved-weight term alpha_0 * F^T F of spec 004 §6).
+
+Everything is batched: rows are sorted by length and cut into chunks whose padded size is bounded;
+for a chunk the neighbours' factors are gathered into a zero-padded ``(B, L, d)`` block, the
+Gramians ``X^T X`` and right-hand sides ``X^T t`` are formed with batched BLAS (``np.matmul``), and
+the ``B`` systems are solved with one batched LAPACK call (exact), or with a few
+warm-started conjugate-gradient steps that never form the d x d Gramians (fast, approximate).
+There is no Python loop over rows, only over chunks.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from threadpoolctl import ThreadpoolController
+
+# Upper bound on B * L (padded neighbour slots) per chunk: with d = 64 and float32 the gathered
+# block is 2**18 * 64 * 4 bytes = 64 MiB, and the Gramians of a chunk are bounded separately.
+DEFAULT_CHUNK_SLOTS = 1 << 18
+_MAX_CHUNK_ROWS = 4096
+
+
+def frequency_regularization(counts: np.ndarray, reg: float, exponent: float) -> tuple[np.ndarray, float]:
+    """Per-row ridge reg * (count + 1)^exponent, normalised so sum(count * w) = sum(count).
+
+    Spec 004 §6 [REF] "frequency-based regularisation". Returns ``(reg_rows, norm)`` where ``norm``
+    is the normalising constant (kept so later projections use the same scale). ``exponent = 0``
+    gives a constant ridge.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    if exponent == 0:
+        return np.full(counts.shape, reg, dtype=np.float64), 1.0
+    w = (counts + 1.0) ** exponent
+    denom = float(np.dot(counts, w))
+    norm = float(counts.sum()) / denom if denom > 0 else 1.0
+    return reg * w * norm, norm
+
+
+def row_chunks(counts: np.ndarray, max_slots: int = DEFAULT_CHUNK_SLOTS):
+    """Yield ``(rows, L)``: groups of rows (sorted by length) whose padded size B * L <= max_slots.
+
+    Lengths within a group differ by at most 25% (or 4), so padding wastes at most that much work.
+
+    Rows longer than ``max_slots`` form chunks of one. Empty rows are skipped (callers give them
+    the zero solution).
+    """
+    counts = np.asarray(counts)
+    order = np.argsort(counts, kind="stable")
+    sorted_counts = counts[order]
+    start = int(np.searchsorted(sorted_counts, 1))  # skip empty rows
+    n = order.size
+    while start < n:
+        # largest end with (end - start) * sorted_counts[end - 1] <= max_slots (monotone in end)
+        # bound the padding waste: lengths within a chunk differ by at most ~25% (or 4 slots)
+        c0 = int(sorted_counts[start])
+        cap = int(np.searchsorted(sorted_counts, max(int(c0 * 1.25), c0 + 4), side="right"))
+        lo, hi = start + 1, min(n, start + _MAX_CHUNK_ROWS, cap)
+        if (hi - start) * int(sorted_counts[hi - 1]) <= max_slots:
+            lo = hi
+        else:
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if (mid - start) * int(sorted_counts[mid - 1]) <= max_slots:
+                    lo = mid
+                else:
+                    hi = mid - 1
+        end = lo
+        yield order[start:end], int(sorted_counts[end - 1])
+        start = end
+
+
+def gather_padded(indptr, indices, values, rows, length, fixed_ext):
+    """Zero-padded neighbour block of a chunk.
+
+    Returns ``X`` (B, L, d) with the fixed-side factors of each row's neighbours (padding uses the
+    all-zero last row of ``fixed_ext``) and ``t`` (B, L) with the aligned values (0 on padding).
+    """
+    starts = indptr[rows]
+    lens = indptr[rows + 1] - starts
+    slot = np.arange(length)
+    mask = slot[None, :] < lens[:, None]
+    pos = np.where(mask, starts[:, None] + slot[None, :], 0)
+    pad_row = fixed_ext.shape[0] - 1
+    idx = np.where(mask, indices[pos], pad_row)
+    X = fixed_ext[idx]
+    t = np.where(mask, values[pos], 0).astype(fixed_ext.dtype, copy=False)
+    return X, t
+
+
+def spd_solve(A: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Solve a batch of symmetric positive (semi-)definite systems A x = b, shapes (B,d,d), (B,d).
+
+    Batched LAPACK solve; a batch holding a numerically singular system (e.g. zero ridge on a row
+    with fewer observations than factors) falls back to the minimum-norm pseudo-inverse solution.
+    """
+    try:
+        x = np.linalg.solve(A, b[..., None])[..., 0]
+        if np.all(np.isfinite(x)):
+            return x
+    except np.linalg.LinAlgError:
+        pass
+    return np.einsum("bij,bj->bi", np.linalg.pinv(A.astype(np.float64), hermitian=True), b).astype(A.dtype)
+
+
+_CONTROLLER: ThreadpoolController | None = None
+
+
+def _blas_single_thread():
+    """Context limiting BLAS to one thread (controller cached: discovering libraries is slow)."""
+    global _CONTROLLER
+    if _CONTROLLER is None:
+        _CONTROLLER = ThreadpoolController()
+    return _CONTROLLER.limit(limits=1, user_api="blas")
+
+
+def default_threads() -> int:
+    """Worker threads for the batched solves: the number of usable cores (at least 1)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def solve_rows(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    targets: np.ndarray,
+    fixed: np.ndarray,
+    reg_rows: np.ndarray,
+    gravity: np.ndarray | None = None,
+    solver: str = "cholesky",
+    x0: np.ndarray | None = None,
+    cg_steps: int = 3,
+    max_slots: int = DEFAULT_CHUNK_SLOTS,
+    out: np.ndarray | None = None,
+    num_threads: int | None = None,
+) -> np.ndarray:
+    """Solve every row's ridge problem (module docstring); rows without observations get zeros.
+
+    ``solver="cholesky"`` is exact (batched LAPACK solve of the formed normal equations);
+    ``solver="cg"`` runs ``cg_steps`` conjugate-gradient steps warm-started at ``x0`` (as
+    implicit's CG solver does) and never forms the d x d Gramians. Chunks are processed by
+    ``num_threads`` worker threads (default: usable cores), each running single-threaded BLAS --
+    many small GEMMs are far faster this way than with a multi-threaded BLAS per call.
+    """
+    if solver not in ("cholesky", "cg"):
+        raise ValueError(f"solver must be 'cholesky' or 'cg', got {solver!r}")
+    n_rows = indptr.size - 1
+    d = fixed.shape[1]
+    dtype = fixed.dtype
+    fixed_ext = np.vstack([fixed, np.zeros((1, d), dtype=dtype)])
+    if out is None:
+        out = np.zeros((n_rows, d), dtype=dtype)
+    else:
+        out[...] = 0
+    counts = np.diff(indptr)
+    eye_idx = np.arange(d)
+    reg_rows = np.asarray(reg_rows, dtype=dtype)
+    grav = None if gravity is None else np.asarray(gravity, dtype=dtype)
+    if solver == "cg" and x0 is None:
+        x0 = np.zeros((n_rows, d), dtype=dtype)
+
+    def work(chunk):
+        rows, length = chunk
+        X, t = gather_padded(indptr, indices, targets, rows, length, fixed_ext)
+        Xt = np.ascontiguousarray(X.transpose(0, 2, 1))
+        b = np.matmul(Xt, t[..., None])[..., 0]
+        reg = reg_rows[rows]
+        if solver == "cholesky":
+            A = np.matmul(Xt, X)
+            A[:, eye_idx, eye_idx] += reg[:, None]
+            if grav is not None:
+                A += grav
+            out[rows] = spd_solve(A, b)
+        else:
+            out[rows] = _cg(X, Xt, b, reg, grav, x0[rows].astype(dtype, copy=True), cg_steps)
+
+    threads = default_threads() if num_threads is None else max(1, int(num_threads))
+    with _blas_single_thread():
+        if threads == 1:
+            for chunk in row_chunks(counts, max_slots):
+                work(chunk)
+        else:
+            with ThreadPoolExecutor(max_workers=threads) as pool:
+                for _ in pool.map(work, row_chunks(counts, max_slots)):
+                    pass
+    return out
+
+
+def _cg(X, Xt, b, reg, grav, x, steps):
+    """A few batched CG steps on (X^T X + diag(reg) + G) x = b, without forming X^T X."""
+
+    def matvec(p):
+        Ap = np.matmul(Xt, np.matmul(X, p[..., None]))[..., 0]
+        Ap += reg[:, None] * p
+        if grav is not None:
+            Ap += p @ grav
+        return Ap
+
+    r = b - matvec(x)
+    p = r.copy()
+    rs = np.einsum("bi,bi->b", r, r)
+    tiny = np.finfo(x.dtype).tiny
+    for _ in range(steps):
+        Ap = matvec(p)
+        denom = np.einsum("bi,bi->b", p, Ap)
+        alpha = np.where(denom > tiny, rs / np.maximum(denom, tiny), 0.0).astype(x.dtype)
+        x += alpha[:, None] * p
+        r -= alpha[:, None] * Ap
+        rs_new = np.einsum("bi,bi->b", r, r)
+        beta = np.where(rs > tiny, rs_new / np.maximum(rs, tiny), 0.0).astype(x.dtype)
+        p = r + beta[:, None] * p
+        rs = rs_new
+    return x

@@ -1,0 +1,419 @@
+"""DPALS: alternating least squares with user-level DP item factors (Algorithm 3, spec 004 §6).
+
+Pipeline of :meth:`DPALS.fit` (every noisy release is recorded in ``ledger_``):
+
+1. pre-processing (spec 004 §5) through :mod:`privrec.allocation`: noisy item counts (each user
+   contributes at most ``count_sample`` sampled items), optionally a noisy global mean for
+   centering, optionally a head restriction to the top ``item_frac`` items by noisy count, and
+   the per-user allocation (uniform sampling, tail sampling, or adaptive weights with exponent
+   ``mu``), which enforces ``sum_i w_ij^2 <= budget`` for every user;
+2. ``iterations`` ALS steps: exact (non-private) user step, user embeddings clipped to
+   ``max_norm``, then the private item step with :mod:`privrec.solvers` (SSP, Algorithm 1, for
+   ``dpals-*`` / ``ada-dpals``; full-batch noisy GD, Algorithm 2, for ``dpsgd-*`` / ``ada-dpsgd``);
+3. release of the item factors only. ``user_factors_`` is the billboard projection (Remark D.1)
+   of the training users onto the released item factors, kept for evaluation convenience; it is
+   not part of the release and :meth:`save` does not write it.
+
+Noise calibration: the events of the whole fit are planned by :meth:`DPALS.planned_events` from
+two scales (pre-processing ``c`` and training ``s``); ``privrec.privacy.calibrate_with_split``
+picks them so counts take ``count_fraction`` of the RDP budget and the total meets ``epsilon``
+at ``delta``. ``fit`` records the events the mechanisms actually return and checks that they are
+identical to the plan, so calibration and accounting cannot drift apart.
+
+``epsilon = inf`` switches privacy off entirely: exact counts and mean, no sampling (all
+weights 1), no clipping and the exact solver, so the fit equals :class:`ALS` with
+``biases=False`` and the same settings. Items with no training data (or outside the head) get
+zero factors. Noise defaults to OS entropy; a fixed ``random_state`` makes runs reproducible but
+voids the guarantee for anyone who knows the seed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import dp_accounting
+import numpy as np
+import scipy.sparse as sp
+
+from .. import allocation
+from .._validation import check_delta, check_epsilon, check_fraction, check_int, check_positive
+from ..privacy import (
+    PrivacyLedger,
+    calibrate_with_split,
+    clip_labels,
+    clip_rows,
+    compose,
+    default_count_fraction,
+    gaussian_event,
+    make_rng,
+)
+from ..solvers import ExactSolver, NoisyGDSolver, SSPSolver, TaskBatch
+from ._base import FactorizationModel, check_fit_matrix
+from ._solve import frequency_regularization
+from .als import half_step
+
+# method name -> (solver kind, allocation)
+METHODS = {
+    "dpals-uniform": ("ssp", "uniform"),
+    "dpals-tail": ("ssp", "tail"),
+    "ada-dpals": ("ssp", "adaptive"),
+    "dpsgd-uniform": ("gd", "uniform"),
+    "dpsgd-tail": ("gd", "tail"),
+    "ada-dpsgd": ("gd", "adaptive"),
+}
+
+
+def _auto_by_epsilon(eps: float, low, mid, high):
+    """Spec 004 §8 tables are given at eps = 1, 5, 20: pick the column of the nearest setting."""
+    if eps <= 2.0:
+        return low
+    if eps <= 10.0:
+        return mid
+    return high
+
+
+class DPALS(FactorizationModel):
+    """User-level DP alternating least squares (AdaDPALS / DPALS / AM-DPSGD; spec 004 §6).
+
+    Parameters
+    ----------
+    method : one of ``dpals-uniform``, ``dpals-tail``, ``ada-dpals``, ``dpsgd-uniform``,
+        ``dpsgd-tail``, ``ada-dpsgd``.
+    epsilon, delta : target (epsilon, delta) user-level DP of the released item factors
+        (``epsilon = inf``: non-private, see module docstring).
+    factors : embedding dimension.
+    iterations : ALS steps T; ``None`` -> 2 / 3 / 4 for epsilon near 1 / 5 / 20 (spec §8, ML10M).
+    budget : per-user budget beta (= k items for uniform / tail sampling); reference value 100.
+    mu : exponent of the adaptive weights (``ada-*``), omega_i ∝ nhat_i^-mu.
+    regularization, reg_exponent : ridge reg * (n + 1)^e normalised as in :class:`ALS`; on the
+        item side n are the *noisy* counts (the ridge must be public).
+    unobserved_weight : gravity alpha_0; its global user Gramian gets its own noise
+        (multiplier ``global_ratio`` x the training scale).
+    max_norm : clip of user embeddings (Gamma_x); ``None`` -> 0.2 at eps near 1, 0.5 above (spec §8).
+    center : subtract a noisy global mean (two extra pre-processing events).
+    rating_bound : public bound on |rating| (clips ratings for the mean).
+    label_bound : clip of (centered) labels in the item step; ``None`` -> rating_bound / 2 when
+        centering, else rating_bound.
+    item_frac : keep only the top fraction of items by noisy count (``None`` = all items). The
+        head is selected from the already released counts (free post-processing; the spec's
+        extra count release is not needed).
+    count_fraction : share of the RDP budget for pre-processing; ``None`` ->
+        ``privrec.privacy.default_count_fraction(epsilon)`` (paper: 12% at 1, 14% at 5, 20% at 20).
+    count_sample : items per user sampled for the counts; ``None`` -> ``budget``.
+    gramian_ratio, global_ratio : SSP noise multipliers of local / global Gramians relative to
+        the right-hand sides (reference sigma ratios s1/s2, s0/s2).
+    gd_iterations : inner steps of noisy GD per ALS step (``dpsgd-*``).
+    init_scale : std of the random (data-independent) initial item factors.
+    dtype : float32 (default) or float64.
+    random_state : ``None`` (OS entropy, private) or a seed (experiments only; voids the
+        guarantee if the seed is known).
+    """
+
+    _saved_arrays = ("item_factors_", "global_mean_")
+
+    def __init__(
+        self,
+        method: str = "ada-dpals",
+        epsilon: float = 5.0,
+        delta: float = 1e-5,
+        factors: int = 32,
+        iterations: int | None = None,
+        budget: float = 100.0,
+        mu: float = 0.25,
+        regularization: float = 40.0,
+        reg_exponent: float = 0.25,
+        unobserved_weight: float = 0.0,
+        max_norm: float | None = None,
+        center: bool = True,
+        rating_bound: float = 5.0,
+        label_bound: float | None = None,
+        item_frac: float | None = None,
+        count_fraction: float | None = None,
+        count_sample: int | None = None,
+        gramian_ratio: float = 1.0,
+        global_ratio: float = 1.0,
+        gd_iterations: int = 10,
+        init_scale: float = 0.1,
+        dtype=np.float32,
+        random_state=None,
+    ):
+        self.method = method
+        self.epsilon = epsilon
+        self.delta = delta
+        self.factors = factors
+        self.iterations = iterations
+        self.budget = budget
+        self.mu = mu
+        self.regularization = regularization
+        self.reg_exponent = reg_exponent
+        self.unobserved_weight = unobserved_weight
+        self.max_norm = max_norm
+        self.center = center
+        self.rating_bound = rating_bound
+        self.label_bound = label_bound
+        self.item_frac = item_frac
+        self.count_fraction = count_fraction
+        self.count_sample = count_sample
+        self.gramian_ratio = gramian_ratio
+        self.global_ratio = global_ratio
+        self.gd_iterations = gd_iterations
+        self.init_scale = init_scale
+        self.dtype = dtype
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ resolved settings
+    def _settings(self) -> dict:
+        """Validated, resolved hyper-parameters (auto values filled in)."""
+        if self.method not in METHODS:
+            raise ValueError(f"unknown method {self.method!r}; choose one of {sorted(METHODS)}")
+        eps = check_epsilon(self.epsilon)
+        delta = check_delta(self.delta)
+        kind, alloc = METHODS[self.method]
+        factors = check_int(self.factors, "factors", minimum=1)
+        iters = _auto_by_epsilon(eps, 2, 3, 4) if self.iterations is None else check_int(self.iterations, "iterations", minimum=1)
+        budget = check_positive(self.budget, "budget")
+        if alloc != "adaptive" and budget != int(budget):
+            raise ValueError(f"budget is the number of sampled items k for {self.method}; must be an integer, got {budget!r}")
+        mu = check_positive(self.mu, "mu", allow_zero=True)
+        if mu > 1:
+            raise ValueError(f"mu must be in [0, 1], got {self.mu!r}")
+        reg = check_positive(self.regularization, "regularization", allow_zero=True)
+        if isinstance(self.reg_exponent, bool) or not isinstance(self.reg_exponent, (int, float)) or not math.isfinite(self.reg_exponent):
+            raise ValueError(f"reg_exponent must be a finite number, got {self.reg_exponent!r}")
+        alpha0 = check_positive(self.unobserved_weight, "unobserved_weight", allow_zero=True)
+        max_norm = _auto_by_epsilon(eps, 0.2, 0.5, 0.5) if self.max_norm is None else check_positive(self.max_norm, "max_norm")
+        rating_bound = check_positive(self.rating_bound, "rating_bound")
+        if self.label_bound is None:
+            label_bound = rating_bound / 2.0 if self.center else rating_bound
+        else:
+            label_bound = check_positive(self.label_bound, "label_bound")
+        item_frac = None if self.item_frac is None else check_fraction(self.item_frac, "item_frac")
+        if self.count_fraction is None:
+            count_fraction = default_count_fraction(eps)
+        else:
+            count_fraction = check_fraction(self.count_fraction, "count_fraction", closed_high=False)
+        count_sample = int(budget) if self.count_sample is None else check_int(self.count_sample, "count_sample", minimum=1)
+        count_sample = max(1, count_sample)
+        dt = np.dtype(self.dtype)
+        if dt not in (np.float32, np.float64):
+            raise ValueError(f"dtype must be float32 or float64, got {dt}")
+        return {
+            "epsilon": eps, "delta": delta, "kind": kind, "allocation": alloc, "factors": factors,
+            "iterations": iters, "budget": budget, "mu": mu, "reg": reg, "reg_exponent": float(self.reg_exponent),
+            "unobserved_weight": alpha0, "max_norm": max_norm, "rating_bound": rating_bound,
+            "label_bound": label_bound, "item_frac": item_frac, "count_fraction": count_fraction,
+            "count_sample": count_sample, "gramian_ratio": check_positive(self.gramian_ratio, "gramian_ratio"),
+            "global_ratio": check_positive(self.global_ratio, "global_ratio"),
+            "gd_iterations": check_int(self.gd_iterations, "gd_iterations", minimum=1),
+            "init_scale": check_positive(self.init_scale, "init_scale", allow_zero=True), "dtype": dt,
+            "private": not math.isinf(eps),
+        }
+
+    def _make_solver(self, cfg: dict, z: float, reg_items=0.0, init=None, schedule=1.0):
+        """The item-step solver at training noise multiplier ``z`` (shared by calibration and fit)."""
+        if cfg["kind"] == "ssp":
+            return SSPSolver(
+                noise_multiplier=z, budget=cfg["budget"], max_norm=cfg["max_norm"], label_bound=cfg["label_bound"],
+                reg=reg_items, unobserved_weight=cfg["unobserved_weight"], gramian_ratio=cfg["gramian_ratio"],
+                global_ratio=cfg["global_ratio"], dtype=cfg["dtype"],
+            )
+        radius = cfg["label_bound"] / cfg["max_norm"]
+        return NoisyGDSolver(
+            noise_multiplier=z, iterations=cfg["gd_iterations"], budget=cfg["budget"], max_norm=cfg["max_norm"],
+            label_bound=cfg["label_bound"], radius=radius, reg=reg_items, unobserved_weight=cfg["unobserved_weight"],
+            global_ratio=cfg["global_ratio"], schedule=schedule, init=init, dtype=cfg["dtype"],
+        )
+
+    def planned_events(self, count_scale: float, train_scale: float, cfg: dict | None = None) -> list:
+        """[(label, DpEvent)] that a private fit records, from the two noise scales alone.
+
+        Used by calibration (so epsilon is computed over exactly this structure) and by ``fit``
+        (which checks the recorded events against it).
+        """
+        cfg = cfg or self._settings()
+        out = [("item counts", gaussian_event(count_scale))]
+        if self.center:
+            out += [("global mean: sum", gaussian_event(count_scale)), ("global mean: count", gaussian_event(count_scale))]
+        solver = self._make_solver(cfg, train_scale)
+        for t in range(1, cfg["iterations"] + 1):
+            out += [(f"ALS step {t}: {label}", ev) for label, ev, _ in solver.labelled_events()]
+        return out
+
+    def _calibrate(self, cfg: dict):
+        n_pre = 3 if self.center else 1
+
+        def build_count(c):
+            return compose([gaussian_event(c)] * n_pre)
+
+        def build_train(s):
+            evs = [ev for label, ev in self.planned_events(1.0, s, cfg)[n_pre:]]
+            return compose(evs)
+
+        return calibrate_with_split(cfg["epsilon"], cfg["delta"], cfg["count_fraction"], build_count, build_train)
+
+    # ------------------------------------------------------------------ allocation
+    def _allocate(self, cfg: dict, R: sp.csr_matrix, counts: np.ndarray, rng) -> sp.csr_matrix:
+        """Per-user weights aligned with ``R`` (via privrec.allocation); all ones when non-private."""
+        if not cfg["private"]:
+            return sp.csr_matrix((np.ones(R.nnz, dtype=cfg["dtype"]), R.indices, R.indptr), shape=R.shape)
+        k = int(cfg["budget"]) if cfg["allocation"] != "adaptive" else None
+        if cfg["allocation"] == "uniform":
+            return allocation.uniform_weights(R, k, rng=rng, dtype=cfg["dtype"])
+        if cfg["allocation"] == "tail":
+            return allocation.tail_weights(R, counts, k, rng=rng, dtype=cfg["dtype"])
+        return allocation.adaptive_weights(R, counts, cfg["mu"], cfg["budget"], dtype=cfg["dtype"])
+
+    def _task_weights(self, cfg: dict, counts: np.ndarray, n_users: int) -> np.ndarray:
+        """Public estimate of each task's typical weight omega_i (only for GD step sizes)."""
+        if cfg["allocation"] == "adaptive":
+            return allocation.adaptive_task_weights(counts, cfg["mu"], cfg["budget"], n_users)
+        return np.ones_like(counts)
+
+    def item_batch(self, cfg: dict, R: sp.csr_matrix, W: sp.csr_matrix, user_factors: np.ndarray, counts, n_users: int) -> TaskBatch:
+        """The item step's multi-task batch: task = item, units = users (spec 004 §6 step 2)."""
+        if not cfg["private"]:
+            return TaskBatch.from_csr(R, W, user_factors, transpose=True)
+        counts = np.maximum(np.asarray(counts, dtype=np.float64), 1.0)
+        return TaskBatch.from_csr(
+            R, W, user_factors, transpose=True, task_sizes=counts, task_weights=self._task_weights(cfg, counts, n_users)
+        )
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, user_items, show_progress: bool = False):
+        """Fit on a users x items rating matrix (CSR or ``Interactions``); releases ``item_factors_``."""
+        cfg = self._settings()
+        R_full = check_fit_matrix(user_items)
+        n_users, n_items = R_full.shape
+        dtype = cfg["dtype"]
+        rng = make_rng(self.random_state)
+        init_rng = np.random.default_rng(rng.integers(0, 2**63 - 1)) if cfg["private"] else make_rng(self.random_state)
+        ledger = PrivacyLedger()
+        private = cfg["private"]
+        if private:
+            cal = self._calibrate(cfg)
+            c_scale, s_scale = cal.count_scale, cal.train_scale
+        else:
+            c_scale = s_scale = 0.0
+
+        # 1. pre-processing -------------------------------------------------------------
+        if private:
+            stat = allocation.private_item_counts(R_full, cfg["count_sample"], c_scale, rng)
+            stat.record(ledger)
+            counts = np.asarray(stat.value, dtype=np.float64)
+            if self.center:
+                mean_stat = allocation.private_global_mean(R_full, cfg["count_sample"], c_scale, cfg["rating_bound"], rng)
+                mean_stat.record(ledger)
+                mu = float(mean_stat.value)
+            else:
+                mu = 0.0
+        else:
+            counts = np.diff(R_full.tocsc().indptr).astype(np.float64)
+            mu = float(R_full.data.mean(dtype=np.float64)) if self.center else 0.0
+        if cfg["item_frac"] is not None:
+            head = allocation.head_items(counts, cfg["item_frac"])
+        else:
+            head = np.arange(n_items)
+        R = R_full[:, head] if head.size != n_items else R_full
+        R = R.tocsr()
+        R.sort_indices()
+        counts_h = counts[head]
+        labels = R.copy()
+        labels.data = labels.data.astype(dtype, copy=True)
+        if mu:
+            labels.data -= dtype.type(mu)
+        if private:
+            labels.data = clip_labels(labels.data, cfg["label_bound"]).astype(dtype, copy=False)
+        W = self._allocate(cfg, R, counts_h, rng)
+
+        # 2. alternating steps ------------------------------------------------------------
+        reg_items, _ = frequency_regularization(counts_h, cfg["reg"], cfg["reg_exponent"])
+        reg_users, norm_u = frequency_regularization(np.diff(R.indptr), cfg["reg"], cfg["reg_exponent"])
+        V = (init_rng.standard_normal((head.size, cfg["factors"])) * cfg["init_scale"]).astype(dtype)
+        U = np.zeros((n_users, cfg["factors"]), dtype=dtype)
+        batch = None
+        for t in range(1, cfg["iterations"] + 1):
+            U, _ = half_step(labels, V, None, 0.0, reg_users, cfg["unobserved_weight"], False, "cholesky")
+            if private:
+                U = clip_rows(U, cfg["max_norm"]).astype(dtype, copy=False)
+            batch = self.item_batch(cfg, labels, W, U, counts_h, n_users) if batch is None else batch.with_features(U)
+            if private:
+                solver = self._item_solver(cfg, s_scale, reg_items, V, batch)
+            else:
+                solver = ExactSolver(reg=reg_items, unobserved_weight=cfg["unobserved_weight"], dtype=dtype)
+            result = solver.solve(batch, rng=rng)
+            result.record(ledger, prefix=f"ALS step {t}: ")
+            V = np.asarray(result.params, dtype=dtype)
+
+        if private:
+            self._check_ledger(ledger, self.planned_events(c_scale, s_scale, cfg))
+            self.noise_scales_ = {"count": c_scale, "train": s_scale}
+        else:
+            self.noise_scales_ = {"count": 0.0, "train": 0.0}
+
+        # 3. release --------------------------------------------------------------------
+        item_factors = np.zeros((n_items, cfg["factors"]), dtype=dtype)
+        item_factors[head] = V
+        self.item_factors_ = item_factors
+        self.global_mean_ = np.asarray(mu, dtype=np.float64)
+        self.item_bias_ = None
+        self.user_bias_ = None
+        self.ledger_ = ledger
+        self.user_reg_norm_ = float(norm_u)
+        self.trained_items_ = head
+        self.user_factors_, _ = self._project_users(R_full)
+        return self
+
+    def _item_solver(self, cfg, z, reg_items, V, batch):
+        if cfg["kind"] == "ssp":
+            return self._make_solver(cfg, z, reg_items)
+        # noisy GD: constant per-task step 1 / L_i, L_i = Gamma_x^2 * (public estimate of sum_j w_ij)
+        # + reg_i, an upper bound on the task Hessian's largest eigenvalue (public values only).
+        L = cfg["max_norm"] ** 2 * batch.task_sizes * batch.task_weights + reg_items + cfg["unobserved_weight"] * cfg["max_norm"] ** 2 * batch.n_units
+        step = 1.0 / np.maximum(L, 1e-12)
+        return self._make_solver(cfg, z, reg_items, init=V, schedule=lambda t, s=step: s)
+
+    @staticmethod
+    def _check_ledger(ledger: PrivacyLedger, planned: list) -> None:
+        recorded = [(e.label, e.event) for e in ledger.entries]
+        if recorded != planned:
+            raise RuntimeError(
+                "internal error: recorded privacy events differ from the calibrated plan "
+                f"({len(recorded)} recorded, {len(planned)} planned)"
+            )
+
+    # ------------------------------------------------------------------ release / report
+    def privacy_report(self, accountant_check: bool = True) -> dict:
+        """JSON record of every DpEvent with epsilon computed by dp_accounting (RDP and PLD)."""
+        ledger = getattr(self, "ledger_", None)
+        if ledger is None:
+            report = getattr(self, "privacy_report_", None)
+            if report is None:
+                raise ValueError("this DPALS is not fitted yet; call fit(user_items) first")
+            return report
+        report = ledger.report(check_delta(self.delta))
+        report["method"] = self.method
+        target = check_epsilon(self.epsilon)
+        report["target_epsilon"] = target if math.isfinite(target) else "inf"
+        return report
+
+    def _project_users(self, rows: sp.csr_matrix):
+        """Billboard projection (Remark D.1): exact ridge of a user's own ratings on the released items."""
+        counts = np.diff(rows.indptr).astype(np.float64)
+        e = float(self.reg_exponent)
+        norm = float(getattr(self, "user_reg_norm_", 1.0))
+        reg = self.regularization * ((counts + 1.0) ** e) * norm if e else np.full(counts.shape, float(self.regularization))
+        V = self.item_factors_
+        U, _ = half_step(rows, V, None, self._global(), reg, float(self.unobserved_weight), False, "cholesky")
+        return U, None
+
+    def _metadata(self) -> dict:
+        return {"privacy_report": self.privacy_report(), "user_reg_norm": float(self.user_reg_norm_)}
+
+    def _restore_metadata(self, meta: dict) -> None:
+        if "privacy_report" not in meta:
+            raise ValueError("DPALS model file lacks its privacy report")
+        self.privacy_report_ = meta["privacy_report"]
+        self.user_reg_norm_ = float(meta.get("user_reg_norm", 1.0))
+        self.item_bias_ = None
+        self.user_bias_ = None
+        self.user_factors_ = None
