@@ -154,10 +154,10 @@ def test_psd_projection():
     np.testing.assert_allclose(psd_project(B), B, rtol=1e-9, atol=1e-9)
 
 
-def test_noisy_solution_finite_with_clamped_eigenvalues_and_budget_check():
+def test_noisy_solution_finite_with_projected_tasks_and_budget_check():
     b = _batch()
     res = SSPSolver(noise_multiplier=5.0, budget=3.0, reg=0.0).solve(b, rng=0)
-    assert np.all(np.isfinite(res.params)) and res.info["clamped_eigenvalues"] > 0
+    assert np.all(np.isfinite(res.params)) and res.info["projected_tasks"] > 0
     with pytest.raises(ValueError, match="budget"):
         SSPSolver(noise_multiplier=1.0, budget=1.0).solve(b)
 

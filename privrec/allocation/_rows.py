@@ -60,11 +60,12 @@ def rank_within_rows(indptr: np.ndarray, keys, tiebreak=None) -> np.ndarray:
     return rank
 
 
-def sample_per_row(indptr: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-    """Boolean mask keeping at most ``k`` entries per row, uniformly at random without replacement.
+def keep_lowest_per_row(indptr: np.ndarray, k: int, keys, rng: np.random.Generator) -> np.ndarray:
+    """Boolean mask keeping, in every row, the ``k`` entries with the lowest ``keys`` (ties at random).
 
-    Rows with at most ``k`` entries are kept whole; only entries of longer rows get random keys
-    and are ranked (random keys + per-row rank), so the cost is proportional to the long rows.
+    Rows with at most ``k`` entries are kept whole; only the entries of longer rows are ranked
+    (one lexsort over them), so the cost is proportional to the long rows. ``keys=None`` means
+    uniform sampling without replacement (random keys).
     """
     indptr = np.asarray(indptr)
     lengths = np.diff(indptr)
@@ -77,9 +78,18 @@ def sample_per_row(indptr: np.ndarray, k: int, rng: np.random.Generator) -> np.n
     # positions of the long rows' entries in the full arrays
     starts = indptr[long_rows]
     pos = np.repeat(starts - sub_indptr[:-1], sub_len) + np.arange(int(sub_indptr[-1]))
-    rank = rank_within_rows(sub_indptr, rng.random(pos.size))
+    random_keys = rng.random(pos.size)
+    if keys is None:
+        rank = rank_within_rows(sub_indptr, random_keys)
+    else:
+        rank = rank_within_rows(sub_indptr, np.asarray(keys)[pos], tiebreak=random_keys)
     keep[pos] = rank < k
     return keep
+
+
+def sample_per_row(indptr: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Boolean mask keeping at most ``k`` entries per row, uniformly at random without replacement."""
+    return keep_lowest_per_row(indptr, k, None, rng)
 
 
 def row_sums(indptr: np.ndarray, values: np.ndarray) -> np.ndarray:

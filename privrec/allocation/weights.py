@@ -19,7 +19,7 @@ import scipy.sparse as sp
 
 from .._validation import check_finite_array, check_int, check_positive
 from ..privacy import make_rng
-from ._rows import check_user_items, rank_within_rows, row_ids, row_sums, sample_per_row
+from ._rows import check_user_items, keep_lowest_per_row, row_ids, row_sums, sample_per_row
 
 # Relative safety margin applied only to users whose float-rounded spend exceeds beta.
 _BUDGET_MARGIN = 1e-6
@@ -86,8 +86,8 @@ def tail_weights(user_items, counts, k: int, rng=None, dtype=np.float32) -> sp.c
     k = check_int(k, "k", minimum=1)
     c = _check_counts(counts, m.shape[1])
     rng = make_rng(rng)
-    rank = rank_within_rows(m.indptr, c[m.indices], tiebreak=rng.random(m.indices.size))
-    data = enforce_budget(m.indptr, (rank < k).astype(dtype), float(k))
+    keep = keep_lowest_per_row(m.indptr, k, c[m.indices], rng)
+    data = enforce_budget(m.indptr, keep.astype(dtype), float(k))
     return _aligned(m, data)
 
 

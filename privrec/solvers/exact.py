@@ -14,6 +14,7 @@ from ._linalg import (
     as_task_array,
     chunk_statistics,
     global_gramian,
+    map_chunks,
     prepared_inputs,
     spd_solve,
     task_chunks,
@@ -39,6 +40,7 @@ class ExactSolver:
     dtype: type = np.float32
     chunk_tasks: int = DEFAULT_CHUNK_TASKS
     chunk_examples: int = DEFAULT_CHUNK_EXAMPLES
+    n_jobs: int | None = None
 
     def __post_init__(self):
         check_positive(self.unobserved_weight, "unobserved_weight", allow_zero=True)
@@ -57,12 +59,17 @@ class ExactSolver:
         x, y = prepared_inputs(batch, self.max_norm, self.label_bound, dtype)
         gram = global_gramian(x) * dtype.type(self.unobserved_weight) if self.unobserved_weight > 0 else None
         eye = np.eye(d, dtype=dtype)
-        params = np.zeros((m, d), dtype=dtype)
-        for t0, t1 in task_chunks(batch.indptr, self.chunk_tasks, self.chunk_examples):
+
+        def solve_chunk(c, bounds):
+            t0, t1 = bounds
             G, b = chunk_statistics(batch, x, y, t0, t1)
             G += reg[t0:t1, None, None] * eye
             if gram is not None:
                 G += gram
-            params[t0:t1] = spd_solve(G, b)
+            return spd_solve(G, b)
+
+        chunks = list(task_chunks(batch.indptr, self.chunk_tasks, self.chunk_examples))
+        results = map_chunks(solve_chunk, chunks, self.n_jobs)
+        params = np.concatenate(results) if results else np.zeros((0, d), dtype=dtype)
         events = [("exact solve (non-private)", dp_accounting.NonPrivateDpEvent(), {"mechanism": "none"})]
         return SolverResult(params, events, {"solver": "exact"})

@@ -41,6 +41,7 @@ from ._linalg import (
     DEFAULT_CHUNK_TASKS,
     as_task_array,
     chunk_statistics,
+    map_chunks,
     noisy_global_gramian,
     prepared_inputs,
     task_chunks,
@@ -98,6 +99,7 @@ class NoisyGDSolver:
     dtype: type = np.float32
     chunk_tasks: int = DEFAULT_CHUNK_TASKS
     chunk_examples: int = DEFAULT_CHUNK_EXAMPLES
+    n_jobs: int | None = None
 
     def __post_init__(self):
         z = check_positive(self.noise_multiplier, "noise_multiplier", allow_zero=True)
@@ -216,18 +218,26 @@ class NoisyGDSolver:
                 raise ValueError(f"init must be a finite array of shape ({m}, {d})")
             theta_all = _project_ball(init.copy(), self.radius)
         eta = np.stack([steps(t) for t in range(1, self.iterations + 1)]).astype(dtype)  # (T, m)
-        for t0, t1 in task_chunks(batch.indptr, self.chunk_tasks, self.chunk_examples):
+        chunks = list(task_chunks(batch.indptr, self.chunk_tasks, self.chunk_examples))
+        rngs = rng.spawn(len(chunks))
+
+        def run_chunk(c, bounds):
+            t0, t1 = bounds
             G, b = chunk_statistics(batch, x, y, t0, t1)
             theta = theta_all[t0:t1]
             r = reg[t0:t1, None]
             for t in range(self.iterations):
                 g = np.matmul(G, theta[:, :, None])[:, :, 0] - b
                 if std > 0:
-                    g += gaussian_noise(g.shape, std, rng, dtype)
+                    g += gaussian_noise(g.shape, std, rngs[c], dtype)
                 g += r * theta
                 if gram is not None:
                     g += theta @ gram
                 theta = _project_ball(theta - eta[t, t0:t1, None] * g, self.radius)
-            theta_all[t0:t1] = theta
+            return theta
+
+        results = map_chunks(run_chunk, chunks, self.n_jobs)
+        if results:
+            theta_all = np.concatenate(results)
         info = {"solver": "noisy_gd", "unit_budget": beta, "iterations": int(self.iterations)}
         return SolverResult(theta_all, events, info)

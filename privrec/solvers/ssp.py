@@ -39,7 +39,9 @@ from ._linalg import (
     as_task_array,
     chunk_statistics,
     eig_solve,
+    map_chunks,
     noisy_global_gramian,
+    positive_definite_mask,
     prepared_inputs,
     spd_solve,
     task_chunks,
@@ -63,7 +65,8 @@ class SSPSolver:
     (declared; the batch's max per-unit spend is checked against it), ``max_norm`` Gamma_x,
     ``label_bound`` B, ``reg`` (scalar or per-task, public), ``unobserved_weight`` alpha_0,
     ``gramian_ratio`` / ``global_ratio`` (multipliers relative to z), ``eig_floor`` (PSD
-    projection floor), ``dtype`` (float32 default), chunk sizes (memory bound). Noise comes
+    projection floor), ``dtype`` (float32 default), chunk sizes (memory bound), ``n_jobs`` (threads
+    over task chunks; None = all cores, BLAS single-threaded inside). Noise comes
     from ``rng`` in :meth:`solve`: ``None`` = OS entropy; a known seed voids the guarantee.
     """
 
@@ -79,6 +82,7 @@ class SSPSolver:
     dtype: type = np.float32
     chunk_tasks: int = DEFAULT_CHUNK_TASKS
     chunk_examples: int = DEFAULT_CHUNK_EXAMPLES
+    n_jobs: int | None = None
 
     def __post_init__(self):
         z = check_positive(self.noise_multiplier, "noise_multiplier", allow_zero=True)
@@ -148,23 +152,42 @@ class SSPSolver:
         gram = None
         if self.unobserved_weight > 0:
             gram = noisy_global_gramian(x, std["global"], self.unobserved_weight, rng, dtype)
-        params = np.zeros((m, d), dtype=dtype)
-        n_clamped = 0
-        for t0, t1 in task_chunks(batch.indptr, self.chunk_tasks, self.chunk_examples):
+        chunks = list(task_chunks(batch.indptr, self.chunk_tasks, self.chunk_examples))
+        rngs = rng.spawn(len(chunks))
+        floor = dtype.type(self.eig_floor)
+        eye = np.eye(d, dtype=dtype)
+
+        def solve_chunk(c, bounds):
+            t0, t1 = bounds
             G, b = chunk_statistics(batch, x, y, t0, t1)
             if std["gramian"] > 0:
-                G += symmetric_gaussian_noise((t1 - t0,), d, std["gramian"], rng, dtype)
+                G += symmetric_gaussian_noise((t1 - t0,), d, std["gramian"], rngs[c], dtype)
             if std["rhs"] > 0:
-                b += gaussian_noise(b.shape, std["rhs"], rng, dtype)
-            lam, V = np.linalg.eigh(G)
-            n_clamped += int(np.count_nonzero(lam < self.eig_floor))
-            lam = np.maximum(lam, dtype.type(self.eig_floor))
-            if gram is None:
-                params[t0:t1] = eig_solve(lam, V, b, reg[t0:t1])
-            else:
-                A = (V * lam[:, None, :]) @ np.swapaxes(V, -1, -2)
-                A += gram
-                A += reg[t0:t1, None, None] * np.eye(d, dtype=dtype)
-                params[t0:t1] = spd_solve(A, b)
-        info = {"solver": "ssp", "unit_budget": beta, "clamped_eigenvalues": n_clamped}
+                b += gaussian_noise(b.shape, std["rhs"], rngs[c], dtype)
+            out = np.empty((t1 - t0, d), dtype=dtype)
+            # fast path: PSD projection is the identity where G - floor I is positive definite
+            ok = positive_definite_mask(G, floor)
+            bad = np.flatnonzero(~ok)
+            good = np.flatnonzero(ok)
+            if good.size:
+                A = G[good] + reg[t0:t1][good, None, None] * eye
+                if gram is not None:
+                    A += gram
+                out[good] = spd_solve(A, b[good])
+            if bad.size:
+                lam, V = np.linalg.eigh(G[bad])
+                lam = np.maximum(lam, floor)
+                if gram is None:
+                    out[bad] = eig_solve(lam, V, b[bad], reg[t0:t1][bad])
+                else:
+                    A = (V * lam[:, None, :]) @ np.swapaxes(V, -1, -2)
+                    A += gram
+                    A += reg[t0:t1][bad, None, None] * eye
+                    out[bad] = spd_solve(A, b[bad])
+            return out, int(bad.size)
+
+        results = map_chunks(solve_chunk, chunks, self.n_jobs)
+        params = np.concatenate([r[0] for r in results]) if results else np.zeros((0, d), dtype=dtype)
+        n_projected = sum(r[1] for r in results)
+        info = {"solver": "ssp", "unit_budget": beta, "projected_tasks": n_projected}
         return SolverResult(params, events, info)
