@@ -1,0 +1,108 @@
+"""One entry point for every dataset name: :func:`load_dataset` (spec 004 §7 datasets).
+
+Real datasets are read from a local folder (``data_dir``), from the data root
+(``$PRIVREC_DATA`` or ``./datasets``), or downloaded there on request; parsed results go through
+the Parquet cache. Synthetic names are generated in memory (seeded, no network).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from privrec.data import loaders
+from privrec.data.cache import cached_load
+from privrec.data.download import SOURCES, default_data_root, download_dataset
+from privrec.data.interactions import Interactions
+from privrec.data.synthetic import PRESETS, generate_preset
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    name: str
+    kind: str                    # "real" or "synthetic"
+    description: str
+    main_file: str | None = None
+    companions: tuple[str, ...] = ()
+    loader: Callable | None = None
+    folders: tuple[str, ...] = ()  # folder names searched under a data root
+
+
+def _real(name, description, main_file, companions, loader, *extra_folders) -> DatasetInfo:
+    folders = tuple(dict.fromkeys(((SOURCES[name].folder,) if name in SOURCES else ()) + (name,) + extra_folders))
+    return DatasetInfo(name, "real", description, main_file, companions, loader, folders)
+
+
+DATASETS: dict[str, DatasetInfo] = {d.name: d for d in [
+    _real("ml-100k", "MovieLens 100K: 100,000 ratings 1-5, 943 users, 1,682 movies", "u.data",
+          ("u.item", "u.genre"), loaders.load_movielens_100k),
+    _real("ml-1m", "MovieLens 1M: ~1M ratings 1-5, 6,040 users, ~3,700 movies", "ratings.dat", ("movies.dat",),
+          loaders.load_movielens_dat),
+    _real("ml-10m", "MovieLens 10M: 10M ratings 0.5-5, 69,878 users, 10,677 movies", "ratings.dat", ("movies.dat",),
+          loaders.load_movielens_dat, "ml-10m100k"),
+    _real("ml-20m", "MovieLens 20M: 20M ratings 0.5-5, 138,493 users, 26,744 movies", "ratings.csv",
+          ("movies.csv",), loaders.load_movielens_csv),
+    _real("ml-25m", "MovieLens 25M: 25M ratings 0.5-5, 162,541 users, 59,047 movies", "ratings.csv",
+          ("movies.csv",), loaders.load_movielens_csv),
+    _real("ml-latest", "MovieLens latest (full; changes over time)", "ratings.csv", ("movies.csv",),
+          loaders.load_movielens_csv),
+    _real("ml-latest-small", "MovieLens latest-small (~100K ratings; changes over time)", "ratings.csv",
+          ("movies.csv",), loaders.load_movielens_csv),
+    _real("msd", "Million Song Dataset, Echo Nest Taste Profile: 48,373,586 play counts, string ids",
+          "train_triplets.txt", (), loaders.load_msd_taste_profile),
+    _real("lastfm-2k", "Last.fm HetRec 2011: 92,834 user-artist play counts, 1,892 users, 17,632 artists",
+          "user_artists.dat", ("artists.dat",), loaders.load_lastfm_hetrec, "lastfm"),
+]}
+for _name, _preset in PRESETS.items():
+    DATASETS[_name] = DatasetInfo(_name, "synthetic", _preset.description + f" ({_preset.n_users:,} x "
+                                  f"{_preset.n_items:,}, {_preset.n_interactions:,})")
+ALIASES = {"hetrec2011-lastfm-2k": "lastfm-2k", "ml-10m100k": "ml-10m", "msd-taste-profile": "msd"}
+
+
+def dataset_names() -> list[str]:
+    return list(DATASETS)
+
+
+def resolve_name(name: str) -> DatasetInfo:
+    key = ALIASES.get(str(name).lower(), str(name).lower())
+    if key not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
+    return DATASETS[key]
+
+
+def find_dataset_folder(name: str, data_dir=None) -> Path | None:
+    """Folder holding the main file of real dataset ``name``: ``data_dir`` itself or one of the
+    dataset's folder names under it (or under the data root when ``data_dir`` is None)."""
+    d = resolve_name(name)
+    roots = [Path(data_dir)] if data_dir is not None else [default_data_root()]
+    for root in roots:
+        if (root / d.main_file).is_file():
+            return root
+        for f in d.folders:
+            for cand in (root / f, root / f.lower()):
+                if (cand / d.main_file).is_file():
+                    return cand
+    return None
+
+
+def load_dataset(name: str, data_dir=None, download: bool = False, cache: bool = True, cache_dir=None,
+                 scale: float = 1.0, random_state=0) -> Interactions:
+    """Load any dataset by name as :class:`~privrec.data.Interactions`.
+
+    Real datasets: looked up in ``data_dir`` (the dataset folder or a parent of it), else in the
+    data root; with ``download=True`` a missing dataset is fetched into ``data_dir`` (or the data
+    root). A missing dataset raises an error naming the expected file and how to get it.
+    Synthetic presets take ``scale`` and ``random_state`` (see :func:`generate_preset`).
+    """
+    d = resolve_name(name)
+    if d.kind == "synthetic":
+        return generate_preset(d.name, scale=scale, random_state=random_state).interactions
+    folder = find_dataset_folder(d.name, data_dir)
+    if folder is None:
+        if not download:
+            where = Path(data_dir) if data_dir is not None else default_data_root()
+            raise loaders.missing_file_error(where / d.folders[0] / d.main_file, d.name)
+        folder = download_dataset(d.name, data_dir)
+    sources = [folder / d.main_file] + [folder / c for c in d.companions]
+    return cached_load(lambda: d.loader(folder, name=d.name), sources, d.name, cache_dir=cache_dir, use_cache=cache)

@@ -1,0 +1,96 @@
+"""Parquet cache and the load_dataset registry."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from privrec.data.cache import cached_load, fingerprint
+from privrec.data.loaders import DatasetNotFoundError, load_movielens_100k
+from privrec.data.registry import dataset_names, find_dataset_folder, load_dataset
+
+SHARED = Path(os.environ.get("PRIVREC_SHARED_DATASETS", Path(__file__).resolve().parents[2] / "shared" / "datasets"))
+
+
+def _ml100k(folder: Path, n_users=50, seed=0) -> Path:
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    u = rng.integers(1, n_users + 1, 2000)
+    i = rng.integers(1, 300, 2000)
+    keep = np.unique(u * 1000 + i, return_index=True)[1]
+    lines = [f"{u[k]}\t{i[k]}\t{rng.integers(1, 6)}\t{880000000 + k}" for k in np.sort(keep)]
+    (folder / "u.data").write_text("\n".join(lines) + "\n")
+    flags = "|".join(["0"] * 18 + ["1"])
+    (folder / "u.item").write_text("".join(f"{j}|Movie {j}, The (1995)|01-Jan-1995||url|{flags}\n"
+                                           for j in range(1, 300)), encoding="latin-1")
+    return folder
+
+
+def _same(a, b):
+    assert a.shape == b.shape and (a.matrix != b.matrix).nnz == 0
+    np.testing.assert_array_equal(a.user_ids, b.user_ids)
+    np.testing.assert_array_equal(a.item_ids, b.item_ids)
+    np.testing.assert_array_equal(a.timestamps, b.timestamps)
+    assert list(a.item_metadata.title) == list(b.item_metadata.title)
+    assert list(a.item_metadata.genres) == list(b.item_metadata.genres)
+
+
+def test_cache_roundtrip_and_invalidation(tmp_path):
+    src = _ml100k(tmp_path / "ml-100k")
+    calls = []
+
+    def loader():
+        calls.append(1)
+        return load_movielens_100k(src)
+
+    cache = tmp_path / "cache"
+    first = cached_load(loader, [src / "u.data", src / "u.item"], "ml-100k", cache_dir=cache)
+    second = cached_load(loader, [src / "u.data", src / "u.item"], "ml-100k", cache_dir=cache)
+    assert len(calls) == 1 and "cache" in second.info
+    _same(first, second)
+    # editing the source changes the key and the data is parsed again
+    key = fingerprint([src / "u.data"], "ml-100k")
+    with open(src / "u.data", "a") as fh:
+        fh.write("999\t1\t5\t1\n")
+    assert fingerprint([src / "u.data"], "ml-100k") != key
+    third = cached_load(loader, [src / "u.data", src / "u.item"], "ml-100k", cache_dir=cache)
+    assert len(calls) == 2 and third.nnz == first.nnz + 1
+    assert not [p for p in cache.iterdir() if p.name.startswith(".")]  # no temporary folders left
+
+
+def test_string_ids_survive_cache(tmp_path):
+    (tmp_path / "msd").mkdir()
+    (tmp_path / "msd" / "train_triplets.txt").write_text("u1\tS2\t3\nu2\tS1\t1\nu1\tS1\t4\n")
+    a = load_dataset("msd", data_dir=tmp_path, cache_dir=tmp_path / "c")
+    b = load_dataset("msd", data_dir=tmp_path, cache_dir=tmp_path / "c")
+    assert "cache" in b.info and list(b.user_ids) == ["u1", "u2"] and list(b.item_ids) == ["S1", "S2"]
+    assert (a.matrix != b.matrix).nnz == 0 and b.timestamps is None
+
+
+def test_load_dataset_resolves_folders_and_errors(tmp_path):
+    src = _ml100k(tmp_path / "root" / "ml-100k")
+    assert find_dataset_folder("ml-100k", tmp_path / "root") == src
+    assert find_dataset_folder("ml-100k", src) == src
+    x = load_dataset("ml-100k", data_dir=tmp_path / "root", cache=False)
+    assert x.name == "ml-100k" and x.nnz > 0
+    with pytest.raises(DatasetNotFoundError, match=r"u\.data.*datasets prepare ml-100k --download"):
+        load_dataset("ml-100k", data_dir=tmp_path / "empty")
+    with pytest.raises(ValueError, match="unknown dataset"):
+        load_dataset("netflix")
+    assert {"ml-100k", "ml-20m", "msd", "lastfm-2k", "synthetic-skew", "ml20m-like"} <= set(dataset_names())
+
+
+def test_load_dataset_synthetic():
+    x = load_dataset("ml20m-like", scale=0.002)
+    assert x.n_items == 20_108 and x.name == "ml20m-like"
+
+
+@pytest.mark.skipif(not (SHARED / "ml-100k" / "u.data").is_file(), reason="shared datasets not present")
+def test_real_data_through_registry_and_cache(tmp_path):
+    a = load_dataset("ml-100k", data_dir=SHARED, cache_dir=tmp_path)
+    b = load_dataset("ml-100k", data_dir=SHARED / "ml-100k", cache_dir=tmp_path)
+    assert (b.n_users, b.n_items, b.nnz) == (943, 1682, 100_000)
+    _same(a, b)
+    c = load_dataset("hetrec2011-lastfm-2k", data_dir=SHARED, cache_dir=tmp_path)
+    assert (c.n_users, c.n_items, c.nnz) == (1892, 17632, 92834)
