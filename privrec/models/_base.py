@@ -358,8 +358,14 @@ class FactorizationModel(BaseEstimator):
                 raise ValueError(f"{path}: array {k} contains NaN or infinite values")
         if "item_factors_" not in arrays or arrays["item_factors_"].ndim != 2:
             raise ValueError(f"{path}: item_factors_ missing or not 2-D")
+        params = dict(meta.get("params", {}))
+        if isinstance(params.get("dtype"), str):
+            try:
+                params["dtype"] = np.dtype(params["dtype"]).type
+            except TypeError:
+                raise ValueError(f"{path}: unknown dtype {params['dtype']!r}") from None
         try:
-            model = target(**meta.get("params", {}))
+            model = target(**params)
         except TypeError as exc:
             raise ValueError(f"{path}: parameters do not match {name}: {exc}") from None
         model._check_loaded_arrays(arrays, path)

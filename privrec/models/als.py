@@ -25,7 +25,7 @@ import scipy.sparse as sp
 from .._validation import check_int, check_positive
 from ..privacy import make_rng
 from ._base import FactorizationModel, as_user_items, check_fit_matrix
-from ._solve import frequency_regularization, solve_rows
+from ._solve import _blas_single_thread, frequency_regularization, solve_rows
 
 _SOLVERS = ("cholesky", "cg")
 
@@ -243,8 +243,9 @@ class ImplicitALS(FactorizationModel):
 
     def fit(self, user_items, show_progress: bool = False):
         R = check_fit_matrix(user_items)
-        inner = self._make_inner()
-        inner.fit(R, show_progress=show_progress)
+        with _blas_single_thread():  # implicit wants OpenBLAS single-threaded (it threads itself)
+            inner = self._make_inner()
+            inner.fit(R, show_progress=show_progress)
         self._inner = inner
         self.user_factors_ = np.asarray(inner.user_factors)
         self.item_factors_ = np.asarray(inner.item_factors)
@@ -253,7 +254,8 @@ class ImplicitALS(FactorizationModel):
     def _project_users(self, rows: sp.csr_matrix):
         inner = getattr(self, "_inner", None)
         if inner is None:  # loaded from disk
-            inner = self._make_inner()
+            with _blas_single_thread():
+                inner = self._make_inner()
             inner.item_factors = self.item_factors_
             inner.user_factors = np.zeros((0, self.item_factors_.shape[1]), dtype=self.item_factors_.dtype)
             self._inner = inner

@@ -1,0 +1,175 @@
+"""DPALS (Algorithm 3, spec 004 §6): eps = inf reduction, accounting, sensitivity under user removal."""
+
+import math
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from privrec.allocation import adaptive_weights
+from privrec.models import ALS, DPALS, METHODS
+from privrec.privacy import PrivacyLedger, epsilon_from_report
+from privrec.solvers import weighted_statistics
+
+
+def _skewed_ratings(n_users=80, n_items=40, seed=0):
+    """Small explicit-rating matrix with power-law item popularity (every user >= 1 rating)."""
+    rng = np.random.default_rng(seed)
+    pop = 1.0 / np.arange(1, n_items + 1) ** 0.8
+    pop = pop / pop.max() * 0.6
+    mask = rng.random((n_users, n_items)) < pop[None, :]
+    mask[np.arange(n_users), rng.integers(0, n_items, n_users)] = True
+    vals = rng.integers(1, 6, size=mask.shape).astype(np.float32)
+    return sp.csr_matrix(np.where(mask, vals, 0.0).astype(np.float32))
+
+
+def test_epsilon_inf_equals_non_private_als():
+    R = _skewed_ratings()
+    kw = dict(factors=5, iterations=3, regularization=3.0, reg_exponent=0.5, unobserved_weight=0.1,
+              dtype=np.float64, random_state=11)
+    als = ALS(biases=False, center=True, **kw).fit(R)
+    dp = DPALS(method="ada-dpals", epsilon=math.inf, center=True, **kw).fit(R)
+    np.testing.assert_allclose(dp.item_factors_, als.item_factors_, rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(dp.user_factors_, als.transform(R), rtol=1e-9, atol=1e-11)
+    assert float(dp.global_mean_) == pytest.approx(float(als.global_mean_))
+    rep = dp.privacy_report()
+    assert rep["epsilon"] == "inf"  # non-private events: the accountant reports infinity
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_privacy_report_recomputed_independently(method):
+    R = _skewed_ratings(seed=1)
+    eps, delta = 2.0, 1e-5
+    m = DPALS(method=method, epsilon=eps, delta=delta, factors=3, iterations=2, budget=5,
+              gd_iterations=3, random_state=0).fit(R)
+    rep = m.privacy_report()
+    recomputed = epsilon_from_report(rep)
+    assert recomputed == pytest.approx(rep["epsilon"], rel=1e-12)
+    assert recomputed <= eps
+    assert recomputed >= 0.99 * eps  # calibration spends (almost) the whole budget
+    # the report names every step's releases, and a fresh ledger built from it agrees
+    labels = [e["label"] for e in rep["events"]]
+    assert labels[0] == "item counts" and any(lbl.startswith("ALS step 2:") for lbl in labels)
+    assert PrivacyLedger.from_report(rep).epsilon(delta) == pytest.approx(recomputed, rel=1e-12)
+    # only item factors are released; items never seen stay zero
+    assert m.item_factors_.shape == (R.shape[1], 3)
+
+
+def test_count_fraction_share_of_rdp_budget():
+    R = _skewed_ratings(seed=2)
+    m = DPALS(method="dpals-tail", epsilon=5.0, factors=3, iterations=2, budget=5, count_fraction=0.3,
+              center=False, random_state=0).fit(R)
+    rho_count = 0.5 / m.noise_scales_["count"] ** 2
+    rho_total = sum(0.5 / e.event.noise_multiplier ** 2 for e in m.ledger_.entries)
+    assert rho_count / rho_total == pytest.approx(0.3, rel=1e-6)
+
+
+def test_head_restriction_and_unseen_items_get_zero_factors():
+    R = _skewed_ratings(seed=3).tolil()
+    R[:, 39] = 0
+    R = R.tocsr()
+    R.eliminate_zeros()
+    m = DPALS(method="ada-dpals", epsilon=8.0, factors=3, iterations=2, budget=5, item_frac=0.5,
+              random_state=0).fit(R)
+    trained = set(m.trained_items_.tolist())
+    assert len(trained) == 20
+    others = [i for i in range(40) if i not in trained]
+    assert np.all(m.item_factors_[others] == 0)
+
+
+def _statistics_after_removal(method, seed, removed):
+    R = _skewed_ratings(n_users=30, n_items=15, seed=seed)
+    model = DPALS(method=method, epsilon=1.0, budget=3, mu=0.4, max_norm=0.7, rating_bound=5.0)
+    cfg = model._settings()
+    rng = np.random.default_rng(seed)
+    counts = np.maximum(np.diff(R.tocsc().indptr) + rng.normal(0, 2, R.shape[1]), 1.0)  # released counts
+    labels = R.copy()
+    labels.data = labels.data - 3.0
+    W = model._allocate(cfg, labels, counts, rng)
+    U = rng.standard_normal((R.shape[0], 4)) * rng.choice([0.1, 3.0], size=(R.shape[0], 1))  # some above max_norm
+    keep = np.flatnonzero(np.arange(R.shape[0]) != removed)
+    batch = model.item_batch(cfg, labels, W, U, counts, R.shape[0])
+    batch2 = model.item_batch(cfg, labels[keep], W[keep], U[keep], counts, R.shape[0])
+    solver = model._make_solver(cfg, 1.0)
+    G1, b1 = weighted_statistics(batch, cfg["max_norm"], cfg["label_bound"])
+    G2, b2 = weighted_statistics(batch2, cfg["max_norm"], cfg["label_bound"])
+    return model, cfg, solver, (G1, b1), (G2, b2), (labels, counts, W, keep)
+
+
+@settings(max_examples=12, deadline=None)
+@given(method=st.sampled_from(["dpals-uniform", "dpals-tail", "ada-dpals"]), seed=st.integers(0, 10_000),
+       removed=st.integers(0, 29))
+def test_ssp_statistics_change_at_most_declared_sensitivity(method, seed, removed):
+    model, cfg, solver, (G1, b1), (G2, b2), _ = _statistics_after_removal(method, seed, removed)
+    sens = solver.sensitivities()
+    assert sens["gramian"] == pytest.approx(math.sqrt(cfg["budget"]) * cfg["max_norm"] ** 2)
+    assert np.linalg.norm(G1 - G2) <= sens["gramian"] * (1 + 1e-9)
+    assert np.linalg.norm(b1 - b2) <= sens["rhs"] * (1 + 1e-9)
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 10_000), removed=st.integers(0, 29))
+def test_noisy_gd_gradients_change_at_most_declared_sensitivity(seed, removed):
+    model, cfg, _, (G1, b1), (G2, b2), _ = _statistics_after_removal("ada-dpsgd", seed, removed)
+    solver = model._make_solver(cfg, 1.0)
+    rng = np.random.default_rng(seed)
+    theta = rng.standard_normal(b1.shape)
+    theta *= solver.radius / np.linalg.norm(theta, axis=1, keepdims=True)  # on the constraint sphere
+    g1 = np.einsum("mij,mj->mi", G1, theta) - b1
+    g2 = np.einsum("mij,mj->mi", G2, theta) - b2
+    bound = dict((lbl, meta) for lbl, _, meta in solver.labelled_events())["noisy GD gradients"]["sensitivity"]
+    assert np.linalg.norm(g1 - g2) <= bound * (1 + 1e-9)
+
+
+def test_adaptive_allocation_is_per_user_so_removal_is_a_coupling():
+    """Other users' weights do not depend on the removed user (given the released counts)."""
+    _, cfg, _, _, _, (labels, counts, W, keep) = _statistics_after_removal("ada-dpals", 4, 7)
+    W2 = adaptive_weights(labels[keep], counts, cfg["mu"], cfg["budget"], dtype=cfg["dtype"])
+    np.testing.assert_array_equal(W2.toarray(), W[keep].toarray())
+    spend = np.asarray(W.multiply(W).sum(axis=1)).ravel()
+    assert spend.max() <= cfg["budget"] * (1 + 1e-6)
+
+
+def test_private_fit_is_reproducible_with_seed_and_random_without():
+    R = _skewed_ratings(seed=5)
+    kw = dict(method="dpals-uniform", epsilon=3.0, factors=3, iterations=2, budget=5)
+    a = DPALS(random_state=3, **kw).fit(R).item_factors_
+    b = DPALS(random_state=3, **kw).fit(R).item_factors_
+    c = DPALS(**kw).fit(R).item_factors_
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+def test_ledger_drift_is_detected():
+    R = _skewed_ratings(seed=6)
+    m = DPALS(method="ada-dpals", epsilon=3.0, factors=3, iterations=2, budget=5, random_state=0).fit(R)
+    cfg = m._settings()
+    plan = m.planned_events(m.noise_scales_["count"], m.noise_scales_["train"], cfg)
+    m._check_ledger(m.ledger_, plan)  # consistent
+    with pytest.raises(RuntimeError):
+        m._check_ledger(m.ledger_, plan[:-1])
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(epsilon=0.0), "epsilon"),
+        (dict(epsilon=-1.0), "epsilon"),
+        (dict(delta=0.0), "delta"),
+        (dict(delta=1.0), "delta"),
+        (dict(delta=2.0), "delta"),
+        (dict(method="dp-magic"), "unknown method"),
+        (dict(mu=1.5), "mu"),
+        (dict(budget=0), "budget"),
+        (dict(method="dpals-uniform", budget=2.5), "integer"),
+        (dict(iterations=0), "iterations"),
+        (dict(max_norm=-1.0), "max_norm"),
+        (dict(count_fraction=1.0), "count_fraction"),
+    ],
+)
+def test_bad_parameters_raise_clear_errors(kwargs, match):
+    R = _skewed_ratings(seed=7)
+    with pytest.raises(ValueError, match=match):
+        DPALS(**kwargs).fit(R)
