@@ -352,9 +352,9 @@ def _sample_distinct(rng, k: np.ndarray, p: np.ndarray, bulk_rounds: int = 3) ->
             ps = np.sort(p)[::-1]
             starts = _rank_groups(m, 1)
             c = np.diff(np.r_[starts, m]).astype(np.float64)
-            kv, inv = np.unique(deficit[need], return_inverse=True)
+            kv = np.flatnonzero(np.bincount(deficit[need]))  # distinct deficits, without hashing
             t = _poisson_draws(np.add.reduceat(ps, starts) / c, c, kv)
-            draws = np.ceil(t[inv]).astype(np.int64)
+            draws = np.ceil(t[np.searchsorted(kv, deficit[need])]).astype(np.int64)
         else:
             remaining = np.clip(1.0 - held_mass[need], 1e-6, 1.0)
             draws = np.ceil(deficit[need] * 1.2 / remaining + 2).astype(np.int64)
@@ -363,7 +363,7 @@ def _sample_distinct(rng, k: np.ndarray, p: np.ndarray, bulk_rounds: int = 3) ->
         items = np.searchsorted(cdf, rng.random(len(users)), side="right")
         np.minimum(items, m - 1, out=items)
         keys = users * np.int64(m) + items
-        pos = np.flatnonzero(~np.isin(keys, held_keys)) if held_keys.size else np.arange(len(keys))
+        pos = np.flatnonzero(~_sorted_contains(held_keys, keys)) if held_keys.size else np.arange(len(keys))
         # first occurrence of each new key in draw order (stable sort by key, then back to draw order)
         o = pos[np.argsort(keys[pos], kind="stable")]
         ko = keys[o]
@@ -377,7 +377,8 @@ def _sample_distinct(rng, k: np.ndarray, p: np.ndarray, bulk_rounds: int = 3) ->
         tu = ku[ok]
         have += np.bincount(tu, minlength=n_users)
         held_mass += np.bincount(tu, weights=p[take - tu * np.int64(m)], minlength=n_users)
-        held_keys = np.union1d(held_keys, take) if held_keys.size else np.sort(take)
+        held_keys = np.sort(np.concatenate([held_keys, take]))  # disjoint by construction
+        del users, items, keys, pos, o, ko, first, ku, rank, ok, take, tu
     deficit = k - have
     short = np.flatnonzero(deficit > 0)
     if short.size:
@@ -387,9 +388,10 @@ def _sample_distinct(rng, k: np.ndarray, p: np.ndarray, bulk_rounds: int = 3) ->
         for b in range(0, len(short), block):
             us = short[b:b + block]
             keyv = rng.exponential(size=(len(us), m)) / np.maximum(p, 1e-300)
-            sel = np.isin(hu, us)
-            row_of = np.searchsorted(us, hu[sel])
-            keyv[row_of, held_keys[sel] - hu[sel] * m] = np.inf
+            lo_ = np.searchsorted(hu, us, side="left")
+            cnt = np.searchsorted(hu, us, side="right") - lo_
+            sel = np.repeat(lo_ - np.r_[0, np.cumsum(cnt)[:-1]], cnt) + np.arange(cnt.sum())
+            keyv[np.repeat(np.arange(len(us)), cnt), held_keys[sel] - hu[sel] * m] = np.inf
             d = deficit[us]
             kmax = int(d.max())
             part = np.argpartition(keyv, kmax - 1, axis=1)[:, :kmax] if kmax < m else np.tile(np.arange(m), (len(us), 1))
@@ -398,8 +400,15 @@ def _sample_distinct(rng, k: np.ndarray, p: np.ndarray, bulk_rounds: int = 3) ->
             mask = np.arange(kmax)[None, :] < d[:, None]
             rows = np.repeat(us, d)
             extra.append(rows * np.int64(m) + part[mask])
-        held_keys = np.union1d(held_keys, np.concatenate(extra))
+        held_keys = np.sort(np.concatenate([held_keys] + extra))
     return held_keys
+
+
+def _sorted_contains(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Membership of ``keys`` in the sorted array ``sorted_keys`` (binary search, no hashing)."""
+    idx = np.searchsorted(sorted_keys, keys)
+    np.minimum(idx, len(sorted_keys) - 1, out=idx)
+    return sorted_keys[idx] == keys
 
 
 def low_rank_interactions(n_users: int, n_items: int, n_interactions: int, top10_share: float = 0.86,
