@@ -70,16 +70,17 @@ class Config:
     mus: tuple = (0.0, 0.25, 1 / 3, 0.5, 1.0)
     seed: int = 0
     tag: str = ""
+    mu_sweep_methods: tuple = ("ada-dpals", "ada-dpsgd")  # the others run the claim mus only
 
 
 def quick_config() -> Config:
     """Seconds: the small embedded generator at reduced scale, both protocols, two epsilons."""
     common = {"iterations": 2, "factors": 8}
     return Config(
-        datasets=[DatasetRun("synthetic-skew", "random", scale=0.3, label="synthetic-skew-rmse", params=common),
-                  DatasetRun("synthetic-skew", "heldout-users", scale=0.3, heldout_users=100,
+        datasets=[DatasetRun("synthetic-skew", "random", scale=0.2, label="synthetic-skew-rmse", params=common),
+                  DatasetRun("synthetic-skew", "heldout-users", scale=0.2, heldout_users=100,
                              label="synthetic-skew-topk", params=common)],
-        epsilons=(1.0, 5.0), mus=(0.0, 0.25, 0.5), tag="_quick")
+        epsilons=(1.0, 5.0), mus=(0.0, 0.25, 0.5), tag="_quick", mu_sweep_methods=("ada-dpals",))
 
 
 def full_config(ml10m_scale: float = 0.1, ml20m_scale: float = 0.1) -> Config:
@@ -95,9 +96,9 @@ def full_config(ml10m_scale: float = 0.1, ml20m_scale: float = 0.1) -> Config:
     if shared is not None and (shared / "ml-100k").is_dir():
         ds.append(DatasetRun("ml-100k", "random", data_dir=str(shared / "ml-100k")))
     if shared is not None and (shared / "hetrec2011-lastfm-2k").is_dir():
-        ds.append(DatasetRun("lastfm", "heldout-users", data_dir=str(shared / "hetrec2011-lastfm-2k"),
+        ds.append(DatasetRun("lastfm-2k", "heldout-users", data_dir=str(shared / "hetrec2011-lastfm-2k"),
                              heldout_users=300))
-    return Config(datasets=ds)
+    return Config(datasets=ds, mu_sweep_methods=("ada-dpals",))
 
 
 def metric_name(protocol: str) -> str:
@@ -122,7 +123,9 @@ def plan(cfg: Config, part: str) -> list[tuple[str, float | None, float | None]]
             for fam in FAMILIES.values():
                 runs += [(fam[0], eps, None), (fam[1], eps, None)]
         for ada in ("ada-dpals", "ada-dpsgd"):
-            mus = set(cfg.mus) if need_mu else set()
+            mus = set(cfg.mus) if need_mu and ada in cfg.mu_sweep_methods else set()
+            if need_mu and ada not in cfg.mu_sweep_methods:
+                mus |= set(ADA_MUS_CLAIM)
             if need_main:
                 mus |= set(ADA_MUS_CLAIM)
             runs += [(ada, eps, mu) for mu in sorted(mus)]
@@ -159,7 +162,8 @@ def run(cfg: Config, part: str = "all", out_dir: Path | None = None, quiet: bool
                 params["mu"] = mu
             try:
                 model, res = X.run_experiment(split, method, epsilon=eps, params=params, seed=cfg.seed,
-                                              reference=reference, dataset=ds.key, pld=False)
+                                              reference=reference, dataset=ds.key, pld=False,
+                                              paper_sliced=ds.protocol == "heldout-users")
             except (ValueError, ImportError) as exc:
                 results["skipped"].append({"dataset": ds.key, "method": method, "epsilon": eps, "mu": mu,
                                            "reason": f"{type(exc).__name__}: {exc}"})
@@ -184,6 +188,28 @@ def run(cfg: Config, part: str = "all", out_dir: Path | None = None, quiet: bool
         results["plots"] = plots(results, out_dir, cfg.tag)
     C.write_text(out_dir / f"tradeoff{cfg.tag}.md", md)
     return results
+
+
+def collect(out_dir: Path | None = None, make_plots: bool = True) -> dict:
+    """Merge the per-dataset result files (``tradeoff_ds-*.json``) into ``tradeoff.json/.md`` + plots."""
+    out_dir = Path(out_dir or C.RESULTS)
+    files = sorted(out_dir.glob("tradeoff_ds-*.json"))
+    if not files:
+        raise ValueError(f"no tradeoff_ds-*.json files in {out_dir}; run with --datasets first")
+    merged = {"config": [], "environment": C.environment(), "runs": [], "skipped": [], "wall_seconds": 0.0,
+              "sources": [f.name for f in files]}
+    for f in files:
+        r = C.read_json(f)
+        merged["config"].append(r["config"])
+        merged["runs"] += r["runs"]
+        merged["skipped"] += r["skipped"]
+        merged["wall_seconds"] += r.get("wall_seconds", 0.0)
+    merged["analysis"] = analyse(merged)
+    C.write_json(out_dir / "tradeoff.json", merged)
+    if make_plots:
+        merged["plots"] = plots(merged, out_dir, "")
+    C.write_text(out_dir / "tradeoff.md", markdown(merged))
+    return merged
 
 
 # ------------------------------------------------------------------------------------------ analysis
@@ -417,12 +443,17 @@ def build_parser(p=None):
     p.add_argument("--epsilons", type=float, nargs="+", default=None)
     p.add_argument("--datasets", nargs="+", default=None, help="restrict to these dataset keys")
     p.add_argument("--budget-minutes", type=float, default=None, help="skip remaining runs after this time")
+    p.add_argument("--collect", action="store_true",
+                   help="merge results/tradeoff_ds-*.json (one per dataset) into tradeoff.json/.md and plots")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--quiet", action="store_true")
     return p
 
 
 def main_from_args(args) -> int:
+    if args.collect:
+        print(markdown(collect(args.out, make_plots=not args.no_plots)))
+        return 0
     cfg = quick_config() if args.quick else full_config(args.ml10m_scale, args.ml20m_scale)
     if args.epsilons:
         cfg.epsilons = tuple(args.epsilons)
@@ -431,6 +462,8 @@ def main_from_args(args) -> int:
         if not cfg.datasets:
             print("bench_tradeoff: error: no dataset left after --datasets", file=sys.stderr)
             return 2
+        if not args.quick and len(cfg.datasets) == 1:  # one file per dataset, merged by --collect
+            cfg.tag = f"_ds-{cfg.datasets[0].key}"
     res = run(cfg, args.part, args.out, quiet=args.quiet, make_plots=not args.no_plots,
               deadline_s=None if args.budget_minutes is None else 60 * args.budget_minutes)
     print(markdown(res))
