@@ -30,8 +30,8 @@ voids the guarantee for anyone who knows the seed.
 from __future__ import annotations
 
 import math
+import time
 
-import dp_accounting
 import numpy as np
 import scipy.sparse as sp
 
@@ -107,6 +107,11 @@ class DPALS(FactorizationModel):
     dtype : float32 (default) or float64.
     random_state : ``None`` (OS entropy, private) or a seed (experiments only; voids the
         guarantee if the seed is known).
+    num_threads : worker threads of the (non-private) user-step solves (``None`` = usable cores).
+
+    Attributes: ``item_factors_`` (the release), ``global_mean_`` (noisy when centering),
+    ``ledger_``, ``noise_scales_``, ``trained_items_``, ``user_factors_`` (projection, not
+    released), ``fit_timings_`` (seconds: ``preprocess``, per-step ``steps``, ``projection``).
     """
 
     _saved_arrays = ("item_factors_", "global_mean_")
@@ -136,7 +141,9 @@ class DPALS(FactorizationModel):
         init_scale: float = 0.1,
         dtype=np.float32,
         random_state=None,
+        num_threads: int | None = None,
     ):
+        self.num_threads = num_threads
         self.method = method
         self.epsilon = epsilon
         self.delta = delta
@@ -197,6 +204,8 @@ class DPALS(FactorizationModel):
         dt = np.dtype(self.dtype)
         if dt not in (np.float32, np.float64):
             raise ValueError(f"dtype must be float32 or float64, got {dt}")
+        if self.num_threads is not None:
+            check_int(self.num_threads, "num_threads", minimum=1)
         return {
             "epsilon": eps, "delta": delta, "kind": kind, "allocation": alloc, "factors": factors,
             "iterations": iters, "budget": budget, "mu": mu, "reg": reg, "reg_exponent": float(self.reg_exponent),
@@ -287,6 +296,7 @@ class DPALS(FactorizationModel):
         dtype = cfg["dtype"]
         rng = make_rng(self.random_state)
         init_rng = np.random.default_rng(rng.integers(0, 2**63 - 1)) if cfg["private"] else make_rng(self.random_state)
+        t_start = time.perf_counter()
         ledger = PrivacyLedger()
         private = cfg["private"]
         if private:
@@ -331,8 +341,12 @@ class DPALS(FactorizationModel):
         V = (init_rng.standard_normal((head.size, cfg["factors"])) * cfg["init_scale"]).astype(dtype)
         U = np.zeros((n_users, cfg["factors"]), dtype=dtype)
         batch = None
+        step_times = []
+        t_pre = time.perf_counter() - t_start
         for t in range(1, cfg["iterations"] + 1):
-            U, _ = half_step(labels, V, None, 0.0, reg_users, cfg["unobserved_weight"], False, "cholesky")
+            t_step = time.perf_counter()
+            U, _ = half_step(labels, V, None, 0.0, reg_users, cfg["unobserved_weight"], False, "cholesky",
+                             num_threads=self.num_threads)
             if private:
                 U = clip_rows(U, cfg["max_norm"]).astype(dtype, copy=False)
             batch = self.item_batch(cfg, labels, W, U, counts_h, n_users) if batch is None else batch.with_features(U)
@@ -343,6 +357,7 @@ class DPALS(FactorizationModel):
             result = solver.solve(batch, rng=rng)
             result.record(ledger, prefix=f"ALS step {t}: ")
             V = np.asarray(result.params, dtype=dtype)
+            step_times.append(time.perf_counter() - t_step)
 
         if private:
             self._check_ledger(ledger, self.planned_events(c_scale, s_scale, cfg))
@@ -360,7 +375,9 @@ class DPALS(FactorizationModel):
         self.ledger_ = ledger
         self.user_reg_norm_ = float(norm_u)
         self.trained_items_ = head
+        t_proj = time.perf_counter()
         self.user_factors_, _ = self._project_users(R_full)
+        self.fit_timings_ = {"preprocess": t_pre, "steps": step_times, "projection": time.perf_counter() - t_proj}
         return self
 
     def _item_solver(self, cfg, z, reg_items, V, batch):
@@ -403,7 +420,8 @@ class DPALS(FactorizationModel):
         norm = float(getattr(self, "user_reg_norm_", 1.0))
         reg = self.regularization * ((counts + 1.0) ** e) * norm if e else np.full(counts.shape, float(self.regularization))
         V = self.item_factors_
-        U, _ = half_step(rows, V, None, self._global(), reg, float(self.unobserved_weight), False, "cholesky")
+        U, _ = half_step(rows, V, None, self._global(), reg, float(self.unobserved_weight), False, "cholesky",
+                         num_threads=self.num_threads)
         return U, None
 
     def _metadata(self) -> dict:
