@@ -91,3 +91,10 @@ def test_msd_variant_filters_songs_then_users():
     assert users <= eligible and len(s.train.user_ids) == len(eligible) - 200
     assert set(s.train.item_ids.tolist()) <= set(x.item_ids[kept_items].tolist())
     assert np.all(s.train.matrix.data == 1.0)
+
+
+def test_default_heldout_size_and_named_parts(ratings):
+    s = heldout_users_split(ratings, random_state=0)
+    n_eligible = int(np.sum(ratings.binarize(3.5).user_counts >= 5))
+    assert len(s.train.user_ids) == n_eligible - 2 * (n_eligible // 10)
+    assert s.test_history is s.test.history and s.validation_targets is s.validation.targets

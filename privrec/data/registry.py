@@ -57,7 +57,7 @@ DATASETS: dict[str, DatasetInfo] = {d.name: d for d in [
 for _name, _preset in PRESETS.items():
     DATASETS[_name] = DatasetInfo(_name, "synthetic", _preset.description + f" ({_preset.n_users:,} x "
                                   f"{_preset.n_items:,}, {_preset.n_interactions:,})")
-ALIASES = {"hetrec2011-lastfm-2k": "lastfm-2k", "ml-10m100k": "ml-10m", "msd-taste-profile": "msd"}
+ALIASES = {"hetrec2011-lastfm-2k": "lastfm-2k", "lastfm": "lastfm-2k", "ml-10m100k": "ml-10m", "msd-taste-profile": "msd"}
 
 
 def dataset_names() -> list[str]:

@@ -53,6 +53,22 @@ class HeldOutSplit:
     validation: FoldIn    # validation users x training items
     test: FoldIn          # test users x training items
 
+    @property
+    def validation_history(self) -> Interactions:
+        return self.validation.history
+
+    @property
+    def validation_targets(self) -> Interactions:
+        return self.validation.targets
+
+    @property
+    def test_history(self) -> Interactions:
+        return self.test.history
+
+    @property
+    def test_targets(self) -> Interactions:
+        return self.test.targets
+
 
 def random_split(x: Interactions, fractions=(0.8, 0.1, 0.1), random_state=0) -> RandomSplit:
     """Random split of the interactions (not of users) into train/validation/test (Lee et al. 2013).
@@ -103,15 +119,20 @@ def _fold_in(x: Interactions, rng, target_fraction: float, min_items_for_targets
     return FoldIn(history=x.filter_entries(~is_target), targets=x.filter_entries(is_target))
 
 
-def heldout_users_split(x: Interactions, n_heldout: int, binarize_threshold: float | None = 3.5,
+DEFAULT_HELDOUT = 10_000  # ML-20M protocol (spec 004 §7)
+
+
+def heldout_users_split(x: Interactions, n_heldout: int | None = None, binarize_threshold: float | None = 3.5,
                         min_user_items: int = 5, min_item_users: int = 0, target_fraction: float = 0.2,
                         random_state=0) -> HeldOutSplit:
     """Strong-generalisation split of Liang et al. (2018); see the module docstring.
 
     ``n_heldout`` users go to validation and ``n_heldout`` others to test (10,000 each for ML-20M
-    in spec 004 §7). Held-out users left without any training item are dropped.
+    in spec 004 §7; ``None`` means 10,000, capped at 10% of the users passing the filters, so that
+    small data still split). Held-out users left without any training item are dropped.
     """
-    n_heldout = check_int(n_heldout, "n_heldout", 1)
+    if n_heldout is not None:
+        n_heldout = check_int(n_heldout, "n_heldout", 1)
     min_user_items = check_int(min_user_items, "min_user_items", 1)
     min_item_users = check_int(min_item_users, "min_item_users", 0)
     if not 0.0 < float(target_fraction) < 1.0:
@@ -119,6 +140,8 @@ def heldout_users_split(x: Interactions, n_heldout: int, binarize_threshold: flo
     if binarize_threshold is not None:
         x = x.binarize(binarize_threshold)
     x = _min_count_filter(x, min_user_items, min_item_users)
+    if n_heldout is None:
+        n_heldout = max(1, min(DEFAULT_HELDOUT, x.n_users // 10))
     if 2 * n_heldout >= x.n_users:
         raise ValueError(f"n_heldout={n_heldout} leaves no training user: only {x.n_users} users pass the filters")
     rng = np.random.default_rng(random_state)
