@@ -46,3 +46,7 @@ from .srgd import (
 )
 
 __all__ = [name for name in dir() if not name.startswith("_")]
+
+from .estimators import FederatedDPClassifier, FederatedDPRegressor  # noqa: E402
+
+__all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,152 @@
+"""scikit-learn style federated private estimators over the convex losses.
+
+Spec: ../shared/spec/002-isrl-dp-federated.md (algorithms A1, A3, baselines); issue 7 item 4.
+
+``FederatedDPRegressor`` (squared loss) and ``FederatedDPClassifier`` (logistic for two classes,
+softmax otherwise) fit on ``(X, y, silos)`` where ``silos`` assigns each row to its data owner.
+Each silo gets the budget ``(epsilon, delta)`` (``delta=None`` -> 1/n_i^2 per silo, the paper's
+choice); per-silo reports end up in ``privacy_reports_`` and ``epsilons_``. Feature rows are
+clipped to ``feature_bound`` when it is given (then the smoothness used by the accelerated method
+is data independent); otherwise the smoothness is taken from the data's largest row norm, a
+non-private tuning choice (as the paper's tuning, stated there as a caveat). The label set of a
+classifier is treated as public. ``random_state`` is for experiments: a known seed voids the
+privacy guarantee.
+
+Algorithms: ``"mb_sgd"`` (ISRL-DP MB-SGD), ``"accelerated"`` (AC-SA, ERM), ``"accelerated_one_pass"``,
+``"local_sgd"`` (ISRL-DP Local SGD); the suffix ``"_nonprivate"`` (or ``epsilon=inf``) gives the
+non-private baselines.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+
+from ...privacy import clip_rows
+from ..losses import LogisticLoss, SoftmaxLoss, SquaredLoss
+from .accelerated import accelerated_mb_sgd
+from .mbsgd import local_sgd, mb_sgd
+from .silos import SiloSet
+
+ALGORITHMS = ("mb_sgd", "accelerated", "accelerated_one_pass", "local_sgd")
+
+
+class _FederatedDP(BaseEstimator):
+    def __init__(self, algorithm: str = "mb_sgd", epsilon: float = 1.0, delta: float | None = None,
+                 rounds: int = 35, batch_size=0.1, step_size: float = 0.1, clip: float = 1.0,
+                 radius: float | None = None, n_available=None, local_steps: int = 10,
+                 feature_bound: float | None = None, l2: float = 0.0, fit_intercept: bool = True,
+                 sampling: str = "poisson", noise: str = "accountant", random_state=None):
+        self.algorithm = algorithm
+        self.epsilon = epsilon
+        self.delta = delta
+        self.rounds = rounds
+        self.batch_size = batch_size
+        self.step_size = step_size
+        self.clip = clip
+        self.radius = radius
+        self.n_available = n_available
+        self.local_steps = local_steps
+        self.feature_bound = feature_bound
+        self.l2 = l2
+        self.fit_intercept = fit_intercept
+        self.sampling = sampling
+        self.noise = noise
+        self.random_state = random_state
+
+    def _design(self, X):
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-D, got shape {X.shape}")
+        if self.feature_bound is not None:
+            X = clip_rows(X, self.feature_bound)
+        if self.fit_intercept:
+            X = np.hstack([X, np.ones((X.shape[0], 1))])
+        return X
+
+    def _fit(self, X, y, silos, loss):
+        algo = self.algorithm
+        private = not algo.endswith("_nonprivate") and math.isfinite(self.epsilon)
+        base = algo[: -len("_nonprivate")] if algo.endswith("_nonprivate") else algo
+        if base not in ALGORITHMS:
+            raise ValueError(f"algorithm must be one of {ALGORITHMS} (optionally + '_nonprivate'), got {algo!r}")
+        Xd = self._design(X)
+        if silos is None:
+            raise ValueError("silos (one silo label per row) is required: federated data has owners")
+        fed = SiloSet.from_groups(Xd, y, silos, epsilon=self.epsilon if private else math.inf, delta=self.delta)
+        kw = dict(clip=self.clip, radius=self.radius, n_available=self.n_available, private=private,
+                  random_state=self.random_state, noise=self.noise)
+        if base == "mb_sgd":
+            res = mb_sgd(fed, loss, rounds=self.rounds, batch_size=self.batch_size, step_size=self.step_size,
+                         sampling=self.sampling, **kw)
+        elif base == "local_sgd":
+            res = local_sgd(fed, loss, rounds=self.rounds, local_steps=self.local_steps,
+                            step_size=self.step_size, sampling=self.sampling, **kw)
+        else:
+            xb = self.feature_bound if self.feature_bound is not None else float(np.linalg.norm(Xd, axis=1).max())
+            xb = math.sqrt(xb**2 + 1.0) if (self.fit_intercept and self.feature_bound is not None) else xb
+            res = accelerated_mb_sgd(
+                fed, loss, batch_size=self.batch_size, smoothness=max(loss.smoothness(xb), 1e-12),
+                rounds=None if base == "accelerated_one_pass" else self.rounds,
+                mode="one_pass" if base == "accelerated_one_pass" else "erm",
+                sampling=self.sampling, **kw)
+        coef = res.coef
+        if self.fit_intercept:
+            self.coef_, self.intercept_ = coef[:-1], coef[-1]
+        else:
+            self.coef_, self.intercept_ = coef, np.zeros(coef.shape[1:]) if coef.ndim > 1 else 0.0
+        self.result_ = res
+        self.privacy_reports_ = res.reports
+        self.epsilons_ = res.epsilons
+        self.n_features_in_ = np.asarray(X).shape[1]
+        return self
+
+    def _decision(self, X):
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X must have shape (n, {self.n_features_in_}), got {X.shape}")
+        if self.feature_bound is not None:
+            X = clip_rows(X, self.feature_bound)
+        return X @ self.coef_ + self.intercept_
+
+
+class FederatedDPRegressor(RegressorMixin, _FederatedDP):
+    """Federated ISRL-DP linear regression (squared loss); see the module docstring for parameters."""
+
+    def fit(self, X, y, silos=None):
+        return self._fit(X, np.asarray(y, dtype=np.float64), silos, SquaredLoss(l2=self.l2))
+
+    def predict(self, X):
+        return self._decision(X)
+
+
+class FederatedDPClassifier(ClassifierMixin, _FederatedDP):
+    """Federated ISRL-DP logistic (2 classes) or softmax (more) regression."""
+
+    def fit(self, X, y, silos=None):
+        y = np.asarray(y)
+        self.classes_, codes = np.unique(y, return_inverse=True)
+        k = len(self.classes_)
+        if k < 2:
+            raise ValueError("FederatedDPClassifier needs at least two classes")
+        loss = LogisticLoss(l2=self.l2) if k == 2 else SoftmaxLoss(k, l2=self.l2)
+        return self._fit(X, codes.astype(np.float64) if k == 2 else codes, silos, loss)
+
+    def decision_function(self, X):
+        return self._decision(X)
+
+    def predict_proba(self, X):
+        z = self._decision(X)
+        if z.ndim == 1:
+            p = 1.0 / (1.0 + np.exp(-z))
+            return np.column_stack([1 - p, p])
+        z = z - z.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        return e / e.sum(axis=1, keepdims=True)
+
+    def predict(self, X):
+        z = self._decision(X)
+        idx = (z > 0).astype(int) if z.ndim == 1 else z.argmax(axis=1)
+        return self.classes_[idx]
