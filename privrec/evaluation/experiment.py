@@ -47,6 +47,7 @@ class Split:
     test: sp.csr_matrix | None = None          # random protocol
     history: sp.csr_matrix | None = None       # held-out users: fold-in
     targets: sp.csr_matrix | None = None       # held-out users: targets
+    projection: sp.csr_matrix | None = None    # random protocol: history users are projected from
     item_ids: np.ndarray | None = None
     user_ids: np.ndarray | None = None
     item_metadata: Any = None
@@ -72,26 +73,32 @@ def load_data(dataset: str | None = None, data_dir=None, scale: float | None = N
 
 
 def make_split(data, protocol: str, seed: int = 0, heldout_users: int | None = None) -> Split:
-    """Split ``Interactions`` by ``protocol`` (privrec.data's splits; spec 004 §7)."""
-    from .. import data as D
+    """Split ``Interactions`` by ``protocol`` with :mod:`privrec.data.splits` (spec 004 §7).
+
+    ``random``: 80/10/10 of the ratings; test users are projected from train + validation history
+    (spec §8), so ``Split.train`` (the fitting data) is the train part and the projection history
+    is train + validation (``Split.info["projection"]``). ``heldout-users``: ``heldout_users``
+    validation and test users (default ``min(10000, n_users // 10)``); ratings binarised at > 3.5,
+    play-count data (every value a count) at > 0; the test fold-in history and targets are used.
+    """
+    from ..data.splits import heldout_users_split, random_split
 
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; choose from {', '.join(PROTOCOLS)}")
-    meta = dict(item_ids=getattr(data, "item_ids", None), user_ids=getattr(data, "user_ids", None),
-                item_metadata=getattr(data, "item_metadata", None))
     if protocol == "random":
-        parts = D.random_split(data, random_state=seed)
-        train, valid, test = _parts(parts, ("train", "validation", "test"))
-        tr = _m(train)
-        if valid is not None:  # spec §8: test users are projected from train + validation history
-            tr = (tr + _m(valid)).tocsr()
-        return Split(protocol, tr, test=_m(test), **meta)
-    kw = {"random_state": seed}
-    if heldout_users is not None:
-        kw["n_heldout"] = heldout_users
-    parts = D.heldout_users_split(data, **kw)
-    train, history, targets = _parts(parts, ("train", "test_history", "test_targets"))
-    return Split(protocol, _m(train), history=_m(history), targets=_m(targets), **meta)
+        parts = random_split(data, random_state=seed)
+        meta = dict(item_ids=data.item_ids, user_ids=data.user_ids, item_metadata=data.item_metadata)
+        train = _m(parts.train)
+        return Split(protocol, train, test=_m(parts.test), projection=(train + _m(parts.validation)).tocsr(), **meta)
+    n_held = heldout_users if heldout_users is not None else max(1, min(10_000, data.n_users // 10))
+    values = np.asarray(data.matrix.data)
+    counts_data = values.size > 0 and bool(np.all(values == np.round(values))) and float(values.max()) > 5.0
+    threshold = 0.0 if counts_data else 3.5
+    parts = heldout_users_split(data, n_held, binarize_threshold=threshold, random_state=seed)
+    tr = parts.train
+    return Split(protocol, _m(tr), history=_m(parts.test.history), targets=_m(parts.test.targets),
+                 item_ids=tr.item_ids, user_ids=tr.user_ids, item_metadata=tr.item_metadata,
+                 info={"n_heldout": n_held, "binarize_threshold": threshold})
 
 
 def _parts(parts, names):
@@ -167,7 +174,8 @@ def privacy_summary(model, delta: float | None = None, pld: bool = True) -> dict
 def evaluate_split(model, split: Split, reference=None, k: int = 20, paper_sliced: bool = False) -> dict:
     """Metrics of a fitted model on a :class:`Split` (protocols module)."""
     if split.protocol == "random":
-        return evaluate_ratings(model, split.train, split.test, reference=reference)
+        history = split.projection if split.projection is not None else split.train
+        return evaluate_ratings(model, split.train, split.test, reference=reference, history=history)
     return evaluate_heldout(model, split.train, split.history, split.targets, k=k,
                             paper_sliced=paper_sliced, reference=reference)
 

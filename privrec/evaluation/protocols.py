@@ -84,20 +84,22 @@ def predict_pairs(model, user_factors, rows, cols, user_bias=None) -> np.ndarray
     return pred
 
 
-def evaluate_ratings(model, train, test, n_buckets: int = 5, reference=None) -> dict:
+def evaluate_ratings(model, train, test, n_buckets: int = 5, reference=None, history=None) -> dict:
     """Random-split protocol: RMSE and per-bucket RMSE of ``test`` (module docstring).
 
-    ``train`` and ``test`` are aligned users x items matrices (or ``Interactions``); the user
-    factors come from projecting each user's training history. With a ``reference`` model
-    (e.g. non-private ALS) the per-bucket top-20 cosine neighbour overlap is added.
+    ``train`` and ``test`` are aligned users x items matrices (or ``Interactions``); buckets come
+    from the training counts. The user factors come from projecting each user's ``history``
+    (default: ``train``; spec §8 uses train + validation). With a ``reference`` model (e.g.
+    non-private ALS) the per-bucket top-20 cosine neighbour overlap is added.
     """
     tr, te = _matrix(train), _matrix(test)
-    if tr.shape != te.shape:
-        raise ValueError(f"train {tr.shape} and test {te.shape} shapes differ")
+    hi = tr if history is None else _matrix(history)
+    if tr.shape != te.shape or hi.shape != tr.shape:
+        raise ValueError(f"train {tr.shape}, test {te.shape} and history {hi.shape} shapes differ")
     counts = np.diff(tr.tocsc().indptr)
     buckets = popularity_buckets(counts, n_buckets)
     users = np.flatnonzero(np.diff(te.indptr) > 0)
-    U, ub = project_users(model, tr[users], with_bias=True)
+    U, ub = project_users(model, hi[users], with_bias=True)
     sub = te[users].tocoo()
     pred = predict_pairs(model, U, sub.row, sub.col, ub)
     out = {
