@@ -275,8 +275,17 @@ def _rank_groups(n_items: int, top: int) -> np.ndarray:
     return starts[(starts >= 0) & (starts < n_items)]
 
 
+HEAD_OFFSET_FRACTION = 0.002
+
+
 def _zipf(m: int, a: float) -> np.ndarray:
-    p = np.arange(1, m + 1, dtype=np.float64) ** (-a)
+    """Zipf-Mandelbrot law ``p_r ∝ (r + c)^-a`` with head offset ``c = 0.002 m``.
+
+    A pure Zipf law (c = 0) puts the top item in ~99% of users' histories at ML-20M's skew; with
+    the offset the most popular item reaches ~45% of users, close to ML-20M's most-rated movie
+    (rated by about half of the users), while the calibrated exponent still fixes the top-10% share.
+    """
+    p = (np.arange(1, m + 1, dtype=np.float64) + HEAD_OFFSET_FRACTION * m) ** (-a)
     return p / p.sum()
 
 
@@ -419,7 +428,8 @@ def low_rank_interactions(n_users: int, n_items: int, n_interactions: int, top10
 
     * items per user: ``min_per_user`` + log-normal(0, ``user_sigma``) scaled to the total and
       capped at ``max_user_fraction * n_items`` (heavy-tailed activity);
-    * item popularity: Zipf ``p_r ∝ r^-a`` over a random permutation of the items, ``a`` calibrated
+    * item popularity: Zipf-Mandelbrot ``p_r ∝ (r + 0.002 n_items)^-a`` over a random permutation
+      of the items, ``a`` calibrated
       (:func:`calibrate_exponent`) so that the expected share of the top 10% of items is
       ``top10_share``; each user's items are distinct draws from it (successive sampling);
     * values from planted factors ``U (n_users, rank)``, ``V (n_items, rank)`` with N(0, rank^-1/2)

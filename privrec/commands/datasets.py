@@ -1,0 +1,110 @@
+"""``privrec datasets list | info NAME | prepare NAME`` (issue 2; spec 004 §7 datasets).
+
+* ``list``: every dataset name (real and synthetic) and whether a real one is found locally.
+* ``info NAME [--data-dir DIR] [--json]``: users, items, interactions, density, share of the
+  interactions held by the top 10% of items, min/median/max per user and per item.
+* ``prepare NAME [--download] [--data-dir DIR]``: find (or, with ``--download``, fetch from the
+  official URL) a real dataset, parse it once and fill the Parquet cache.
+
+Real datasets are looked up in ``--data-dir`` (the dataset folder itself or a folder holding it),
+else in ``$PRIVREC_DATA`` or ``./datasets``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from privrec.data.download import SOURCES, default_data_root, download_dataset
+from privrec.data.registry import DATASETS, find_dataset_folder, load_dataset, resolve_name
+from privrec.data.stats import dataset_stats
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("datasets", help="list, describe and prepare datasets",
+                              description=__doc__.split("\n\n")[0],
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="datasets_command", metavar="SUBCOMMAND", required=True)
+
+    q = sub.add_parser("list", help="list dataset names")
+    q.add_argument("--data-dir", help="folder to look for real datasets in (default: $PRIVREC_DATA or ./datasets)")
+    q.add_argument("--json", action="store_true", help="print JSON")
+    q.set_defaults(func=cmd_list)
+
+    q = sub.add_parser("info", help="statistics of a dataset")
+    q.add_argument("name", help="dataset name (see `privrec datasets list`)")
+    _location(q)
+    q.add_argument("--download", action="store_true", help="download a missing real dataset first")
+    q.add_argument("--scale", type=float, default=1.0, help="synthetic presets: fraction of users kept (default 1)")
+    q.add_argument("--seed", type=int, default=0, help="synthetic presets: generator seed (default 0)")
+    q.add_argument("--json", action="store_true", help="print one JSON object")
+    q.set_defaults(func=cmd_info)
+
+    q = sub.add_parser("prepare", help="locate or download a real dataset and cache its parsed form")
+    q.add_argument("name", help="dataset name (see `privrec datasets list`)")
+    _location(q)
+    q.add_argument("--download", action="store_true", help="download from the official URL if missing")
+    q.set_defaults(func=cmd_prepare)
+
+
+def _location(q) -> None:
+    q.add_argument("--data-dir", help="folder holding the dataset (or a parent of it); default: $PRIVREC_DATA "
+                                      "or ./datasets")
+    q.add_argument("--cache-dir", help="Parquet cache folder (default: $PRIVREC_CACHE or <data root>/.cache)")
+    q.add_argument("--no-cache", action="store_true", help="parse the source files without the Parquet cache")
+
+
+def cmd_list(args) -> int:
+    rows = []
+    for name, d in DATASETS.items():
+        found = None
+        if d.kind == "real":
+            folder = find_dataset_folder(name, args.data_dir)
+            found = str(folder) if folder else None
+        rows.append({"name": name, "kind": d.kind, "description": d.description, "local": found,
+                     "downloadable": name in SOURCES})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        where = "generated" if r["kind"] == "synthetic" else (f"found: {r['local']}" if r["local"] else "not found")
+        print(f"{r['name']:<{width}}  {r['kind']:<9}  {where:<28}  {r['description']}")
+    return 0
+
+
+def cmd_info(args) -> int:
+    d = resolve_name(args.name)
+    x = load_dataset(d.name, data_dir=args.data_dir, download=args.download, cache=not args.no_cache,
+                     cache_dir=args.cache_dir, scale=args.scale, random_state=args.seed)
+    stats = dataset_stats(x)
+    stats["name"] = d.name
+    if args.json:
+        print(json.dumps(stats, indent=2))
+        return 0
+    pu, pi = stats["per_user"], stats["per_item"]
+    print(f"dataset        {d.name}  ({d.description})")
+    print(f"users          {stats['users']:,}")
+    print(f"items          {stats['items']:,}")
+    print(f"interactions   {stats['interactions']:,}")
+    print(f"density        {stats['density']:.6f}")
+    print(f"top-10% items  hold {100 * stats['top10_item_share']:.1f}% of interactions")
+    print(f"per user       min {pu['min']:,}  median {pu['median']:g}  max {pu['max']:,}")
+    print(f"per item       min {pi['min']:,}  median {pi['median']:g}  max {pi['max']:,}")
+    print(f"values         {stats['value_min']:g} .. {stats['value_max']:g}")
+    return 0
+
+
+def cmd_prepare(args) -> int:
+    d = resolve_name(args.name)
+    if d.kind == "synthetic":
+        print(f"{d.name} is generated on the fly (seeded, no files); nothing to prepare")
+        return 0
+    folder = find_dataset_folder(d.name, args.data_dir)
+    if folder is None and args.download:
+        print(f"downloading {d.name} from {SOURCES[d.name].url} ...", flush=True)
+        folder = download_dataset(d.name, args.data_dir if args.data_dir else default_data_root())
+    x = load_dataset(d.name, data_dir=folder if folder is not None else args.data_dir, download=False,
+                     cache=not args.no_cache, cache_dir=args.cache_dir)
+    print(f"{d.name}: {x.n_users:,} users x {x.n_items:,} items, {x.nnz:,} interactions; source {folder}")
+    return 0
