@@ -48,24 +48,29 @@ def rank_within_rows(indptr: np.ndarray, keys, tiebreak=None) -> np.ndarray:
     """Rank (0 = smallest key) of every entry inside its row, ties broken by ``tiebreak``.
 
     One ``np.lexsort`` over all entries: sort by (row, key, tiebreak), then the rank of the entry
-    at sorted position p is p - indptr[row].
+    at sorted position p is p - indptr[row]. (General but slower than :func:`keep_lowest_per_row`.)
     """
     indptr = np.asarray(indptr)
     rows = row_ids(indptr)
     sort_keys = [rows] if tiebreak is None else [tiebreak, rows]
     sort_keys.insert(len(sort_keys) - 1, keys)  # lexsort: last key is primary
     order = np.lexsort(tuple(sort_keys))
+    return _rank_from_order(indptr, rows, order)
+
+
+def _rank_from_order(indptr, rows, order):
     rank = np.empty(rows.size, dtype=np.int64)
     rank[order] = np.arange(rows.size, dtype=np.int64) - indptr[:-1].astype(np.int64)[rows]
     return rank
 
 
-def keep_lowest_per_row(indptr: np.ndarray, k: int, keys, rng: np.random.Generator) -> np.ndarray:
-    """Boolean mask keeping, in every row, the ``k`` entries with the lowest ``keys`` (ties at random).
+def keep_lowest_per_row(indptr: np.ndarray, k: int, levels, n_levels: int, rng: np.random.Generator) -> np.ndarray:
+    """Boolean mask keeping, in every row, the ``k`` entries of lowest integer ``levels`` (ties at random).
 
-    Rows with at most ``k`` entries are kept whole; only the entries of longer rows are ranked
-    (one lexsort over them), so the cost is proportional to the long rows. ``keys=None`` means
-    uniform sampling without replacement (random keys).
+    ``levels`` (per entry, integers in [0, n_levels)) or ``None`` (uniform sampling without
+    replacement). Rows with at most ``k`` entries are kept whole; only the entries of longer rows
+    are ranked, with a single float64 argsort of ``row + (level + U) / n_levels`` with U ~ U[0, 1)
+    (the row is the integer part, so rows never mix; U breaks ties uniformly per entry).
     """
     indptr = np.asarray(indptr)
     lengths = np.diff(indptr)
@@ -75,21 +80,29 @@ def keep_lowest_per_row(indptr: np.ndarray, k: int, keys, rng: np.random.Generat
         return keep
     sub_len = lengths[long_rows]
     sub_indptr = np.concatenate(([0], np.cumsum(sub_len)))
-    # positions of the long rows' entries in the full arrays
-    starts = indptr[long_rows]
-    pos = np.repeat(starts - sub_indptr[:-1], sub_len) + np.arange(int(sub_indptr[-1]))
-    random_keys = rng.random(pos.size)
-    if keys is None:
-        rank = rank_within_rows(sub_indptr, random_keys)
-    else:
-        rank = rank_within_rows(sub_indptr, np.asarray(keys)[pos], tiebreak=random_keys)
-    keep[pos] = rank < k
+    pos = np.repeat(indptr[long_rows] - sub_indptr[:-1], sub_len) + np.arange(int(sub_indptr[-1]))
+    rows = row_ids(sub_indptr)
+    u = rng.random(pos.size)
+    lev = None if levels is None else np.asarray(levels)[pos]
+    if long_rows.size < 2**30 and n_levels < 2**20:
+        # fraction in [0, 1 - 2^-20): with rows < 2^30 float64 resolves it, so rows never mix
+        key = u if lev is None else u + lev
+        key *= (1.0 - 2.0**-20) / n_levels
+        key += rows
+        order = np.argsort(key)
+    else:  # pragma: no cover - astronomically large inputs: exact lexsort
+        order = np.lexsort((u, rows) if lev is None else (u, lev, rows))
+    kept = _rank_from_order(sub_indptr, rows, order) < k
+    # enforce the per-row bound in code (it is the counts' sensitivity): exactly k kept per long row
+    if not np.all(np.bincount(rows[kept], minlength=long_rows.size) == k):
+        raise AssertionError("per-row sampling kept a wrong number of entries")  # pragma: no cover
+    keep[pos] = kept
     return keep
 
 
 def sample_per_row(indptr: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
     """Boolean mask keeping at most ``k`` entries per row, uniformly at random without replacement."""
-    return keep_lowest_per_row(indptr, k, None, rng)
+    return keep_lowest_per_row(indptr, k, None, 1, rng)
 
 
 def row_sums(indptr: np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -86,7 +86,9 @@ def tail_weights(user_items, counts, k: int, rng=None, dtype=np.float32) -> sp.c
     k = check_int(k, "k", minimum=1)
     c = _check_counts(counts, m.shape[1])
     rng = make_rng(rng)
-    keep = keep_lowest_per_row(m.indptr, k, c[m.indices], rng)
+    # dense integer levels of the noisy counts (equal counts -> equal level; ties broken per entry)
+    uniq, level_of_item = np.unique(c, return_inverse=True)
+    keep = keep_lowest_per_row(m.indptr, k, level_of_item[m.indices], uniq.size, rng)
     data = enforce_budget(m.indptr, keep.astype(dtype), float(k))
     return _aligned(m, data)
 

@@ -109,11 +109,14 @@ class TaskBatch:
             n_tasks, n_units = n_cols, n_rows
             if features.ndim != 2 or features.shape[0] != n_units:
                 raise ValueError(f"features must have {n_units} rows (one per unit), got shape {features.shape}")
-            units = np.repeat(np.arange(n_rows, dtype=np.int64), np.diff(labels.indptr))
-            order = np.argsort(labels.indices, kind="stable")
-            tasks = labels.indices[order]
-            fid, lab, w = units[order], lab[order], w[order]
-            indptr = np.concatenate(([0], np.cumsum(np.bincount(tasks, minlength=n_tasks))))
+            # one O(nnz) counting sort (scipy's CSR -> CSC) of the entry positions, applied to both
+            # data arrays: stable, so labels and weights stay aligned
+            pos = sp.csr_matrix(
+                (np.arange(1, labels.nnz + 1, dtype=np.int64), labels.indices, labels.indptr), shape=labels.shape
+            ).tocsc()
+            order = pos.data - 1
+            fid, lab, w = pos.indices.astype(np.int64), lab[order], w[order]
+            indptr = pos.indptr.astype(np.int64)
         else:
             n_tasks, n_units = n_rows, n_cols
             if features.ndim != 2 or features.shape[0] != n_units:
