@@ -229,3 +229,38 @@ def test_bad_input_errors():
         accelerated_mb_sgd(silos, SquaredLoss(), batch_size=3, smoothness=1.0, rounds=5, mode="one_pass", clip=1.0)
     with pytest.raises(ValueError, match="NaN"):
         Silo(np.full((3, 2), np.nan), np.ones(3), 1.0)
+
+
+# ---------------------------------------------------------------- estimators
+def test_estimators_end_to_end_with_per_silo_reports():
+    from privrec.convex.federated import FederatedDPClassifier, FederatedDPRegressor
+
+    rng = np.random.default_rng(10)
+    n, d = 1200, 3
+    X = rng.standard_normal((n, d))
+    w = np.array([1.0, -0.5, 0.25])
+    y = X @ w + 0.5 + 0.05 * rng.standard_normal(n)
+    silo = np.arange(n) % 3  # equal silo sizes: one accountant calibration serves every fit below
+    reg = FederatedDPRegressor(algorithm="mb_sgd", epsilon=3.0, rounds=12, batch_size=40, step_size=0.3, clip=4.0,
+                               feature_bound=4.0, random_state=0).fit(X, y, silos=silo)
+    assert reg.coef_.shape == (d,) and reg.score(X, y) > 0.85
+    acc = FederatedDPRegressor(algorithm="accelerated", epsilon=3.0, rounds=12, batch_size=40, clip=4.0,
+                               random_state=0).fit(X, y, silos=silo)
+    assert acc.score(X, y) > 0.5 and max(acc.epsilons_) <= 3.0
+    assert len(reg.privacy_reports_) == 3
+    for rep, e in zip(reg.privacy_reports_, reg.epsilons_):
+        assert epsilon_from_report(rep) == pytest.approx(e) and e <= 3.0
+    nonpriv = FederatedDPRegressor(algorithm="mb_sgd_nonprivate", rounds=40, batch_size=0.5, step_size=0.5).fit(
+        X, y, silos=silo)
+    assert nonpriv.score(X, y) > 0.95 and all(math.isinf(e) for e in nonpriv.epsilons_)
+    labels = np.array(["a", "b", "c"])[np.digitize(X @ w, [-0.7, 0.7])]
+    clf = FederatedDPClassifier(epsilon=3.0, rounds=12, batch_size=40, step_size=2.0, clip=2.0,
+                                random_state=0).fit(X, labels, silos=silo)
+    assert set(clf.predict(X)) <= {"a", "b", "c"} and clf.score(X, labels) > 0.6
+    np.testing.assert_allclose(clf.predict_proba(X[:5]).sum(axis=1), 1.0)
+    with pytest.raises(ValueError, match="silos"):
+        FederatedDPRegressor().fit(X, y)
+    with pytest.raises(ValueError, match="algorithm"):
+        FederatedDPRegressor(algorithm="nope").fit(X, y, silos=silo)
+    with pytest.raises(ValueError, match="shape"):
+        reg.predict(X[:, :2])
