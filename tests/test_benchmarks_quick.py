@@ -1,0 +1,91 @@
+"""Smoke tests of the reproduction benchmarks in ``--quick`` mode (issue 5; spec 004 §7).
+
+The quick configuration runs every method on a small generated dataset (both protocols); the test
+checks the outputs' structure, that every private run's accountant epsilon is within its target,
+and that the claim verdicts agree with the measured numbers they summarise.
+"""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from privrec import models
+from privrec.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_tradeoff as B  # noqa: E402
+
+needs_dpals = pytest.mark.skipif(not hasattr(models, "DPALS"), reason="privrec.models.DPALS not available")
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    return out, B.run(B.quick_config(), "all", out, quiet=True)
+
+
+@needs_dpals
+@pytest.mark.slow
+def test_quick_tradeoff_outputs_and_privacy(quick):
+    out, res = quick
+    saved = json.loads((out / "tradeoff_quick.json").read_text())
+    assert saved["runs"] and not [s for s in saved["skipped"] if "budget" in s["reason"]]
+    methods = {r["method"] for r in saved["runs"]}
+    assert methods == {"als", "dpals-uniform", "dpals-tail", "ada-dpals", "dpsgd-uniform", "dpsgd-tail", "ada-dpsgd"}
+    for r in saved["runs"]:
+        m = r["metrics"]["rmse" if r["protocol"] == "random" else "recall@20"]
+        assert isinstance(m, float) and math.isfinite(m)
+        assert len(r["sliced"]["rmse" if r["protocol"] == "random" else "recall"]) == 5
+        if r["method"] != "als":
+            assert 0 < r["epsilon_spent"] <= r["epsilon"] * (1 + 1e-6)
+            assert r["n_events"] >= 2
+            assert len(r["sliced"]["neighbour_overlap@20"]) == 5
+    md = (out / "tradeoff_quick.md").read_text()
+    assert "ada > tail > uniform" in md
+    assert any(p.endswith(".png") for p in res.get("plots", []))
+    assert all(Path(p).stat().st_size > 0 for p in res["plots"])
+
+
+@needs_dpals
+@pytest.mark.slow
+def test_claim_verdicts_match_measured_numbers(quick):
+    _, res = quick
+    for ds, e in res["analysis"].items():
+        lower = e["protocol"] == "random"
+        for eps, v in e["by_epsilon"].items():
+            o = v["overall"]
+            for fam, (uni, tail, ada) in B.FAMILIES.items():
+                c = v["claims"][fam]
+                better = (lambda a, b: a < b) if lower else (lambda a, b: a > b)
+                assert c["ordering_ada>tail>uniform"] == (better(o[ada], o[tail]) and better(o[tail], o[uni]))
+                assert o[f"{ada}_best_mu"] in pytest.approx(list(B.ADA_MUS_CLAIM))
+
+
+def test_plan_covers_mu_sweep_and_claim_mus():
+    cfg = B.Config(datasets=[], epsilons=(1.0,), mus=(0.0, 1.0))
+    p = B.plan(cfg, "all")
+    ada = sorted(mu for m, e, mu in p if m == "ada-dpals")
+    assert ada == pytest.approx(sorted([0.0, 0.25, 1 / 3, 0.5, 1.0]))
+    assert ("als", None, None) in p and ("dpsgd-tail", 1.0, None) in p
+    assert {m for m, _, _ in B.plan(cfg, "mu")} == {"als", "ada-dpals", "ada-dpsgd"}
+
+
+def test_improvement_direction():
+    assert B._improvement(0.9, 1.0, "random") == pytest.approx(0.1)  # lower RMSE is better
+    assert B._improvement(0.11, 0.10, "heldout-users") == pytest.approx(0.1)  # higher recall is better
+    assert math.isnan(B._improvement(float("nan"), 1.0, "random"))
+
+
+def test_benchmark_command_dispatch_errors(capsys):
+    assert main(["benchmark", "nosuch"]) != 0
+    assert "invalid choice" in capsys.readouterr().err
+    from privrec.commands.benchmark import load_script
+
+    with pytest.raises(FileNotFoundError, match="not found"):
+        load_script("no_such_script.py")
+    assert main(["benchmark", "tradeoff", "--quick", "--datasets", "nope"]) == 2
