@@ -10,9 +10,11 @@ DP asks that everything except x_j be private with respect to owner j's data. Al
 What privrec runs (:class:`JointDPSGD`):
 
 * each step picks ``owners_per_step`` = B distinct owners uniformly (B = 1 is the spec's
-  algorithm), one uniformly random record from each, and clips each record's joint gradient
-  ``(grad_x, grad_u)`` to L2 norm ``clip_norm`` = L (this enforces the spec's L-Lipschitz
-  assumption in code);
+  algorithm) and ``records_per_owner`` = k uniformly random records (with replacement) from each,
+  clips each record's joint gradient ``(grad_x, grad_u)`` to L2 norm ``clip_norm`` = L (this
+  enforces the spec's L-Lipschitz assumption in code) and uses each owner's mean over its k
+  records (k = 1 is the spec's algorithm; k > 1 costs nothing extra under the owner-level
+  accounting below, since the mean of clipped gradients is still bounded by L);
 * the whole update is ``theta <- Proj(theta - eta (sum of clipped gradients + noise) / B)``
   where noise ~ N(0, sigma^2) is added to the shared block only (``regime="joint"``), to every
   coordinate of every owner's block and the shared block (``regime="full"``, the full-DP
@@ -44,6 +46,7 @@ group-privacy conversion for callers who account record-level.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -225,6 +228,18 @@ def _project(a: np.ndarray, radius: float) -> np.ndarray:
     return a
 
 
+def _step_event(z: float, n_owners: int, B: int, T: int):
+    """T steps of a Gaussian (multiplier z) on a uniform B-subset of the n owners."""
+    return fixed_size_subsampled_gaussian_event(B, n_owners, z, T)
+
+
+@functools.lru_cache(maxsize=256)
+def _calibrated_multiplier(epsilon: float, delta: float, n_owners: int, B: int, T: int) -> float:
+    """Accountant-calibrated multiplier for the exact event a fit records (cached: a pure function)."""
+    return calibrate_noise_multiplier(epsilon, delta, lambda z: _step_event(z, n_owners, B, T),
+                                      neighboring="replace_one")
+
+
 @dataclass
 class JointFitInfo:
     noise_std: float
@@ -249,6 +264,7 @@ class JointDPSGD:
         :meth:`privacy_report`.
     n_steps : T (``individual``: steps per owner).
     owners_per_step : B distinct owners per step (1 = the spec's algorithm).
+    records_per_owner : k records per selected owner per step, averaged (1 = the spec's algorithm).
     clip_norm : L, per-example bound on the joint gradient (enforced by clipping).
     personal_radius, shared_radius : L2-ball radii of X and U (``inf`` = no projection).
     learning_rate : float or ``"auto"``: eta = R / sqrt(T (L^2 + p sigma^2 / B^2)) with
@@ -260,7 +276,7 @@ class JointDPSGD:
     """
 
     def __init__(self, model, regime: str = "joint", epsilon: float | None = 1.0, delta: float = 1e-5,
-                 n_steps: int = 1000, owners_per_step: int = 1, clip_norm: float = 1.0,
+                 n_steps: int = 1000, owners_per_step: int = 1, records_per_owner: int = 1, clip_norm: float = 1.0,
                  personal_radius: float = math.inf, shared_radius: float = math.inf, learning_rate="auto",
                  noise_multiplier: float | None = None, average: bool = True, random_state=None):
         if regime not in REGIMES:
@@ -271,6 +287,7 @@ class JointDPSGD:
         self.delta = delta
         self.n_steps = n_steps
         self.owners_per_step = owners_per_step
+        self.records_per_owner = records_per_owner
         self.clip_norm = clip_norm
         self.personal_radius = personal_radius
         self.shared_radius = shared_radius
@@ -286,6 +303,7 @@ class JointDPSGD:
         self.rx_ = check_positive(self.personal_radius, "personal_radius", allow_inf=True)
         self.ru_ = check_positive(self.shared_radius, "shared_radius", allow_inf=True)
         check_int(self.owners_per_step, "owners_per_step", minimum=1)
+        self.k_ = check_int(self.records_per_owner, "records_per_owner", minimum=1)
         if self.regime in ("joint", "full"):
             self.delta_ = check_delta(self.delta)
             if self.noise_multiplier is None:
@@ -301,7 +319,7 @@ class JointDPSGD:
             check_positive(self.learning_rate, "learning_rate")
 
     def _step_event(self, z: float, n_owners: int, B: int):
-        return fixed_size_subsampled_gaussian_event(B, n_owners, z, self.n_steps_)
+        return _step_event(z, n_owners, B, self.n_steps_)
 
     def fit(self, X, y, owner):
         """Fit on records X (N, d), labels y, owner labels ``owner`` (N,) (any hashable values)."""
@@ -335,9 +353,7 @@ class JointDPSGD:
             if self.noise_multiplier is not None:
                 z = float(self.noise_multiplier)
             else:
-                z = calibrate_noise_multiplier(
-                    self.epsilon, self.delta_, lambda s: self._step_event(s, n, B), neighboring="replace_one"
-                )
+                z = _calibrated_multiplier(float(self.epsilon), self.delta_, n, B, T)
             sigma = 2.0 * L * z
             ledger.record(
                 f"{self.regime}-DP SGD: {T} steps, {B} of {n} owners per step, noise on "
@@ -385,17 +401,23 @@ class JointDPSGD:
                 sel = np.broadcast_to(np.arange(n), (c, n))
             else:
                 sel = np.argpartition(rng.random((c, n)), B - 1, axis=1)[:, :B]
-            rows = starts[sel] + np.floor(rng.random(sel.shape) * counts[sel]).astype(np.int64)
+            k = self.k_
+            rows = starts[sel][..., None] + np.floor(
+                rng.random((*sel.shape, k)) * counts[sel][..., None]).astype(np.int64)
             for t in range(c):
                 if self.average:
                     U_sum += U
                     P_sum += P
                 j = sel[t]
-                Xb, yb = Xs[rows[t]], ys[rows[t]]
-                r, sq = model.gradient_parts(P[j], U, Xb, yb)
-                scale = np.minimum(1.0, L / np.maximum(np.sqrt(sq), 1e-300)).astype(dtype)
+                rt = rows[t].reshape(-1)
+                Xb, yb = Xs[rt], ys[rt]
+                r, sq = model.gradient_parts(np.repeat(P[j], k, axis=0), U, Xb, yb)
+                # clip each record, then average the owner's k records (norm of the mean <= L)
+                scale = (np.minimum(1.0, L / np.maximum(np.sqrt(sq), 1e-300)) / k).astype(dtype)
                 gU = model.shared_grad_sum(r, Xb, scale)
                 gP = model.personal_grads(r, Xb, scale)
+                if k > 1:
+                    gP = gP.reshape(j.size, k, *gP.shape[1:]).sum(axis=1)
                 if sigma > 0:
                     gU = gU + sigma * rng.standard_normal(U.shape).astype(dtype)
                 U -= (eta / B) * gU
