@@ -29,6 +29,15 @@ from .calibration import (
 from .channel import SiloChannel
 from ._common import FederatedResult, federated_objective, project_ball
 from .mbsgd import local_sgd, mb_sgd
+from .moreau import AbsoluteLoss, HingeLoss, MoreauEnvelope
+from .shuffle import (
+    advanced_composition,
+    calibrate_shuffle,
+    fmt_shuffle_epsilon,
+    gaussian_epsilon,
+    shuffle_guarantee,
+    shuffled_mb_sgd,
+)
 from .silos import Availability, Silo, SiloSet
 from .srgd import (
     SingleEpochResult,

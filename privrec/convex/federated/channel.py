@@ -41,10 +41,12 @@ class SiloChannel:
     paper_sigma : optional std of the paper's closed-form noise on the *mean* message; the noise
         used is then ``max(paper, accountant)``.
     rng : numpy Generator (OS entropy by default; a known seed voids the guarantee).
+    noise_multiplier : optional fixed multiplier (the shuffle model calibrates its own); the
+        ledger then records the true event, whatever epsilon it gives.
     """
 
     def __init__(self, silo: Silo, loss, clip, batch_size: int, max_messages: int, sampling: str = "poisson",
-                 paper_sigma: float | None = None, rng=None):
+                 paper_sigma: float | None = None, rng=None, noise_multiplier: float | None = None):
         self.silo = silo
         self.loss = loss
         self.batch_size = int(min(max(1, batch_size), silo.n))
@@ -64,7 +66,11 @@ class SiloChannel:
                     f"{silo.name}: one pass over {silo.n} records allows at most {silo.n // self.batch_size} "
                     f"batches of {self.batch_size}, asked for {self.max_messages}"
                 )
-            z = accountant_multiplier(silo.epsilon, silo.delta, sampling, silo.n, self.batch_size, self.max_messages)
+            if noise_multiplier is not None:  # set by a caller with its own (documented) analysis
+                z = float(noise_multiplier)
+            else:
+                z = accountant_multiplier(silo.epsilon, silo.delta, sampling, silo.n, self.batch_size,
+                                          self.max_messages)
             self.accountant_multiplier = z
             if paper_sigma is not None:
                 z = max(z, paper_sigma * self.batch_size / self.sensitivity)

@@ -49,6 +49,7 @@ def mb_sgd(silos, loss, *, rounds: int, batch_size, step_size, clip: float | Non
     ----------
     silos : :class:`SiloSet` or list of :class:`Silo` (budgets per silo).
     loss : privrec convex loss; its ridge term ``l2`` is added on the server (data independent).
+        For non-smooth losses pass ``MoreauEnvelope(loss, beta)`` (spec A1, Moreau option).
     rounds : R. batch_size : K (int, capped at n_i) or a fraction of n_i (K_i / n_i equal).
     step_size : constant eta or a callable ``r -> eta_r``.
     clip : per-example gradient clip L (required when private).
