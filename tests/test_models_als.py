@@ -42,19 +42,28 @@ def _dense_half_step(R, F, fixed_bias, mu, reg_rows, alpha0, with_bias):
     return out
 
 
+@pytest.mark.parametrize("d", [5, 12])
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("alpha0", [0.0, 0.3])
-def test_half_step_equals_dense_ridge(with_bias, alpha0):
-    R = _ratings(empty_user=3)
+def test_half_step_equals_dense_ridge(with_bias, alpha0, d):
+    """Rows shorter than d take the dual (L x L) path, longer rows the primal one: both exact."""
+    rng = np.random.default_rng(0)
+    dense = np.zeros((40, 25), dtype=np.float32)
+    for r in range(40):  # row lengths 0..24: both paths and an empty row
+        if r != 3:
+            dense[r, rng.choice(25, size=r % 25, replace=False)] = rng.integers(1, 6, size=r % 25)
+    R = sp.csr_matrix(dense)
+    counts = np.diff(R.indptr)
+    assert (counts[counts > 0] < d + with_bias).any() and (counts >= d + with_bias).any()
     rng = np.random.default_rng(1)
-    F = rng.standard_normal((R.shape[1], 5))
+    F = rng.standard_normal((R.shape[1], d))
     fb = rng.standard_normal(R.shape[1])
     reg, _ = frequency_regularization(np.diff(R.indptr), 2.0, 0.7)
     X, b = half_step(R, F, fb, 3.1, reg, alpha0, with_bias)
     ref = _dense_half_step(R, F, fb, 3.1, reg, alpha0, with_bias)
-    np.testing.assert_allclose(X, ref[:, :5], rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(X, ref[:, :d], rtol=1e-8, atol=1e-10)
     if with_bias:
-        np.testing.assert_allclose(b, ref[:, 5], rtol=1e-9, atol=1e-10)
+        np.testing.assert_allclose(b, ref[:, d], rtol=1e-8, atol=1e-10)
     assert np.all(X[3] == 0)  # a row without data gets the zero solution
 
 

@@ -12,7 +12,8 @@ an optional extra Gramian (the gravity / unobserved-weight term alpha_0 * F^T F 
 Everything is batched: rows are sorted by length and cut into chunks whose padded size is bounded;
 for a chunk the neighbours' factors are gathered into a zero-padded ``(B, L, d)`` block, the
 Gramians ``X^T X`` and right-hand sides ``X^T t`` are formed with batched BLAS (``np.matmul``), and
-the ``B`` systems are solved with one batched LAPACK call (exact), or with a few
+the ``B`` systems are solved with one batched LAPACK call (exact; rows shorter than d use the
+equivalent L x L dual system instead, see ``solve_rows``), or with a few
 warm-started conjugate-gradient steps that never form the d x d Gramians (fast, approximate).
 There is no Python loop over rows, only over chunks.
 """
@@ -171,20 +172,43 @@ def solve_rows(
     if solver == "cg" and x0 is None:
         x0 = np.zeros((n_rows, d), dtype=dtype)
 
+    # Dual ("push-through") form for short rows, exact as well:
+    #   (D + X^T X)^{-1} X^T t = D^{-1} X^T (I_L + X D^{-1} X^T)^{-1} t,
+    # with D = diag(reg_r + lambda) in the eigenbasis Q of the gravity Gramian (G = Q diag(lambda) Q^T).
+    # It costs O(L^2 d + L^3) per row instead of O(L d^2 + d^3), a large saving when L < d.
+    if grav is not None:
+        lam, Q = np.linalg.eigh(grav.astype(np.float64))
+        lam = np.maximum(lam, 0.0)
+        rot_ext = (fixed_ext.astype(np.float64) @ Q).astype(dtype)
+        Q = Q.astype(dtype)
+    else:
+        lam, Q, rot_ext = np.zeros(d), None, fixed_ext
+    dual_ok = solver == "cholesky" and bool(np.all(reg_rows.astype(np.float64)[counts > 0] + lam.min() > 0))
+
     def work(chunk):
         rows, length = chunk
-        X, t = gather_padded(indptr, indices, targets, rows, length, fixed_ext)
-        Xt = np.ascontiguousarray(X.transpose(0, 2, 1))
-        b = np.matmul(Xt, t[..., None])[..., 0]
         reg = reg_rows[rows]
+        if solver == "cholesky" and dual_ok and length < d:
+            X, t = gather_padded(indptr, indices, targets, rows, length, rot_ext)
+            dinv = (1.0 / (reg[:, None].astype(np.float64) + lam[None, :])).astype(dtype)  # (B, d)
+            XD = X * dinv[:, None, :]
+            K = np.matmul(XD, X.transpose(0, 2, 1))
+            K[:, np.arange(length), np.arange(length)] += 1.0
+            a = np.linalg.solve(K, t[..., None])  # (B, L, 1); padded slots give a = 0
+            sol = np.matmul(XD.transpose(0, 2, 1), a)[..., 0]
+            out[rows] = sol if Q is None else sol @ Q.T
+            return
+        X, t = gather_padded(indptr, indices, targets, rows, length, fixed_ext)
         if solver == "cholesky":
+            Xt = np.ascontiguousarray(X.transpose(0, 2, 1))
+            b = np.matmul(Xt, t[..., None])[..., 0]
             A = np.matmul(Xt, X)
             A[:, eye_idx, eye_idx] += reg[:, None]
             if grav is not None:
                 A += grav
             out[rows] = spd_solve(A, b)
         else:
-            out[rows] = _cg(X, Xt, b, reg, grav, x0[rows].astype(dtype, copy=True), cg_steps)
+            out[rows] = _cg(X, t, reg, grav, x0[rows].astype(dtype, copy=True), cg_steps)
 
     threads = default_threads() if num_threads is None else max(1, int(num_threads))
     with _blas_single_thread():
@@ -198,16 +222,17 @@ def solve_rows(
     return out
 
 
-def _cg(X, Xt, b, reg, grav, x, steps):
-    """A few batched CG steps on (X^T X + diag(reg) + G) x = b, without forming X^T X."""
+def _cg(X, t, reg, grav, x, steps):
+    """A few batched CG steps on (X^T X + diag(reg) + G) x = X^T t, without forming X^T X."""
 
     def matvec(p):
-        Ap = np.matmul(Xt, np.matmul(X, p[..., None]))[..., 0]
+        Ap = np.einsum("bld,bl->bd", X, np.einsum("bld,bd->bl", X, p))
         Ap += reg[:, None] * p
         if grav is not None:
             Ap += p @ grav
         return Ap
 
+    b = np.einsum("bld,bl->bd", X, t)
     r = b - matvec(x)
     p = r.copy()
     rs = np.einsum("bi,bi->b", r, r)

@@ -22,8 +22,10 @@ identical to the plan, so calibration and accounting cannot drift apart.
 
 ``epsilon = inf`` switches privacy off entirely: exact counts and mean, no sampling (all
 weights 1), no clipping and the exact solver, so the fit equals :class:`ALS` with
-``biases=False`` and the same settings. Items with no training data (or outside the head) get
-zero factors. Noise defaults to OS entropy; a fixed ``random_state`` makes runs reproducible but
+``biases=False`` and the same settings. Items outside the trained head (``item_frac``) get zero
+factors, and so do items with no training data when ``epsilon = inf``. In a private fit, whether
+an item has any data is itself private, so every trained item gets a factor from its noisy
+statistics (an unseen item's factor is pure noise, shrunk by the ridge). Noise defaults to OS entropy; a fixed ``random_state`` makes runs reproducible but
 voids the guarantee for anyone who knows the seed.
 """
 
