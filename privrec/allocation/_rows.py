@@ -24,7 +24,7 @@ def check_user_items(user_items, name: str = "user_items") -> sp.csr_matrix:
     indices = np.asarray(user_items.indices)
     if indices.size and (indices.min() < 0 or indices.max() >= user_items.shape[1]):
         raise ValueError(f"{name} has column indices outside [0, {user_items.shape[1]})")
-    if indices.size > 1:
+    if indices.size > 1 and not user_items.has_canonical_format:  # scipy's O(nnz) check (sorted, unique)
         rows = row_ids(indptr)
         same_row = rows[1:] == rows[:-1]
         if np.any(same_row & (indices[1:] <= indices[:-1])):
@@ -108,4 +108,5 @@ def sample_per_row(indptr: np.ndarray, k: int, rng: np.random.Generator) -> np.n
 def row_sums(indptr: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Per-row sums of ``values`` (float64), zero for empty rows."""
     indptr = np.asarray(indptr)
-    return np.bincount(row_ids(indptr), weights=np.asarray(values, dtype=np.float64), minlength=indptr.size - 1)
+    out = np.bincount(row_ids(indptr), weights=np.asarray(values, dtype=np.float64), minlength=indptr.size - 1)
+    return out.astype(np.float64, copy=False)

@@ -152,19 +152,22 @@ def adaptive_weights(
     beta = check_positive(beta, "beta")
     s = check_positive(inflation, "inflation", allow_zero=True)
     c = _check_counts(counts, m.shape[1]) + s
+    rows = row_ids(m.indptr)
     if mode == "per_user":
-        raw = c[m.indices] ** (-mu)
-        spend = row_sums(m.indptr, raw * raw)
-        rows = row_ids(m.indptr)
-        w = raw * np.sqrt(beta / spend[rows])
+        raw = (c ** (-mu))[m.indices]  # power per item, then gather
+        spend = np.bincount(rows, weights=raw * raw, minlength=m.shape[0]).astype(np.float64)
+        scale = np.zeros_like(spend)  # users without interactions: nothing to scale
+        np.sqrt(np.divide(beta, spend, out=scale, where=spend > 0), out=scale)
     elif mode == "global":
         n = m.shape[0] if n_users is None else n_users
         omega = adaptive_task_weights(c, mu, beta, n, beta_bar=beta_bar)
         raw = omega[m.indices]
-        spend = row_sums(m.indptr, raw * raw)
-        rows = row_ids(m.indptr)
-        w = raw * np.minimum(1.0, np.sqrt(beta / np.maximum(spend[rows], np.finfo(np.float64).tiny)))
+        spend = np.bincount(rows, weights=raw * raw, minlength=m.shape[0]).astype(np.float64)
+        scale = np.ones_like(spend)
+        np.minimum(1.0, np.sqrt(np.divide(beta, spend, out=np.full_like(spend, np.inf), where=spend > 0)), out=scale)
     else:
         raise ValueError(f"mode must be 'per_user' or 'global', got {mode!r}")
+    raw *= scale[rows]
+    w = raw
     data = enforce_budget(m.indptr, w.astype(dtype), beta)
     return _aligned(m, data)
