@@ -101,4 +101,4 @@ def test_shuffled_mb_sgd_runs_and_reports():
         assert epsilon_from_report(rep) == pytest.approx(e)
     with pytest.raises(ValueError, match="fixed"):
         shuffled_mb_sgd(silos, SquaredLoss(), rounds=2, step_size=0.1, clip=1.0, epsilon=1.0, delta=1e-5,
-                        n_available=(2, 4))
+                        n_available=(2, 3))
