@@ -41,7 +41,7 @@ from privrec.data.synthetic import multitask_regression  # noqa: E402
 FULL = dict(n_users=10_000, n_tasks=100, dim=5, powers=(1.0, 2.0), epsilons=(0.5, 1.0, 5.0, 20.0),
             mus=(0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 1.0), seeds=3,
             ssp_regs=(0.3, 1.0, 3.0, 10.0, 30.0), gd_strong_convexity=(0.03, 0.1, 0.3), gd_iterations=100)
-QUICK = dict(n_users=1_500, n_tasks=20, dim=5, powers=(1.0, 2.0), epsilons=(1.0, 5.0), mus=(0.0, 0.5, 1.0),
+QUICK = dict(n_users=800, n_tasks=10, dim=5, powers=(1.0, 2.0), epsilons=(1.0, 5.0), mus=(0.0, 0.5, 1.0),
              seeds=1, ssp_regs=(1.0, 10.0), gd_strong_convexity=(0.1,), gd_iterations=30)
 DELTA = 1e-5
 
