@@ -74,15 +74,15 @@ def save(x: Interactions, folder) -> Path:
         cols = {"indices": pa.array(x.matrix.indices), "data": pa.array(x.matrix.data)}
         if x.timestamps is not None:
             cols["timestamp"] = pa.array(x.timestamps)
-        pq.write_table(pa.table(cols), tmp / "entries.parquet", compression="zstd")
+        pq.write_table(pa.table(cols), tmp / "entries.parquet", compression="zstd", compression_level=1)
         pq.write_table(pa.table({"user_id": pa.array(x.user_ids), "count": pa.array(x.user_counts)}),
-                       tmp / "users.parquet", compression="zstd")
+                       tmp / "users.parquet", compression="zstd", compression_level=1)
         items = pd.DataFrame({"item_id": x.item_ids})
         if x.item_metadata is not None:
             for c in x.item_metadata.columns:
                 if c != "item_id":
                     items[c] = x.item_metadata[c].to_numpy()
-        pq.write_table(pa.Table.from_pandas(items, preserve_index=False), tmp / "items.parquet", compression="zstd")
+        pq.write_table(pa.Table.from_pandas(items, preserve_index=False), tmp / "items.parquet", compression="zstd", compression_level=1)
         info = {k: v for k, v in x.info.items() if isinstance(v, (str, int, float, bool, type(None)))}
         (tmp / "info.json").write_text(json.dumps({"name": x.name, "info": info,
                                                    "has_metadata": x.item_metadata is not None}))

@@ -41,6 +41,14 @@ def _as_id_array(ids, name: str) -> np.ndarray:
 def _factorize(ids: np.ndarray, vocabulary, name: str) -> tuple[np.ndarray, np.ndarray]:
     """Map raw ids to dense indices. Without ``vocabulary`` the ids are sorted (deterministic)."""
     if vocabulary is None:
+        if ids.dtype.kind in "iu" and len(ids):
+            lo, hi = int(ids.min()), int(ids.max())
+            if hi - lo <= 4 * len(ids) + (1 << 20):  # compact integer ids: dense lookup, no hashing
+                present = np.zeros(hi - lo + 1, dtype=bool)
+                present[ids - lo] = True
+                uniques = np.flatnonzero(present) + lo
+                remap = np.cumsum(present, dtype=np.int64) - 1
+                return remap[ids - lo], uniques.astype(ids.dtype, copy=False)
         codes, uniques = pd.factorize(ids, sort=True)
         if np.any(codes < 0):
             raise ValueError(f"{name} contains missing (NaN/None) ids")
@@ -168,19 +176,22 @@ class Interactions:
         i, iid = _factorize(items, item_ids, "items")
         n_users, n_items = len(uid), len(iid)
         key = u * np.int64(n_items) + i
-        order = np.argsort(key, kind="stable")
+        del u, i
+        order = np.argsort(key)  # not stable: input order within duplicates is recovered below
         skey = key[order]
+        del key
         starts = np.flatnonzero(np.r_[True, skey[1:] != skey[:-1]])
         n_dup = n - len(starts)
         if n_dup and duplicates == "error":
             raise ValueError(f"{n_dup} duplicate (user, item) row(s) found and duplicates='error'")
-        ends = np.r_[starts[1:], n] - 1
-        if duplicates == "first" or n_dup == 0:
-            keep = order[starts]
+        if n_dup == 0:
+            keep = order
             out_vals = vals[keep]
             out_ts = None if ts is None else ts[keep]
-        elif duplicates == "last":
-            keep = order[ends]
+        elif duplicates in ("first", "last"):
+            # the earliest / latest input row of each (user, item) group
+            reducer = np.minimum if duplicates == "first" else np.maximum
+            keep = reducer.reduceat(order, starts)
             out_vals = vals[keep]
             out_ts = None if ts is None else ts[keep]
         else:

@@ -368,26 +368,22 @@ def _sample_distinct(rng, k: np.ndarray, p: np.ndarray, bulk_rounds: int = 3) ->
             remaining = np.clip(1.0 - held_mass[need], 1e-6, 1.0)
             draws = np.ceil(deficit[need] * 1.2 / remaining + 2).astype(np.int64)
         draws = np.minimum(draws, 4 * deficit[need] + 10)
-        users = np.repeat(need, draws)
-        items = np.searchsorted(cdf, rng.random(len(users)), side="right")
-        np.minimum(items, m - 1, out=items)
-        keys = users * np.int64(m) + items
-        pos = np.flatnonzero(~_sorted_contains(held_keys, keys)) if held_keys.size else np.arange(len(keys))
-        # first occurrence of each new key in draw order (stable sort by key, then back to draw order)
-        o = pos[np.argsort(keys[pos], kind="stable")]
-        ko = keys[o]
-        first = o[np.r_[True, ko[1:] != ko[:-1]]] if len(o) else o
-        pos = np.sort(first)
-        ku = users[pos]
-        starts_u = np.flatnonzero(np.r_[True, ku[1:] != ku[:-1]]) if len(ku) else ku
-        rank = np.arange(len(ku)) - np.repeat(starts_u, np.diff(np.r_[starts_u, len(ku)]))
-        ok = rank < deficit[ku]
-        take = keys[pos[ok]]
-        tu = ku[ok]
-        have += np.bincount(tu, minlength=n_users)
-        held_mass += np.bincount(tu, weights=p[take - tu * np.int64(m)], minlength=n_users)
-        held_keys = np.sort(np.concatenate([held_keys, take]))  # disjoint by construction
-        del users, items, keys, pos, o, ko, first, ku, rank, ok, take, tu
+        # users in chunks of about ``_CHUNK`` draws to bound memory (users are independent)
+        bounds = np.searchsorted(np.cumsum(draws), np.arange(_CHUNK, draws.sum() + _CHUNK, _CHUNK))
+        taken = []
+        lo = 0
+        for hi in np.unique(np.r_[bounds + 1, len(need)]):
+            hi = min(int(hi), len(need))
+            if hi <= lo:
+                continue
+            take = _bulk_round(rng, need[lo:hi], draws[lo:hi], deficit, cdf, held_keys, m)
+            tu = take // m
+            have += np.bincount(tu, minlength=n_users)
+            held_mass += np.bincount(tu, weights=p[take - tu * m], minlength=n_users)
+            taken.append(take)
+            lo = hi
+        held_keys = np.sort(np.concatenate([held_keys] + taken))  # disjoint by construction
+        del taken
     deficit = k - have
     short = np.flatnonzero(deficit > 0)
     if short.size:
@@ -411,6 +407,29 @@ def _sample_distinct(rng, k: np.ndarray, p: np.ndarray, bulk_rounds: int = 3) ->
             extra.append(rows * np.int64(m) + part[mask])
         held_keys = np.sort(np.concatenate([held_keys] + extra))
     return held_keys
+
+
+_CHUNK = 4_000_000
+
+
+def _bulk_round(rng, need, draws, deficit, cdf, held_keys, m) -> np.ndarray:
+    """One bulk round for the users ``need``: keys of the new distinct items kept (see caller)."""
+    users = np.repeat(need, draws)
+    items = np.searchsorted(cdf, rng.random(len(users)), side="right")
+    np.minimum(items, m - 1, out=items)
+    keys = users * np.int64(m) + items
+    del items
+    pos = np.flatnonzero(~_sorted_contains(held_keys, keys)) if held_keys.size else np.arange(len(keys))
+    # first occurrence of each new key in draw order (stable sort by key, then back to draw order)
+    o = pos[np.argsort(keys[pos], kind="stable")]
+    ko = keys[o]
+    first = o[np.r_[True, ko[1:] != ko[:-1]]] if len(o) else o
+    del o, ko
+    pos = np.sort(first)
+    ku = users[pos]
+    starts_u = np.flatnonzero(np.r_[True, ku[1:] != ku[:-1]]) if len(ku) else ku
+    rank = np.arange(len(ku)) - np.repeat(starts_u, np.diff(np.r_[starts_u, len(ku)]))
+    return keys[pos[rank < deficit[ku]]]
 
 
 def _sorted_contains(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
