@@ -36,3 +36,21 @@ def test_remove_user_empties_exactly_one_row():
     assert out.shape == m.shape and out.nnz == 8
     np.testing.assert_array_equal(out.toarray()[[0, 2]], m.toarray()[[0, 2]])
     assert out[1].nnz == 0
+
+
+def remove_unit(batch, j: int):
+    """The neighbouring TaskBatch: every example of unit j removed (other weights unchanged)."""
+    from privrec.solvers import TaskBatch
+
+    keep = batch.feature_ids != j
+    sizes = np.bincount(batch.task_ids()[keep], minlength=batch.n_tasks)
+    return TaskBatch(np.concatenate(([0], np.cumsum(sizes))), batch.feature_ids[keep], batch.features,
+                     batch.labels[keep], batch.weights[keep])
+
+
+def test_remove_unit_drops_only_that_units_examples():
+    from privrec.solvers import TaskBatch
+
+    b = TaskBatch(np.array([0, 2, 3]), np.array([0, 1, 1]), np.eye(2), np.array([1.0, 2.0, 3.0]), np.ones(3))
+    nb = remove_unit(b, 1)
+    assert nb.indptr.tolist() == [0, 1, 1] and nb.labels.tolist() == [1.0]

@@ -6,10 +6,14 @@ import dp_accounting
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from privrec.allocation import adaptive_weights
 from privrec.privacy import PrivacyLedger
 from privrec.solvers import ExactSolver, NoisyGDSolver, TaskBatch, suggested_iterations, weighted_statistics
+
+from test_allocation_helpers import interaction_matrices, remove_unit
 
 
 def _batch(seed=0, n_users=80, n_items=10, d=4, public=False):
@@ -130,3 +134,29 @@ def test_bad_configuration(kwargs):
 def test_bad_init_shape():
     with pytest.raises(ValueError, match="init"):
         NoisyGDSolver(noise_multiplier=0.0, init=np.zeros((2, 2))).solve(_batch())
+
+
+@settings(max_examples=30, deadline=None)
+@given(interaction_matrices(max_users=10, max_items=7), st.floats(0.1, 2.0), st.floats(0.2, 3.0),
+       st.floats(0.1, 5.0), st.integers(0, 2**31 - 1))
+def test_removing_one_user_moves_stacked_gradients_within_declared_sensitivity(m, gamma, bound, radius, seed):
+    rng = np.random.default_rng(seed)
+    counts = np.maximum(np.diff(m.tocsc().indptr) + rng.normal(0, 1, m.shape[1]), 1.0)
+    beta = 1.5
+    w = adaptive_weights(m, counts, 0.25, beta)
+    feats = rng.normal(0, 2, size=(m.shape[0], 3))
+    labels = m.copy()
+    labels.data = labels.data * 2.0 - 6.0
+    solver = NoisyGDSolver(noise_multiplier=1.0, budget=beta, max_norm=gamma, label_bound=bound, radius=radius)
+    sens = solver.labelled_events()[-1][2]["sensitivity"]
+    theta = rng.normal(size=(m.shape[1], 3))
+    theta *= np.minimum(1, radius / np.linalg.norm(theta, axis=1, keepdims=True))  # any point of the ball
+    full = TaskBatch.from_csr(labels, w, feats, transpose=True)
+
+    def grads(batch):
+        G, b = weighted_statistics(batch, gamma, bound)
+        return np.einsum("ijk,ik->ij", G, theta) - b
+
+    g = grads(full)
+    for j in range(m.shape[0]):
+        assert np.linalg.norm(g - grads(remove_unit(full, j))) <= sens * (1 + 1e-9)

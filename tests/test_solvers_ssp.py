@@ -12,7 +12,7 @@ from privrec.allocation import adaptive_weights, tail_weights, uniform_weights
 from privrec.privacy import PrivacyLedger, calibrate_noise_multiplier
 from privrec.solvers import ExactSolver, SSPSolver, TaskBatch, psd_project, weighted_statistics
 
-from test_allocation_helpers import interaction_matrices
+from test_allocation_helpers import interaction_matrices, remove_unit
 
 
 def _batch(seed=0, n_users=80, n_items=12, d=4, dtype=np.float64):
@@ -90,11 +90,7 @@ def test_removing_one_user_moves_stacked_statistics_within_declared_sensitivity(
     full = TaskBatch.from_csr(labels, w, feats, transpose=True)
     G, b = weighted_statistics(full, gamma, bound)
     for j in range(m.shape[0]):
-        keep = full.feature_ids != j
-        counts_t = np.bincount(full.task_ids()[keep], minlength=full.n_tasks)
-        nb = TaskBatch(np.concatenate(([0], np.cumsum(counts_t))), full.feature_ids[keep], feats,
-                       full.labels[keep], full.weights[keep])
-        G2, b2 = weighted_statistics(nb, gamma, bound)
+        G2, b2 = weighted_statistics(remove_unit(full, j), gamma, bound)
         assert np.linalg.norm(G - G2) <= sens["gramian"] * (1 + 1e-9)
         assert np.linalg.norm(b - b2) <= sens["rhs"] * (1 + 1e-9)
     # the global Gramian moves by at most gamma^2
