@@ -75,10 +75,10 @@ class Config:
 
 def quick_config() -> Config:
     """Seconds: the small embedded generator at reduced scale, both protocols, two epsilons."""
-    common = {"iterations": 2, "factors": 8}
+    common = {"iterations": 1, "factors": 4}
     return Config(
-        datasets=[DatasetRun("synthetic-skew", "random", scale=0.2, label="synthetic-skew-rmse", params=common),
-                  DatasetRun("synthetic-skew", "heldout-users", scale=0.2, heldout_users=100,
+        datasets=[DatasetRun("synthetic-skew", "random", scale=0.1, label="synthetic-skew-rmse", params=common),
+                  DatasetRun("synthetic-skew", "heldout-users", scale=0.15, heldout_users=60,
                              label="synthetic-skew-topk", params=common)],
         epsilons=(1.0, 5.0), mus=(0.0, 0.25, 0.5), tag="_quick", mu_sweep_methods=("ada-dpals",))
 

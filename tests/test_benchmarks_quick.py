@@ -63,7 +63,7 @@ def test_claim_verdicts_match_measured_numbers(quick):
                 c = v["claims"][fam]
                 better = (lambda a, b: a < b) if lower else (lambda a, b: a > b)
                 assert c["ordering_ada>tail>uniform"] == (better(o[ada], o[tail]) and better(o[tail], o[uni]))
-                assert o[f"{ada}_best_mu"] in pytest.approx(list(B.ADA_MUS_CLAIM))
+                assert any(math.isclose(o[f"{ada}_best_mu"], m) for m in B.ADA_MUS_CLAIM)
 
 
 def test_plan_covers_mu_sweep_and_claim_mus():

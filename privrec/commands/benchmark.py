@@ -52,7 +52,12 @@ def load_script(name: str):
         sys.path.insert(0, str(folder))
     spec = importlib.util.spec_from_file_location(f"privrec_bench_{Path(name).stem}", folder / name)
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    sys.modules[spec.name] = mod  # dataclasses in the script look their module up here
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(spec.name, None)
+        raise
     return mod
 
 
