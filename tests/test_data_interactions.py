@@ -160,3 +160,27 @@ def test_large_random_equivalence_with_scipy():
     ref = ref[np.unique(u)][:, np.unique(i)]
     np.testing.assert_allclose(x.matrix.toarray(), ref.toarray(), rtol=1e-5)
     assert x.info["duplicate_rows"] == 20000 - ref.nnz
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(-3, 4), st.integers(0, 9)), min_size=1, max_size=40),
+       st.sampled_from(["last", "first", "sum", "max"]))
+def test_duplicate_policy_matches_pandas_groupby(rows, policy):
+    df = pd.DataFrame(rows, columns=["u", "i", "v"])
+    df["t"] = np.arange(len(df)) * 10
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        x = Interactions.from_arrays(df.u.to_numpy(), df.i.to_numpy(), df.v.to_numpy(), timestamps=df.t.to_numpy(),
+                                     duplicates=policy)
+    g = df.groupby(["u", "i"], sort=True)
+    ref = {"last": g.last(), "first": g.first(), "sum": g.agg({"v": "sum", "t": "max"}),
+           "max": g.agg({"v": "max", "t": "max"})}[policy]
+    got = x.to_pandas().set_index(["user_id", "item_id"])
+    assert x.info["duplicate_rows"] == len(df) - len(ref)
+    np.testing.assert_array_equal(got.value.to_numpy(), ref.v.to_numpy().astype(np.float32))
+    np.testing.assert_array_equal(got.timestamp.to_numpy(), ref.t.to_numpy())
+    assert list(got.index) == list(ref.index)
