@@ -38,6 +38,7 @@ except ImportError:  # pragma: no cover - script mode
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import _common as C  # type: ignore
 
+from privrec.evaluation import ReferenceNeighbours  # noqa: E402
 from privrec.evaluation import experiment as X  # noqa: E402
 
 ADA_MUS_CLAIM = (0.25, 1 / 3, 0.5)
@@ -169,8 +170,8 @@ def run(cfg: Config, part: str = "all", out_dir: Path | None = None, quiet: bool
                                            "reason": f"{type(exc).__name__}: {exc}"})
                 C.log(f"{ds.key} {method} eps={eps}: skipped ({exc})", quiet)
                 continue
-            if method == "als":
-                reference = model
+            if method == "als":  # neighbours of the reference computed once per dataset
+                reference = ReferenceNeighbours(model.item_factors_, k=20)
             res["mu"] = mu
             res.pop("privacy_events_full", None)
             res["n_events"] = len(res.get("privacy_events", {}).get("events", []))

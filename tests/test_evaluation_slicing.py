@@ -114,3 +114,25 @@ def test_bad_inputs_raise():
         neighbour_overlap(np.ones((3, 2)), np.ones((4, 2)))
     with pytest.raises(ValueError, match="one entry per item"):
         sliced_recall(np.ones((1, 2)), np.ones((3, 2)), csr([[0]], 3), np.zeros(2, int))
+
+
+def test_reference_cache_and_per_bucket_subsample_agree_with_full_computation():
+    from privrec.evaluation import ReferenceNeighbours, sample_per_bucket
+
+    rng = np.random.default_rng(5)
+    A = rng.normal(size=(60, 4)).astype(np.float32)
+    B = (A + rng.normal(scale=0.5, size=A.shape)).astype(np.float32)
+    buckets = popularity_buckets(rng.integers(0, 50, size=60), n_buckets=3)
+    ref = ReferenceNeighbours(B, k=5)
+    full = neighbour_overlap(A, B, k=5)
+    np.testing.assert_allclose(neighbour_overlap(A, ref, k=5), full)
+    assert len(ref._cache) == 1  # computed once, reused below
+    np.testing.assert_allclose(neighbour_overlap(A * 2, ref, k=5), full)
+    assert len(ref._cache) == 1
+    items = sample_per_bucket(buckets, 4)
+    assert np.all(np.bincount(buckets[items]) == 4)
+    sub = sliced_neighbour_overlap(A, ref, buckets, k=5, per_bucket=4)
+    expect = [full[items[buckets[items] == b]].mean() for b in range(3)]
+    assert sub == pytest.approx(expect)
+    assert sliced_neighbour_overlap(A, B, buckets, k=5) == pytest.approx(
+        [full[buckets == b].mean() for b in range(3)])

@@ -8,7 +8,13 @@ from .metrics import (
     recall_at_k,
     rmse,
 )
-from .neighbours import cosine_neighbours, neighbour_overlap, sliced_neighbour_overlap
+from .neighbours import (
+    ReferenceNeighbours,
+    cosine_neighbours,
+    neighbour_overlap,
+    sample_per_bucket,
+    sliced_neighbour_overlap,
+)
 from .slicing import PAPER_SLICED_KS, popularity_buckets, sliced_recall, sliced_rmse, top_items
 from .topk import topk_indices
 

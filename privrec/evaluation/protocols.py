@@ -23,7 +23,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from .metrics import pair_predictions, ranking_metrics, rmse
-from .neighbours import sliced_neighbour_overlap
+from .neighbours import ReferenceNeighbours, sliced_neighbour_overlap
+
+#: items per popularity bucket used for the neighbour overlap (deterministic subsample; spec §7)
+OVERLAP_ITEMS_PER_BUCKET = 400
 from .slicing import PAPER_SLICED_KS, popularity_buckets, sliced_recall, sliced_rmse, top_items
 
 
@@ -42,6 +45,11 @@ def item_factors_of(model) -> np.ndarray:
     if V is None:
         raise ValueError(f"{type(model).__name__} has no item_factors: fit the model first")
     return np.asarray(V, dtype=np.float32)
+
+
+def _reference(reference):
+    """A reference model (or cached :class:`ReferenceNeighbours`) for the neighbour overlap."""
+    return reference if isinstance(reference, ReferenceNeighbours) else item_factors_of(reference)
 
 
 def item_bias_of(model):
@@ -109,7 +117,7 @@ def evaluate_ratings(model, train, test, n_buckets: int = 5, reference=None, his
     }
     if reference is not None:
         out["sliced"]["neighbour_overlap@20"] = sliced_neighbour_overlap(
-            item_factors_of(model), item_factors_of(reference), buckets, 20, n_buckets)
+            item_factors_of(model), _reference(reference), buckets, 20, n_buckets, OVERLAP_ITEMS_PER_BUCKET)
     return out
 
 
@@ -152,7 +160,8 @@ def evaluate_heldout(
     sliced = {"recall": rec, "ndcg": nd, "k": np.broadcast_to(np.asarray(ks), (n_buckets,)).tolist()}
     if reference is not None:
         all_b = popularity_buckets(counts, n_buckets)
-        sliced["neighbour_overlap@20"] = sliced_neighbour_overlap(V, item_factors_of(reference), all_b, 20, n_buckets)
+        sliced["neighbour_overlap@20"] = sliced_neighbour_overlap(V, _reference(reference), all_b, 20, n_buckets,
+                                                                  OVERLAP_ITEMS_PER_BUCKET)
     return {
         "metrics": {f"recall@{k}": m[f"recall@{k}"], f"ndcg@{k}": m[f"ndcg@{k}"],
                     f"coverage@{k}": m[f"coverage@{k}"], "n_users": m["n_users"]},
