@@ -187,3 +187,14 @@ def test_bad_input():
         MultiTaskDPClassifier().fit(problem=prob)
     with pytest.raises(ValueError, match="call fit"):
         MultiTaskDPRegressor().predict(X, [0, 0, 0])
+
+
+def test_scikit_learn_conventions():
+    from sklearn.base import clone
+
+    est = MultiTaskDPRegressor(solver="noisy_gd", epsilon=3.0, weight_exponent=0.25)
+    params = est.get_params()
+    assert params["epsilon"] == 3.0 and params["solver"] == "noisy_gd" and params["weight_exponent"] == 0.25
+    twin = clone(est)
+    assert twin.get_params() == params and not hasattr(twin, "params_")
+    assert clone(MultiTaskDPClassifier(iterations=7)).iterations == 7

@@ -21,7 +21,6 @@ from .joint import (
     paper_noise_std,
     user_level_budget,
 )
-from .multitask import MultiTaskDPClassifier, MultiTaskDPRegressor, MultiTaskProblem
 from .losses import (
     LogisticLoss,
     SoftmaxLoss,
@@ -30,5 +29,6 @@ from .losses import (
     clip_gradients_l1,
     clipped_gradient_sum,
 )
+from .multitask import MultiTaskDPClassifier, MultiTaskDPRegressor, MultiTaskProblem
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -45,6 +45,7 @@ import math
 
 import dp_accounting
 import numpy as np
+from sklearn.base import BaseEstimator
 
 from .._validation import check_delta, check_finite_array, check_int, check_positive
 from ..privacy import PrivacyLedger, laplace_event, make_rng
@@ -126,7 +127,7 @@ def ridge_objective(theta, X, y, sigma: float) -> np.ndarray:
     return 0.5 * sigma * np.sum(theta * theta, axis=-1) + yy - 2.0 * theta @ c + quad
 
 
-class AsyncDPLearner:
+class AsyncDPLearner(BaseEstimator):
     """Asynchronous learner with per-owner Laplace budgets (spec 003, Algorithm 1).
 
     Parameters

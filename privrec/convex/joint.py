@@ -51,6 +51,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from sklearn.base import BaseEstimator
 
 from .._validation import check_delta, check_epsilon, check_finite_array, check_int, check_positive
 from ..privacy import (
@@ -249,7 +250,7 @@ class JointFitInfo:
     owners_per_step: int
 
 
-class JointDPSGD:
+class JointDPSGD(BaseEstimator):
     """Joint-DP noisy SGD with a personal block per owner and a shared block (spec 000, Algorithm 1).
 
     Parameters

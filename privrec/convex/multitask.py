@@ -39,6 +39,7 @@ import math
 
 import dp_accounting
 import numpy as np
+from sklearn.base import BaseEstimator
 import scipy.sparse as sp
 
 from .._validation import check_delta, check_epsilon, check_finite_array, check_int, check_positive
@@ -194,7 +195,14 @@ def _as_problem(X, y, tasks, users, problem) -> MultiTaskProblem:
     return MultiTaskProblem(tasks, users, y, features=X)
 
 
-class _MultiTaskDPBase:
+def _store_params(est, params: dict) -> None:
+    """scikit-learn convention: constructor arguments stored unchanged under their own names."""
+    for name, value in params.items():
+        if name not in ("self", "__class__"):
+            setattr(est, name, value)
+
+
+class _MultiTaskDPBase(BaseEstimator):
     """Shared pipeline: counts -> weights -> calibrated private solve (see module docstring)."""
 
     def _validate_common(self):
@@ -312,26 +320,10 @@ class MultiTaskDPRegressor(_MultiTaskDPBase):
     def __init__(self, solver: str = "ssp", epsilon: float = 1.0, delta: float = 1e-5,
                  weight_exponent: float = 0.5, budget: float = 1.0, weight_mode: str = "global",
                  task_counts="private", count_fraction: float | None = None, count_sample: int = 32,
-                 max_norm: float = 1.0, label_bound: float = 1.0, reg: float = 1e-2, iterations: int = 50,
+                 max_norm: float = 1.0, label_bound: float = 1.0, reg: float = 1.0, iterations: int = 50,
                  radius: float = 2.0, schedule="strongly_convex", strong_convexity: float = 0.1,
                  random_state=None):
-        self.solver = solver
-        self.epsilon = epsilon
-        self.delta = delta
-        self.weight_exponent = weight_exponent
-        self.budget = budget
-        self.weight_mode = weight_mode
-        self.task_counts = task_counts
-        self.count_fraction = count_fraction
-        self.count_sample = count_sample
-        self.max_norm = max_norm
-        self.label_bound = label_bound
-        self.reg = reg
-        self.iterations = iterations
-        self.radius = radius
-        self.schedule = schedule
-        self.strong_convexity = strong_convexity
-        self.random_state = random_state
+        _store_params(self, locals())
 
     def _needs_counts(self) -> bool:
         return self.solver == "noisy_gd" or float(self.weight_exponent) > 0 or self.weight_mode == "global"
@@ -396,20 +388,7 @@ class MultiTaskDPClassifier(_MultiTaskDPBase):
                  count_fraction: float | None = None, count_sample: int = 32, max_norm: float = 1.0,
                  reg: float = 1e-2, iterations: int = 50, radius: float = 10.0, learning_rate: float = 1.0,
                  random_state=None):
-        self.epsilon = epsilon
-        self.delta = delta
-        self.weight_exponent = weight_exponent
-        self.budget = budget
-        self.weight_mode = weight_mode
-        self.task_counts = task_counts
-        self.count_fraction = count_fraction
-        self.count_sample = count_sample
-        self.max_norm = max_norm
-        self.reg = reg
-        self.iterations = iterations
-        self.radius = radius
-        self.learning_rate = learning_rate
-        self.random_state = random_state
+        _store_params(self, locals())
 
     def _train_event(self, z: float):
         step = gaussian_event(z)
