@@ -89,3 +89,18 @@ def test_benchmark_command_dispatch_errors(capsys):
     with pytest.raises(FileNotFoundError, match="not found"):
         load_script("no_such_script.py")
     assert main(["benchmark", "tradeoff", "--quick", "--datasets", "nope"]) == 2
+
+
+def test_benchmark_command_dispatches_to_scripts(tmp_path, monkeypatch, capsys):
+    """speed / synthetic call the scripts' main(argv) with the remaining options."""
+    (tmp_path / "bench_speed.py").write_text(
+        "import json, sys\n"
+        "def main(argv=None):\n"
+        "    print(json.dumps({'argv': argv}))\n"
+        "    return {'ok': True}\n")
+    (tmp_path / "bench_appendix_c.py").write_text("def main(argv=None):\n    return 3 if '--fail' in argv else 0\n")
+    monkeypatch.setenv("PRIVREC_BENCHMARKS", str(tmp_path))
+    assert main(["benchmark", "speed", "--quick"]) == 0
+    assert json.loads(capsys.readouterr().out)["argv"] == ["--quick"]
+    assert main(["benchmark", "synthetic", "--quick"]) == 0
+    assert main(["benchmark", "synthetic", "--fail"]) == 3

@@ -80,4 +80,5 @@ def cmd_benchmark(args) -> int:
     except ValueError as exc:
         print(f"privrec benchmark: error: {exc}", file=sys.stderr)
         return 2
-    return int(rc or 0)
+    # scripts return an exit status or their results (a dict): anything but an int means success
+    return rc if isinstance(rc, int) and not isinstance(rc, bool) else 0
