@@ -21,6 +21,7 @@ import os
 import resource
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
@@ -75,6 +76,7 @@ def main(argv=None) -> dict:
                     help="SSP on the top item_frac items by noisy count (reference ML-20M setting; 1 = all)")
     ap.add_argument("--budget", type=float, default=100.0)
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     args = ap.parse_args(argv)
     scale = 50 if args.quick else 1
     size = {k: max(50, v // scale) for k, v in FULL.items()}
@@ -166,7 +168,8 @@ def main(argv=None) -> dict:
     out["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     out["environment"] = environment()
     suffix = "_quick" if args.quick else ""
-    write_json(RESULTS / f"bench_allocation{suffix}.json", out)
+    results = RESULTS if args.out is None else Path(args.out)
+    write_json(results / f"bench_allocation{suffix}.json", out)
     lines = [
         f"# bench_allocation{suffix}",
         "",
@@ -188,7 +191,7 @@ def main(argv=None) -> dict:
             "the eigh PSD projection)",
         ]
     lines += ["", f"peak RSS {out['peak_rss_gb']:.2f} GB; cpus {out['environment']['cpus']}"]
-    write_text(RESULTS / f"bench_allocation{suffix}.md", "\n".join(lines) + "\n")
+    write_text(results / f"bench_allocation{suffix}.md", "\n".join(lines) + "\n")
     if not args.quiet:
         print("\n".join(lines))
     return out
