@@ -13,6 +13,11 @@ multipliers z_b = ``noise_multiplier``, z_G = ``gramian_ratio`` * z_b, z_0 = ``g
 (the reference's fixed sigma ratios, spec 004 §6). Thm 3.3's (alpha, alpha beta)-RDP is the
 special case z_G = z_b = 1/sqrt(beta).
 
+Cost: Gramians are one BLAS rank-k update per task over a gathered, sqrt(w)-scaled block (chunks of
+tasks, thread pool, single-threaded BLAS); the PSD projection needs an eigendecomposition only
+where ``G + noise - eig_floor I`` is not positive definite (a Cholesky test per task decides; where
+it is, the projection is the identity and a plain solve is used).
+
 Deviations (safe values, documented):
 * the RHS noise scales with Gamma_x * B; the reference scales it with Gamma_x only, which is
   valid only for |label| <= 1 (spec 004 §2 puts Gamma_x^2 Gamma_* with labels clipped to
