@@ -46,7 +46,17 @@ gen = time.perf_counter() - t
 x = d.interactions
 c = np.sort(x.item_counts)[::-1]
 share = float(c[: int(np.ceil(0.1 * x.n_items))].sum() / c.sum())
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB (Linux)
+def peak_mib():
+    # VmHWM is this process image's own peak RSS; ru_maxrss would also count the parent's RSS
+    # at fork time (Linux keeps it across exec)
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+rss = peak_mib()
 del d, x
 rng = np.random.default_rng(0)
 n_pairs = int(round(PRESETS["ml20m-like"].n_interactions * scale))
@@ -120,11 +130,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (seconds)")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--part", choices=("all", "loading", "generators"), default="all",
+                    help="run one part only and keep the other part's figures from the last results file")
     args = ap.parse_args(argv)
     n_rows = 300_000 if args.quick else 20_000_263
-    out = {"environment": C.environment(), "quick": args.quick,
-           "loading": bench_loading(n_rows, args.quiet), "generators": bench_generators(args.quick, args.quiet)}
     stem = "bench_data_quick" if args.quick else "bench_data"
+    previous = C.read_json(C.RESULTS / f"{stem}.json") if (C.RESULTS / f"{stem}.json").is_file() else {}
+    out = {"environment": C.environment(), "quick": args.quick}
+    # generators first, while this process is still small
+    out["generators"] = (bench_generators(args.quick, args.quiet) if args.part in ("all", "generators")
+                         else previous["generators"])
+    out["loading"] = bench_loading(n_rows, args.quiet) if args.part in ("all", "loading") else previous["loading"]
     C.write_json(C.RESULTS / f"{stem}.json", out)
     ld, g = out["loading"], out["generators"]["ml20m_like"]
     md = "\n".join([

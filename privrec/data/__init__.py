@@ -9,10 +9,11 @@ from privrec.data.loaders import (DatasetNotFoundError, load_lastfm_hetrec, load
 from privrec.data.registry import DATASETS, dataset_names, find_dataset_folder, load_dataset
 from privrec.data.splits import (FoldIn, HeldOutSplit, RandomSplit, heldout_users_split, msd_heldout_users_split,
                                  random_split)
+from privrec.data.stats import dataset_stats, top_share
 from privrec.data.synthetic import PRESETS, generate_preset, low_rank_interactions, multitask_regression
 
 __all__ = ["DUPLICATE_POLICIES", "Interactions", "DatasetNotFoundError", "load_lastfm_hetrec", "load_movielens_100k",
            "load_movielens_csv", "load_movielens_dat", "load_msd_taste_profile", "DATASETS", "dataset_names",
            "find_dataset_folder", "load_dataset", "PRESETS", "generate_preset", "low_rank_interactions",
            "multitask_regression", "FoldIn", "HeldOutSplit", "RandomSplit", "heldout_users_split",
-           "msd_heldout_users_split", "random_split"]
+           "msd_heldout_users_split", "random_split", "dataset_stats", "top_share"]
