@@ -26,6 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
+from ..solvers._linalg import spd_solve  # batched solve with pinv fallback (shared with the solvers)
+
 # Upper bound on B * L (padded neighbour slots) per chunk: with d = 64 and float32 the gathered
 # block is 2**18 * 64 * 4 bytes = 64 MiB, and the Gramians of a chunk are bounded separately.
 DEFAULT_CHUNK_SLOTS = 1 << 18
@@ -97,21 +99,6 @@ def gather_padded(indptr, indices, values, rows, length, fixed_ext):
     X = fixed_ext[idx]
     t = np.where(mask, values[pos], 0).astype(fixed_ext.dtype, copy=False)
     return X, t
-
-
-def spd_solve(A: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Solve a batch of symmetric positive (semi-)definite systems A x = b, shapes (B,d,d), (B,d).
-
-    Batched LAPACK solve; a batch holding a numerically singular system (e.g. zero ridge on a row
-    with fewer observations than factors) falls back to the minimum-norm pseudo-inverse solution.
-    """
-    try:
-        x = np.linalg.solve(A, b[..., None])[..., 0]
-        if np.all(np.isfinite(x)):
-            return x
-    except np.linalg.LinAlgError:
-        pass
-    return np.einsum("bij,bj->bi", np.linalg.pinv(A.astype(np.float64), hermitian=True), b).astype(A.dtype)
 
 
 _CONTROLLER: ThreadpoolController | None = None

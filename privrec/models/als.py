@@ -30,6 +30,13 @@ from ._solve import _blas_single_thread, frequency_regularization, solve_rows
 _SOLVERS = ("cholesky", "cg")
 
 
+def check_exponent(value, name: str = "reg_exponent") -> float:
+    """A finite real number (the frequency-scaling exponent)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
 def _augment(factors: np.ndarray, with_bias: bool) -> np.ndarray:
     """[factors, 1]: the constant column lets the other side's bias be solved jointly."""
     if not with_bias:
@@ -147,8 +154,7 @@ class ALS(FactorizationModel):
     def _validate(self):
         check_int(self.factors, "factors", minimum=1)
         check_positive(self.regularization, "regularization", allow_zero=True)
-        if isinstance(self.reg_exponent, bool) or not isinstance(self.reg_exponent, (int, float)) or not math.isfinite(self.reg_exponent):
-            raise ValueError(f"reg_exponent must be a finite number, got {self.reg_exponent!r}")
+        check_exponent(self.reg_exponent)
         check_positive(self.unobserved_weight, "unobserved_weight", allow_zero=True)
         check_int(self.iterations, "iterations", minimum=0)
         check_int(self.cg_steps, "cg_steps", minimum=1)

@@ -52,7 +52,7 @@ from ..privacy import (
 from ..solvers import ExactSolver, NoisyGDSolver, SSPSolver, TaskBatch
 from ._base import FactorizationModel, check_fit_matrix
 from ._solve import frequency_regularization
-from .als import half_step
+from .als import check_exponent, half_step
 
 # method name -> (solver kind, allocation)
 METHODS = {
@@ -187,8 +187,7 @@ class DPALS(FactorizationModel):
         if mu > 1:
             raise ValueError(f"mu must be in [0, 1], got {self.mu!r}")
         reg = check_positive(self.regularization, "regularization", allow_zero=True)
-        if isinstance(self.reg_exponent, bool) or not isinstance(self.reg_exponent, (int, float)) or not math.isfinite(self.reg_exponent):
-            raise ValueError(f"reg_exponent must be a finite number, got {self.reg_exponent!r}")
+        check_exponent(self.reg_exponent)
         alpha0 = check_positive(self.unobserved_weight, "unobserved_weight", allow_zero=True)
         max_norm = _auto_by_epsilon(eps, 0.2, 0.5, 0.5) if self.max_norm is None else check_positive(self.max_norm, "max_norm")
         rating_bound = check_positive(self.rating_bound, "rating_bound")
