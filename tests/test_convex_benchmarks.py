@@ -56,7 +56,7 @@ def test_joint_dp_quick(tmp_path):
 def test_async_quick(tmp_path):
     assert bench_async.main(["--quick", "--out", str(tmp_path), "--quiet"]) == 0
     data, md = _outputs(tmp_path, "async_quick")
-    for r in data["region"]["rows"]:
+    for r in data["region"]["rows"] + data["region_heterogeneous"]["rows"]:
         assert r["owner1_gains"] == (r["psi_collaborative"] < r["psi_alone"])
     for cur in data["trajectory"]["curves"].values():
         assert all(a <= b + 1e-12 for a, b in zip(cur["p25"], cur["p75"]))
