@@ -146,8 +146,10 @@ def main(argv=None) -> int:
     md = "\n".join([
         f"# Data layer benchmark{' (quick)' if args.quick else ''}",
         "",
-        f"Command: `python benchmarks/bench_data.py{' --quick' if args.quick else ''}` "
-        f"({out['environment']['time_utc']}, {out['environment']['cpus']} CPUs, shared machine).",
+        f"Command: `python benchmarks/bench_data.py{' --quick' if args.quick else ''}"
+        f"{' --part ' + args.part if args.part != 'all' else ''}` "
+        f"({out['environment']['time_utc']}, {out['environment']['cpus']} CPUs, shared machine)"
+        + (f"; the other part's figures come from the previous run." if args.part != "all" else "."),
         "",
         f"## Loading a {ld['rows']:,}-row ML-20M-format ratings.csv ({ld['file_mib']:.0f} MiB)",
         "",
