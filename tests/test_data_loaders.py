@@ -131,3 +131,14 @@ def test_real_ml100k():
 def test_real_lastfm():
     x = load_lastfm_hetrec(SHARED / "hetrec2011-lastfm-2k")
     assert (x.n_users, x.n_items, x.nnz) == (1892, 17632, 92834)
+
+
+def test_string_id_encoding_across_chunks():
+    import pyarrow as pa
+
+    from privrec.data.loaders import _to_codes
+
+    col = pa.chunked_array([pa.array(["s3", "s1", "s3"]), pa.array(["s2", "s1"])])
+    codes, vocab = _to_codes(col)
+    assert list(vocab) == ["s1", "s2", "s3"]
+    np.testing.assert_array_equal(vocab[codes], ["s3", "s1", "s3", "s2", "s1"])

@@ -167,11 +167,16 @@ def _metadata_for(item_ids: np.ndarray, meta_ids, titles, genres) -> pd.DataFram
 
 
 def _to_codes(col) -> tuple[np.ndarray, np.ndarray]:
-    """Dictionary-encode a pyarrow string column: (codes int64, sorted vocabulary)."""
-    enc = pa.chunked_array(col).combine_chunks().dictionary_encode() if isinstance(col, pa.ChunkedArray) \
-        else col.dictionary_encode()
-    vocab = np.asarray(enc.dictionary.to_pylist(), dtype=object).astype(str)
-    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    """Dictionary-encode a pyarrow string column: (codes int64, sorted vocabulary).
+
+    Chunks are encoded in place and their dictionaries unified, so the (possibly GBs of) string
+    data is never copied into one contiguous buffer.
+    """
+    chunked = col if isinstance(col, pa.ChunkedArray) else pa.chunked_array([col])
+    enc = pa.table({"c": chunked.dictionary_encode()}).unify_dictionaries().column("c")
+    chunks = [ch for ch in enc.chunks if len(ch)]
+    vocab = np.asarray(chunks[0].dictionary.to_pylist(), dtype=object).astype(str)
+    codes = np.concatenate([ch.indices.to_numpy(zero_copy_only=False).astype(np.int64) for ch in chunks])
     order = np.argsort(vocab, kind="stable")
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
