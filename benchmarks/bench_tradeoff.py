@@ -444,6 +444,8 @@ def build_parser(p=None):
     p.add_argument("--epsilons", type=float, nargs="+", default=None)
     p.add_argument("--datasets", nargs="+", default=None, help="restrict to these dataset keys")
     p.add_argument("--budget-minutes", type=float, default=None, help="skip remaining runs after this time")
+    p.add_argument("--label-suffix", default="",
+                   help="appended to the dataset labels (e.g. '@0.5' for a second, larger-scale run)")
     p.add_argument("--collect", action="store_true",
                    help="merge results/tradeoff_ds-*.json (one per dataset) into tradeoff.json/.md and plots")
     p.add_argument("--no-plots", action="store_true")
@@ -463,6 +465,9 @@ def main_from_args(args) -> int:
         if not cfg.datasets:
             print("bench_tradeoff: error: no dataset left after --datasets", file=sys.stderr)
             return 2
+        if args.label_suffix:
+            for d in cfg.datasets:
+                d.label = d.key + args.label_suffix
         if not args.quick and len(cfg.datasets) == 1:  # one file per dataset, merged by --collect
             cfg.tag = f"_ds-{cfg.datasets[0].key}"
     res = run(cfg, args.part, args.out, quiet=args.quiet, make_plots=not args.no_plots,

@@ -228,7 +228,8 @@ def _fit(args) -> int:
         split = _split(args, data, name)
         stages.next()
         model, res = X.run_experiment(split, args.method, epsilon=args.epsilon, delta=args.delta,
-                                      params=params, seed=_seed(args), evaluate=evaluate, dataset=name)
+                                      params=params, seed=_seed(args), evaluate=evaluate, dataset=name,
+                                      show_progress=_progress_enabled(args))
         stages.next()
         if evaluate:
             stages.next()

@@ -182,7 +182,8 @@ def evaluate_split(model, split: Split, reference=None, k: int = 20, paper_slice
 
 def run_experiment(split: Split, method: str, epsilon=None, delta=None, params=None, seed=None,
                    reference=None, evaluate: bool = True, dataset: str | None = None,
-                   paper_sliced: bool = False, pld: bool = True) -> tuple[Any, dict]:
+                   paper_sliced: bool = False, pld: bool = True,
+                   show_progress: bool = False) -> tuple[Any, dict]:
     """Fit ``method`` on ``split.train`` and evaluate it; returns ``(model, result dict)``.
 
     The result holds ``dataset, method, protocol, epsilon, delta, epsilon_spent, privacy_events,
@@ -192,7 +193,10 @@ def run_experiment(split: Split, method: str, epsilon=None, delta=None, params=N
         delta = default_delta(split)
     model = make_model(method, epsilon, delta, params, seed, split.protocol)
     t0 = time.perf_counter()
-    model.fit(split.train)
+    if show_progress and "show_progress" in inspect.signature(model.fit).parameters:
+        model.fit(split.train, show_progress=True)  # the model's own tqdm bar over its sweeps
+    else:
+        model.fit(split.train)
     fit_s = time.perf_counter() - t0
     out = {
         "dataset": dataset,
