@@ -19,8 +19,11 @@ the best mu) at the lowest epsilon, for both solvers; (2) for SSP, mu = 1/2 is n
 
     python benchmarks/bench_appendix_c.py --quick     # seconds
     python benchmarks/bench_appendix_c.py             # full configuration (minutes)
+    python benchmarks/bench_appendix_c.py --weight-mode per_user   # the reference's normalisation
 
-Writes ``benchmarks/results/appendix_c[_quick].{json,md,png}``.
+Weights: ``--weight-mode global`` (default; eq. 11-12 with per-user clipping) or ``per_user`` (the
+reference implementation: every user spends exactly beta). Writes
+``benchmarks/results/appendix_c[_per_user][_quick].{json,md,png}``.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from privrec.data.synthetic import multitask_regression  # noqa: E402
 FULL = dict(n_users=10_000, n_tasks=100, dim=5, powers=(1.0, 2.0), epsilons=(0.5, 1.0, 5.0, 20.0),
             mus=(0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 1.0), seeds=3,
             ssp_regs=(0.3, 1.0, 3.0, 10.0, 30.0), gd_strong_convexity=(0.03, 0.1, 0.3), gd_iterations=100)
-QUICK = dict(n_users=800, n_tasks=10, dim=5, powers=(1.0, 2.0), epsilons=(1.0, 5.0), mus=(0.0, 0.5, 1.0),
+QUICK = dict(n_users=800, n_tasks=25, dim=5, powers=(1.0, 2.0), epsilons=(1.0, 5.0), mus=(0.0, 0.5, 1.0),
              seeds=1, ssp_regs=(1.0, 10.0), gd_strong_convexity=(0.1,), gd_iterations=30)
 DELTA = 1e-5
 
@@ -60,7 +63,7 @@ def _rmse(est, p: MultiTaskProblem) -> float:
     return float(np.sqrt(np.mean((pred - p.labels) ** 2)))
 
 
-def run(cfg: dict, quiet: bool = False) -> dict:
+def run(cfg: dict, quiet: bool = False, weight_mode: str = "global") -> dict:
     rows = []
     t0 = time.time()
     for a in cfg["powers"]:
@@ -76,7 +79,8 @@ def run(cfg: dict, quiet: bool = False) -> dict:
                 for mu in cfg["mus"]:
                     best = None
                     for h in grid:
-                        kw = dict(solver=solver, epsilon=eps, delta=DELTA, weight_exponent=mu)
+                        kw = dict(solver=solver, epsilon=eps, delta=DELTA, weight_exponent=mu,
+                                  weight_mode=weight_mode)
                         if solver == "ssp":
                             kw["reg"] = h
                         else:
@@ -97,7 +101,7 @@ def run(cfg: dict, quiet: bool = False) -> dict:
                 C.log(f"a={a} eps={eps} {solver}: " + ", ".join(
                     f"mu={r['mu']:.3g}:{r['test_rmse']:.4f}" for r in rows
                     if r["a"] == a and r["epsilon"] == eps and r["solver"] == solver), quiet)
-    return {"config": cfg, "delta": DELTA, "rows": rows, "seconds": time.time() - t0,
+    return {"config": cfg, "delta": DELTA, "weight_mode": weight_mode, "rows": rows, "seconds": time.time() - t0,
             "environment": C.environment()}
 
 
@@ -129,6 +133,7 @@ def markdown(res: dict, claims: dict) -> str:
     cfg = res["config"]
     lines = [f"# Appendix C: test RMSE vs mu ({'quick' if res.get('quick') else 'full'} run)", "",
              f"m={cfg['n_tasks']}, d={cfg['dim']}, n={cfg['n_users']}, delta={res['delta']}, seeds={cfg['seeds']}, "
+             f"weight mode {res['weight_mode']}, "
              f"exact (public) task counts; hyper-parameters chosen on a validation split. "
              f"Run time {res['seconds']:.0f} s.", ""]
     mus = cfg["mus"]
@@ -188,12 +193,13 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="small configuration (seconds)")
     p.add_argument("--out", type=Path, default=C.RESULTS, help="output folder")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--weight-mode", choices=("global", "per_user"), default="global")
     args = p.parse_args(argv)
-    res = run(QUICK if args.quick else FULL, args.quiet)
+    res = run(QUICK if args.quick else FULL, args.quiet, args.weight_mode)
     res["quick"] = bool(args.quick)
     claims = analyse(res)
     res["claims"] = claims
-    tag = "appendix_c_quick" if args.quick else "appendix_c"
+    tag = "appendix_c" + ("_per_user" if args.weight_mode == "per_user" else "") + ("_quick" if args.quick else "")
     C.write_json(args.out / f"{tag}.json", res)
     md = markdown(res, claims)
     C.write_text(args.out / f"{tag}.md", md)

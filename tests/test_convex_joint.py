@@ -100,12 +100,16 @@ def test_replacing_one_owners_data_moves_shared_update_by_at_most_2L():
     X2 = X.copy()
     X2[owner == 1] = rng.standard_normal((5, 4)) * 50
     model = PersonalBiasSoftmax(4, 3)
-    kw = dict(regime="nonprivate", n_steps=1, owners_per_step=3, clip_norm=0.5, learning_rate=1.0, average=False)
-    for seed in range(20):
-        a = JointDPSGD(model, random_state=seed, **kw).fit(X, y, owner)
-        b = JointDPSGD(model, random_state=seed, **kw).fit(X2, y, owner)
-        # update = -(eta/B) sum of clipped gradients: neighbours differ by <= 2 L eta / B
-        assert np.linalg.norm(a.shared_ - b.shared_) <= 2 * 0.5 / 3 + 1e-12
+    for k in (1, 4):
+        kw = dict(regime="nonprivate", n_steps=1, owners_per_step=3, records_per_owner=k, clip_norm=0.5,
+                  learning_rate=1.0, average=False)
+        for seed in range(20):
+            a = JointDPSGD(model, random_state=seed, **kw).fit(X, y, owner)
+            b = JointDPSGD(model, random_state=seed, **kw).fit(X2, y, owner)
+            # update = -(eta/B) sum over owners of the mean of k clipped gradients: <= 2 L eta / B apart
+            assert np.linalg.norm(a.shared_ - b.shared_) <= 2 * 0.5 / 3 + 1e-12
+            # owners 0 and 2 are untouched by the replacement
+            np.testing.assert_array_equal(a.personal_[[0, 2]], b.personal_[[0, 2]])
 
 
 @pytest.mark.parametrize("regime", ["joint", "full"])
