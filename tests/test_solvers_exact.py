@@ -48,6 +48,7 @@ def test_exact_solver_reports_non_private():
 
 
 def test_exact_bad_configuration():
-    for kw in (dict(unobserved_weight=-1.0), dict(max_norm=0.0), dict(label_bound=-1.0)):
+    for kw in (dict(unobserved_weight=-1.0), dict(max_norm=0.0), dict(label_bound=-1.0), dict(chunk_tasks=0),
+               dict(chunk_examples=0), dict(n_jobs=0), dict(n_jobs=1.5)):
         with pytest.raises(ValueError):
             ExactSolver(**kw)

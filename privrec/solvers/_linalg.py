@@ -50,6 +50,16 @@ def single_threaded_blas():
         yield
 
 
+def check_execution(chunk_tasks, chunk_examples, n_jobs) -> None:
+    """ValueError unless chunk sizes are integers >= 1 and n_jobs is None or a non-zero integer."""
+    from .._validation import check_int
+
+    check_int(chunk_tasks, "chunk_tasks", minimum=1)
+    check_int(chunk_examples, "chunk_examples", minimum=1)
+    if n_jobs is not None and (check_int(n_jobs, "n_jobs") == 0):
+        raise ValueError("n_jobs must be None, a positive count, or negative (all cores but |n_jobs| - 1)")
+
+
 def resolve_jobs(n_jobs) -> int:
     if n_jobs is None or n_jobs == 0:
         return max(1, min(os.cpu_count() or 1, 8))

@@ -12,6 +12,7 @@ from ._linalg import (
     DEFAULT_CHUNK_EXAMPLES,
     DEFAULT_CHUNK_TASKS,
     as_task_array,
+    check_execution,
     chunk_statistics,
     global_gramian,
     map_chunks,
@@ -48,6 +49,7 @@ class ExactSolver:
             check_positive(self.max_norm, "max_norm")
         if self.label_bound is not None:
             check_positive(self.label_bound, "label_bound")
+        check_execution(self.chunk_tasks, self.chunk_examples, self.n_jobs)
 
     def dp_event(self) -> dp_accounting.DpEvent:
         return dp_accounting.NonPrivateDpEvent()

@@ -40,6 +40,7 @@ from ._linalg import (
     DEFAULT_CHUNK_EXAMPLES,
     DEFAULT_CHUNK_TASKS,
     as_task_array,
+    check_execution,
     chunk_statistics,
     map_chunks,
     noisy_global_gramian,
@@ -111,6 +112,7 @@ class NoisyGDSolver:
         check_positive(self.unobserved_weight, "unobserved_weight", allow_zero=True)
         check_positive(self.global_ratio, "global_ratio")
         check_positive(self.strong_convexity, "strong_convexity", allow_zero=True)
+        check_execution(self.chunk_tasks, self.chunk_examples, self.n_jobs)
         if isinstance(self.schedule, str):
             if self.schedule not in ("convex", "strongly_convex"):
                 raise ValueError(f"schedule must be 'convex', 'strongly_convex', a float or a callable, got {self.schedule!r}")

@@ -42,6 +42,7 @@ from ._linalg import (
     DEFAULT_CHUNK_EXAMPLES,
     DEFAULT_CHUNK_TASKS,
     as_task_array,
+    check_execution,
     chunk_statistics,
     eig_solve,
     map_chunks,
@@ -98,6 +99,7 @@ class SSPSolver:
         check_positive(self.gramian_ratio, "gramian_ratio")
         check_positive(self.global_ratio, "global_ratio")
         check_positive(self.eig_floor, "eig_floor", allow_zero=True)
+        check_execution(self.chunk_tasks, self.chunk_examples, self.n_jobs)
 
     # -------------------------------------------------------------- accounting
     def with_noise_multiplier(self, z: float) -> "SSPSolver":
