@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from sklearn.base import clone
 
 from privrec.data import Interactions
-from privrec.models import ALS, DPALS, load_model
+from privrec.models import ALS, DPALS, ImplicitALS, load_model
 
 
 def _ratings(n_users=50, n_items=30, density=0.25, seed=0):
@@ -120,6 +120,16 @@ def test_save_load_round_trip_dpals_releases_only_items(dpals, R, tmp_path):
     a, _ = m.recommend(np.arange(3), R[:3], N=4, recalculate_user=True)
     b, _ = dpals.recommend(np.arange(3), R[:3], N=4, recalculate_user=True)
     np.testing.assert_array_equal(a, b)
+
+
+def test_save_load_round_trip_implicit_wrapper(R, tmp_path):
+    m = ImplicitALS(factors=6, iterations=2, num_threads=1, random_state=0).fit(R)
+    m.save(tmp_path / "imp.npz")
+    m2 = load_model(tmp_path / "imp.npz")
+    assert isinstance(m2, ImplicitALS) and m2.get_params() == m.get_params()
+    a = m.recommend(np.arange(4), R[:4], N=3, recalculate_user=True)
+    b = m2.recommend(np.arange(4), R[:4], N=3, recalculate_user=True)
+    np.testing.assert_array_equal(a[0], b[0])
 
 
 def test_corrupt_truncated_and_mismatched_files_rejected(als, dpals, tmp_path):
