@@ -24,7 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._validation import check_finite_array, check_int
-from .topk import DEFAULT_CHUNK, exclude_rows, iter_chunks, score_block, topk_indices
+from .topk import DEFAULT_CHUNK, iter_chunks, mask_history, score_block, topk_indices
 
 
 def rmse(predictions, targets) -> float:
@@ -117,10 +117,7 @@ def ranking_metrics(
         if keep.size:
             rows = a + keep
             s = score_block(U[rows], V, bias)
-            if history is not None:
-                sub = history[rows]
-                r = np.repeat(np.arange(rows.size), np.diff(sub.indptr))
-                s[r, sub.indices] = -np.inf
+            mask_history(s, history, rows)
             top = topk_indices(s, kmax)
             valid = top >= 0
             tdense = targets[rows].toarray() != 0

@@ -23,7 +23,7 @@ import numpy as np
 
 from .._validation import check_int
 from .metrics import _as_csr, _check_factors, _discounts
-from .topk import DEFAULT_CHUNK, iter_chunks, score_block, topk_indices
+from .topk import DEFAULT_CHUNK, iter_chunks, mask_history, score_block, topk_indices
 
 #: The paper's per-bucket cut-offs, least popular bucket first (spec §8).
 PAPER_SLICED_KS = (100, 80, 60, 40, 20)
@@ -114,10 +114,7 @@ def sliced_recall(
             continue
         rows = a + active
         s = score_block(U[rows], V, bias)
-        if history is not None:
-            sub = history[rows]
-            r = np.repeat(np.arange(rows.size), np.diff(sub.indptr))
-            s[r, sub.indices] = -np.inf
+        mask_history(s, history, rows)
         tdense = targets[rows].toarray() != 0
         for b in range(nb):
             nt = per_user[rows, b]

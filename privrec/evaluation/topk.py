@@ -74,10 +74,10 @@ def score_block(user_factors: np.ndarray, item_factors: np.ndarray, item_bias=No
     return s
 
 
-def exclude_rows(scores: np.ndarray, history, start: int, stop: int) -> None:
-    """Set ``scores[r, j] = -inf`` for every item ``j`` in row ``start + r`` of CSR ``history``."""
+def mask_history(scores: np.ndarray, history, rows: np.ndarray) -> None:
+    """Set ``scores[r, j] = -inf`` for every item ``j`` in row ``rows[r]`` of CSR ``history``."""
     if history is None:
         return
-    sub = history[start:stop]
-    rows = np.repeat(np.arange(stop - start), np.diff(sub.indptr))
-    scores[rows, sub.indices] = -np.inf
+    sub = history[rows]
+    r = np.repeat(np.arange(len(rows)), np.diff(sub.indptr))
+    scores[r, sub.indices] = -np.inf
