@@ -15,8 +15,10 @@ One pass over n examples in a random order, T batch steps of size B (T B <= n; t
 with eta_t = t + 1, eta_{-1} = 0, tau_t = 2 / (t + 2); output y_T. The domain C is the ball of
 radius ``radius`` around 0.
 
-Privacy (add/remove-one example). An example is in exactly one batch, so it changes exactly one
-leaf Delta_t / beta, by at most C / (B beta) in L2 (enforced by the clip). The tree release is a
+Privacy (example level, the spec's zero-out neighbouring relation: one example's contribution is
+replaced by zero; batch positions and the normaliser B are public). An example is in exactly one
+batch, so it changes exactly one leaf Delta_t / beta, by at most C / (B beta) in L2 (enforced by
+the clip); a Gaussian event's RDP is the same under this relation, and the ledger records it. The tree release is a
 Gaussian mechanism with multiplier ``node_std / (C/(B beta) sqrt(1 + ceil(log2 T)))``
 (:mod:`privrec.privacy.tree`), calibrated by the accountant to (eps, delta). With the default
 ``noise_rule="max"`` privrec never uses less noise than the spec's
