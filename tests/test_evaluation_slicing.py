@@ -19,10 +19,7 @@ from privrec.evaluation import (
 )
 
 
-def csr(rows, n_items):
-    indptr = np.cumsum([0] + [len(r) for r in rows])
-    indices = np.concatenate([np.asarray(r, dtype=np.int64) for r in rows]) if indptr[-1] else np.zeros(0, int)
-    return sp.csr_matrix((np.ones(indptr[-1], np.float32), indices, indptr), shape=(len(rows), n_items))
+from test_evaluation_metrics import csr  # noqa: E402  (same tests folder)
 
 
 def test_buckets_sorted_by_count_ties_by_index_equal_sizes():

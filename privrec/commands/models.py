@@ -318,12 +318,18 @@ def cmd_recommend(args) -> int:
     return _run("recommend", _recommend, args)
 
 
-def _recommend(args) -> int:
+def _model_and_data(args):
+    """Validate -n, load the saved model and the dataset it must match."""
     if args.n < 1:
         raise CommandError(f"-n must be >= 1, got {args.n}")
     model = _load_model(args.model)
     name, data = _load(args)
     _check_model_matches(model, data, name)
+    return model, data
+
+
+def _recommend(args) -> int:
+    model, data = _model_and_data(args)
     u = _find(getattr(data, "user_ids", np.arange(data.matrix.shape[0])), args.user, "user")
     row = data.matrix[[u]]
     ids, scores = model.recommend(0, row, N=args.n, recalculate_user=True)
@@ -336,11 +342,7 @@ def cmd_similar(args) -> int:
 
 
 def _similar(args) -> int:
-    if args.n < 1:
-        raise CommandError(f"-n must be >= 1, got {args.n}")
-    model = _load_model(args.model)
-    name, data = _load(args)
-    _check_model_matches(model, data, name)
+    model, data = _model_and_data(args)
     i = _find(getattr(data, "item_ids", np.arange(data.matrix.shape[1])), args.item, "item")
     ids, scores = model.similar_items(i, N=args.n + 1)
     keep = ids != i
