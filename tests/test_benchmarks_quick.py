@@ -104,3 +104,9 @@ def test_benchmark_command_dispatches_to_scripts(tmp_path, monkeypatch, capsys):
     assert json.loads(capsys.readouterr().out)["argv"] == ["--quick"]
     assert main(["benchmark", "synthetic", "--quick"]) == 0
     assert main(["benchmark", "synthetic", "--fail"]) == 3
+
+
+def test_eval_speed_quick_agrees_with_argsort_peer(tmp_path):
+    res = B.eval_speed(n_users=200, n_items=500, factors=8, out_dir=tmp_path, tag="_quick")
+    assert res["recall@20_ours"] == pytest.approx(res["recall@20_peer"])
+    assert res["seconds_total"] > 0 and (tmp_path / "eval_speed_quick.md").is_file()
