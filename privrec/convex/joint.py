@@ -265,7 +265,8 @@ class JointDPSGD(BaseEstimator):
         :meth:`privacy_report`.
     n_steps : T (``individual``: steps per owner).
     owners_per_step : B distinct owners per step (1 = the spec's algorithm).
-    records_per_owner : k records per selected owner per step, averaged (1 = the spec's algorithm).
+    records_per_owner : k records per selected owner per step, averaged (1 = the spec's algorithm;
+        the ``individual`` regime always uses one record per owner per step).
     clip_norm : L, per-example bound on the joint gradient (enforced by clipping).
     personal_radius, shared_radius : L2-ball radii of X and U (``inf`` = no projection).
     learning_rate : float or ``"auto"``: eta = R / sqrt(T (L^2 + p sigma^2 / B^2)) with
