@@ -384,9 +384,12 @@ class DPALS(FactorizationModel):
     def _item_solver(self, cfg, z, reg_items, V, batch):
         if cfg["kind"] == "ssp":
             return self._make_solver(cfg, z, reg_items)
-        # noisy GD: constant per-task step 1 / L_i, L_i = Gamma_x^2 * (public estimate of sum_j w_ij)
-        # + reg_i, an upper bound on the task Hessian's largest eigenvalue (public values only).
-        L = cfg["max_norm"] ** 2 * batch.task_sizes * batch.task_weights + reg_items + cfg["unobserved_weight"] * cfg["max_norm"] ** 2 * batch.n_units
+        # noisy GD: constant per-task step 1 / L_i with L_i = Gamma_x^2 * (public estimate of
+        # sum_j w_ij, from noisy counts and task weights) + reg_i + alpha_0 Gamma_x^2 n: an estimate
+        # of the task Hessian's largest eigenvalue built from public values only (so the step
+        # sizes cost no privacy); iterates stay in the solver's ball whatever the step.
+        gx2 = cfg["max_norm"] ** 2
+        L = gx2 * batch.task_sizes * batch.task_weights + reg_items + cfg["unobserved_weight"] * gx2 * batch.n_units
         step = 1.0 / np.maximum(L, 1e-12)
         return self._make_solver(cfg, z, reg_items, init=V, schedule=lambda t, s=step: s)
 
@@ -400,7 +403,7 @@ class DPALS(FactorizationModel):
             )
 
     # ------------------------------------------------------------------ release / report
-    def privacy_report(self, accountant_check: bool = True) -> dict:
+    def privacy_report(self) -> dict:
         """JSON record of every DpEvent with epsilon computed by dp_accounting (RDP and PLD)."""
         ledger = getattr(self, "ledger_", None)
         if ledger is None:
