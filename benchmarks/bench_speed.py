@@ -105,6 +105,16 @@ def gemm_gflops(n: int = 2048, repeats: int = 3) -> float:
 
 
 def main(argv=None) -> dict:
+    from threadpoolctl import threadpool_limits
+
+    args_threads = _parse(argv).threads
+    # the environment variables above only act when this file is the program; when it is imported
+    # (``privrec benchmark speed``) BLAS is already loaded, so limit its threads explicitly too
+    with threadpool_limits(limits=args_threads, user_api="blas"):
+        return _run(argv)
+
+
+def _parse(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small preset, seconds")
     ap.add_argument("--preset", default=None, help="dataset name (default ml20m-like; quick: synthetic-skew)")
@@ -113,7 +123,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--epsilon", type=float, default=5.0)
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--quiet", action="store_true")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def _run(argv) -> dict:
+    args = _parse(argv)
     preset = args.preset or ("synthetic-skew" if args.quick else "ml20m-like")
     factors = args.factors or (16 if args.quick else 64)
     threads = args.threads
