@@ -24,7 +24,7 @@ import scipy.sparse as sp
 
 from .._validation import check_int, check_positive
 from ..privacy import make_rng
-from ._base import FactorizationModel, as_user_items, check_fit_matrix
+from ._base import FactorizationModel, check_fit_matrix
 from ._solve import _blas_single_thread, frequency_regularization, solve_rows
 
 _SOLVERS = ("cholesky", "cg")
