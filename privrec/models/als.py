@@ -102,8 +102,9 @@ class ALS(FactorizationModel):
     iterations : number of sweeps (user step then item step).
     biases : learn user and item biases.
     center : subtract the training mean rating (``global_mean_``).
-    solver : ``"cholesky"`` (exact batched solves, default) or ``"cg"`` (``cg_steps`` warm-started
-        conjugate-gradient steps per half-sweep; faster, approximate).
+    solver : ``"cholesky"`` (default, exact: batched direct solves of the normal equations, or of
+        the equivalent L x L dual system for rows with fewer ratings than factors) or ``"cg"``
+        (``cg_steps`` warm-started conjugate-gradient steps per half-sweep; faster, approximate).
     init_scale : std of the random initial item factors.
     dtype : float32 (default) or float64.
     random_state : seed of the initial item factors (ALS adds no noise, so no privacy impact).
