@@ -62,12 +62,12 @@ def excess(w, w_star, sigma):
 
 def configs(method, quick):
     if method == METHODS[0]:
-        betas = [1.0, 4.0] if quick else [0.5, 1.0, 2.0, 4.0, 8.0]
+        betas = [1.0, 4.0] if quick else [0.03, 0.06, 0.125, 0.25, 0.5, 1.0, 2.0, 4.0]
         clips = [2.0] if quick else [1.0, 3.0]
         return [dict(beta=b, clip=c) for b in betas for c in clips]
-    steps = [0.3, 1.0] if quick else [0.1, 0.3, 1.0, 3.0]
+    steps = [0.3, 1.0] if quick else [1.0, 3.0, 10.0, 30.0, 100.0]
     if method == METHODS[2]:
-        steps = [0.03, 0.1] if quick else [0.01, 0.03, 0.1, 0.3]
+        steps = [0.03, 0.1] if quick else [0.3, 1.0, 3.0, 10.0, 30.0]
     return [dict(step_size=s, clip=1.0) for s in steps]
 
 
