@@ -264,3 +264,36 @@ def test_estimators_end_to_end_with_per_silo_reports():
         FederatedDPRegressor(algorithm="nope").fit(X, y, silos=silo)
     with pytest.raises(ValueError, match="shape"):
         reg.predict(X[:, :2])
+
+
+# ---------------------------------------------------------------- sensitivity of the private message path
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(2, 25), clip=st.floats(0.05, 5.0),
+       scale=st.floats(0.1, 100.0), sampling=st.sampled_from(["poisson", "without_replacement"]))
+def test_private_message_moves_by_at_most_declared_sensitivity(seed, n, clip, scale, sampling):
+    # Same noise (same seed) on neighbouring batches: the difference of the released sums is the
+    # difference of clipped sums, bounded by the declared sensitivity (clip for add/remove,
+    # 2 clip for replace-one).
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 3)) * scale
+    y = rng.standard_normal(n) * scale
+    silo = Silo(X, y, 1.0, 1e-4)
+    theta = rng.standard_normal(3)
+    idx = np.arange(n)
+    a = SiloChannel(silo, SquaredLoss(), clip, n, 1, sampling, rng=np.random.default_rng(seed))
+    b = SiloChannel(silo, SquaredLoss(), clip, n, 1, sampling, rng=np.random.default_rng(seed))
+    K = a.batch_size
+    if sampling == "poisson":  # add/remove one record
+        other = np.delete(idx, seed % n)
+        bound = clip
+    else:  # replace one record by another one of the silo
+        other = idx.copy()
+        other[seed % n] = (seed + 1) % n
+        bound = 2 * clip
+    assert a.sensitivity == bound
+    diff = (a.clipped_mean(theta, idx) - b.clipped_mean(theta, other)) * K
+    assert np.linalg.norm(diff) <= bound * (1 + 1e-9) + 1e-9
