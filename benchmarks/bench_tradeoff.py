@@ -514,10 +514,10 @@ def plots(results: dict, out_dir: Path, tag: str = "") -> list[str]:
         ax.set_title(f"{ds}: privacy-utility trade-off")
         ax.legend(fontsize=7)
         written.append(_save(fig, out_dir / f"tradeoff_{ds}{tag}.png", plt))
-        # sliced + overlap at each epsilon's smallest value
-        eps0 = eps_list[0] if eps_list else None
+        # sliced + overlap bars, one figure per epsilon
         sk = sliced_name(protocol)
-        for what, fname in ((sk, "sliced"), ("neighbour_overlap@20", "overlap")):
+        for eps0, what, fname in [(e_, w_, f_) for e_ in eps_list
+                                  for w_, f_ in ((sk, "sliced"), ("neighbour_overlap@20", "overlap"))]:
             sel = [(m, r) for m in [x for f in FAMILIES.values() for x in f]
                    for r in ([best_ada(rs, ds, m, eps0, protocol)] if m.startswith("ada")
                              else [x for x in rs if x["method"] == m and x["epsilon"] == eps0][:1]) if r]
@@ -537,7 +537,7 @@ def plots(results: dict, out_dir: Path, tag: str = "") -> list[str]:
             ax.set_ylabel(what)
             ax.set_title(f"{ds}: {what} per popularity bucket, eps = {eps0}")
             ax.legend(fontsize=6, ncol=4, loc="lower center", bbox_to_anchor=(0.5, -0.32))
-            written.append(_save(fig, out_dir / f"{fname}_{ds}{tag}.png", plt))
+            written.append(_save(fig, out_dir / f"{fname}_{ds}_eps{eps0:g}{tag}.png", plt))
         # mu sweep
         mus = sorted({r["mu"] for r in rs if r.get("mu") is not None})
         if len(mus) > 1:
