@@ -85,14 +85,14 @@ def quick_config() -> Config:
         epsilons=(1.0, 5.0), mus=(0.0, 0.25, 0.5), tag="_quick", mu_sweep_methods=("ada-dpals",))
 
 
-def full_config(ml10m_scale: float = 0.1, ml20m_scale: float = 0.1) -> Config:
-    """The documented full run (<= 45 min on 2 cores): see summary.md for the exact sizes used.
+def full_config(ml10m_scale: float = 1.0, ml20m_scale: float = 1.0) -> Config:
+    """The documented full run: see summary.md for the exact commands, sizes and wall times.
 
-    The ``*-like`` presets are subsampled with ``scale`` (users, items and interactions shrink
-    proportionally, skew target kept) because the full-size presets do not fit the time box.
+    ``scale`` < 1 subsamples a ``*-like`` preset's users and interactions (the item catalogue and
+    the skew target are kept), for the scale study and for machines where the full size is slow.
     """
-    ds = [DatasetRun("ml10m-like", "random", scale=ml10m_scale),
-          DatasetRun("ml20m-like", "heldout-users", scale=ml20m_scale,
+    ds = [DatasetRun("ml10m-like", "random", scale=ml10m_scale, label=f"ml10m-like@{ml10m_scale:g}"),
+          DatasetRun("ml20m-like", "heldout-users", scale=ml20m_scale, label=f"ml20m-like@{ml20m_scale:g}",
                      heldout_users=max(100, int(10_000 * ml20m_scale)))]
     shared = C.shared_datasets()
     if shared is not None and (shared / "ml-100k").is_dir():
@@ -206,6 +206,9 @@ def collect(out_dir: Path | None = None, make_plots: bool = True) -> dict:
         merged["runs"] += r["runs"]
         merged["skipped"] += r["skipped"]
         merged["wall_seconds"] += r.get("wall_seconds", 0.0)
+        for d in r["config"]["datasets"]:
+            merged.setdefault("walls", {})[d.get("label") or d["name"]] = r.get("wall_seconds", 0.0) / len(
+                r["config"]["datasets"])
     merged["analysis"] = analyse(merged)
     C.write_json(out_dir / "tradeoff.json", merged)
     if make_plots:
@@ -218,13 +221,19 @@ def collect(out_dir: Path | None = None, make_plots: bool = True) -> dict:
 ANALYSIS_MARKER = "<!-- analysis: hand-written below this line, kept by --collect -->"
 
 REGENERATE = """\
-# each dataset in its own process (they can run in parallel), then merge + plots
-python benchmarks/bench_tradeoff.py --datasets ml10m-like --ml10m-scale 0.2 --budget-minutes 45 --no-plots
-python benchmarks/bench_tradeoff.py --datasets ml20m-like --ml20m-scale 0.1 --budget-minutes 45 --no-plots
+# main run: full-size presets, eps 1/5/20, all methods, mu sweep (one process per dataset; may run in parallel)
+python benchmarks/bench_tradeoff.py --datasets ml10m-like --ml10m-scale 1.0 --budget-minutes 40 --no-plots
+python benchmarks/bench_tradeoff.py --datasets ml20m-like --ml20m-scale 1.0 --budget-minutes 40 --no-plots
 python benchmarks/bench_tradeoff.py --datasets ml-100k --budget-minutes 20 --no-plots      # needs ../shared/datasets
 python benchmarks/bench_tradeoff.py --datasets lastfm-2k --budget-minutes 20 --no-plots    # needs ../shared/datasets
-python benchmarks/bench_tradeoff.py --collect          # tradeoff.json/.md, PNG plots, this summary
-# equivalently: privrec benchmark tradeoff --datasets ... (mu / sliced select subsets of the same runs)
+# scale study (users and interactions subsampled, catalogue kept): how the claims depend on n
+python benchmarks/bench_tradeoff.py --datasets ml10m-like --ml10m-scale 0.5 --epsilons 1 5 --part tradeoff --no-plots
+python benchmarks/bench_tradeoff.py --datasets ml20m-like --ml20m-scale 0.5 --epsilons 1 5 --part tradeoff --no-plots
+python benchmarks/bench_tradeoff.py --datasets ml10m-like --ml10m-scale 0.2 --budget-minutes 45 --no-plots
+python benchmarks/bench_tradeoff.py --datasets ml20m-like --ml20m-scale 0.1 --budget-minutes 45 --no-plots
+# merge every results/tradeoff_ds-*.json into tradeoff.json/.md, the PNG plots and this summary
+python benchmarks/bench_tradeoff.py --collect
+python benchmarks/bench_tradeoff.py --eval-speed       # evaluation speed at ml20m-like held-out size
 python benchmarks/bench_tradeoff.py --quick            # seconds, used by tests/test_benchmarks_quick.py"""
 
 
@@ -242,12 +251,13 @@ def write_summary(merged: dict, out_dir: Path) -> Path:
              "DpEvents each fit recorded (target epsilon in the column header; `epsilon_spent` per run in "
              "`tradeoff.json`). Noise is seeded (seed 0) for reproducibility: a known seed voids the guarantee, "
              "so these are experiments, not private releases.", "", "## Regenerate", "", "```", REGENERATE, "```", "",
-             "## What ran", "", "| dataset | protocol | users x items (train) | train interactions | runs | fit s (sum) |",
-             "|---|---|---|---|---|---|"]
+             "## What ran", "", "| dataset | protocol | users x items (train) | train interactions | runs | fit s (sum) "
+             "| process wall min |", "|---|---|---|---|---|---|---|"]
     for ds in merged["analysis"]:
         rs = [r for r in merged["runs"] if r["dataset"] == ds]
         lines.append(f"| {ds} | {rs[0]['protocol']} | {rs[0]['n_users']} x {rs[0]['n_items']} | {rs[0]['n_train']} | "
-                     f"{len(rs)} | {sum(r['fit_seconds'] for r in rs):.0f} |")
+                     f"{len(rs)} | {sum(r['fit_seconds'] for r in rs):.0f} | "
+                     f"{merged.get('walls', {}).get(ds, float('nan')) / 60:.1f} |")
     lines += ["", f"Total wall time of the per-dataset processes: {merged['wall_seconds'] / 60:.1f} min "
               "(sum over processes; they ran concurrently on a shared 2-core machine).", "",
               "## Claim verdicts (issue 5 'Done when'; measured)", "",
@@ -572,8 +582,8 @@ def build_parser(p=None):
     p.add_argument("--quick", action="store_true", help="small synthetic configuration (seconds)")
     p.add_argument("--part", choices=PARTS, default="all", help="which runs (default: all)")
     p.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
-    p.add_argument("--ml10m-scale", type=float, default=0.1, help="subsampling of the ml10m-like preset")
-    p.add_argument("--ml20m-scale", type=float, default=0.1, help="subsampling of the ml20m-like preset")
+    p.add_argument("--ml10m-scale", type=float, default=1.0, help="subsampling of the ml10m-like preset's users")
+    p.add_argument("--ml20m-scale", type=float, default=1.0, help="subsampling of the ml20m-like preset's users")
     p.add_argument("--epsilons", type=float, nargs="+", default=None)
     p.add_argument("--datasets", nargs="+", default=None, help="restrict to these dataset keys")
     p.add_argument("--budget-minutes", type=float, default=None, help="skip remaining runs after this time")
@@ -601,7 +611,7 @@ def main_from_args(args) -> int:
     if args.epsilons:
         cfg.epsilons = tuple(args.epsilons)
     if args.datasets:
-        cfg.datasets = [d for d in cfg.datasets if d.key in args.datasets]
+        cfg.datasets = [d for d in cfg.datasets if d.key in args.datasets or d.name in args.datasets]
         if not cfg.datasets:
             print("bench_tradeoff: error: no dataset left after --datasets", file=sys.stderr)
             return 2
