@@ -173,3 +173,26 @@ def test_bad_parameters_raise_clear_errors(kwargs, match):
     R = _skewed_ratings(seed=7)
     with pytest.raises(ValueError, match=match):
         DPALS(**kwargs).fit(R)
+
+
+@pytest.mark.parametrize("reg_exponent", [0.25, 1.0])
+def test_private_user_step_of_other_users_ignores_a_removed_user(reg_exponent):
+    """Remove one user: every other user's (clipped) embedding in the user step is unchanged.
+
+    The item-step sensitivity assumes this coupling; a ridge normalised over all users' counts
+    would break it (it did: the normaliser moved with the removed user's count).
+    """
+    R = _skewed_ratings(n_users=40, n_items=20, seed=5)
+    model = DPALS(method="ada-dpals", epsilon=1.0, budget=3, reg_exponent=reg_exponent, max_norm=0.7,
+                  dtype=np.float64)
+    cfg = model._settings()
+    V = np.random.default_rng(0).standard_normal((R.shape[1], 4))
+    removed = int(np.argmax(np.diff(R.indptr)))  # the heaviest user moves a normaliser most
+    keep = np.flatnonzero(np.arange(R.shape[0]) != removed)
+    reg1, norm1 = model._user_regularization(cfg, np.diff(R.indptr))
+    reg2, norm2 = model._user_regularization(cfg, np.diff(R[keep].indptr))
+    U1 = model._user_step(cfg, R, V, reg1)
+    U2 = model._user_step(cfg, R[keep], V, reg2)
+    np.testing.assert_array_equal(U2, U1[keep])
+    assert norm1 == norm2  # the projection's normaliser (saved with the model) is data-independent
+    assert np.linalg.norm(U1, axis=1).max() <= cfg["max_norm"] * (1 + 1e-12)

@@ -338,7 +338,7 @@ class DPALS(FactorizationModel):
 
         # 2. alternating steps ------------------------------------------------------------
         reg_items, _ = frequency_regularization(counts_h, cfg["reg"], cfg["reg_exponent"])
-        reg_users, norm_u = frequency_regularization(np.diff(R.indptr), cfg["reg"], cfg["reg_exponent"])
+        reg_users, norm_u = self._user_regularization(cfg, np.diff(R.indptr))
         V = (init_rng.standard_normal((head.size, cfg["factors"])) * cfg["init_scale"]).astype(dtype)
         U = np.zeros((n_users, cfg["factors"]), dtype=dtype)
         batch = None
@@ -346,10 +346,7 @@ class DPALS(FactorizationModel):
         t_pre = time.perf_counter() - t_start
         for t in range(1, cfg["iterations"] + 1):
             t_step = time.perf_counter()
-            U, _ = half_step(labels, V, None, 0.0, reg_users, cfg["unobserved_weight"], False, "cholesky",
-                             num_threads=self.num_threads)
-            if private:
-                U = clip_rows(U, cfg["max_norm"]).astype(dtype, copy=False)
+            U = self._user_step(cfg, labels, V, reg_users)
             batch = self.item_batch(cfg, labels, W, U, counts_h, n_users) if batch is None else batch.with_features(U)
             if private:
                 solver = self._item_solver(cfg, s_scale, reg_items, V, batch)
@@ -380,6 +377,36 @@ class DPALS(FactorizationModel):
         self.user_factors_, _ = self._project_users(R_full)
         self.fit_timings_ = {"preprocess": t_pre, "steps": step_times, "projection": time.perf_counter() - t_proj}
         return self
+
+    @staticmethod
+    def _user_regularization(cfg: dict, user_counts) -> tuple[np.ndarray, float]:
+        """Per-user ridge of the user step and its normaliser.
+
+        In a private fit a user's ridge may depend only on public values and that user's own
+        count: the usual normaliser sum(n) / sum(n (n+1)^e) is a statistic of *every* user's
+        count, so removing one user would move every other user's embedding (and with it the
+        item step's statistics) beyond the declared sensitivity. Private fits therefore use the
+        unnormalised reg * (n + 1)^e (normaliser 1, which is also what the billboard projection
+        uses after loading); ``epsilon = inf`` keeps the normalisation of :class:`ALS`.
+        """
+        if cfg["private"]:
+            counts = np.asarray(user_counts, dtype=np.float64)
+            e = cfg["reg_exponent"]
+            return cfg["reg"] * (counts + 1.0) ** e if e else np.full(counts.shape, cfg["reg"]), 1.0
+        return frequency_regularization(user_counts, cfg["reg"], cfg["reg_exponent"])
+
+    def _user_step(self, cfg: dict, labels: sp.csr_matrix, V: np.ndarray, reg_users: np.ndarray) -> np.ndarray:
+        """Exact user step on the current item factors; rows clipped to ``max_norm`` when private.
+
+        Row j depends only on user j's ratings, ``reg_users[j]`` and the (released) ``V``, so
+        removing a user leaves every other row unchanged (the coupling the item-step
+        sensitivity assumes).
+        """
+        U, _ = half_step(labels, V, None, 0.0, reg_users, cfg["unobserved_weight"], False, "cholesky",
+                         num_threads=self.num_threads)
+        if cfg["private"]:
+            U = clip_rows(U, cfg["max_norm"]).astype(cfg["dtype"], copy=False)
+        return U
 
     def _item_solver(self, cfg, z, reg_items, V, batch):
         if cfg["kind"] == "ssp":
