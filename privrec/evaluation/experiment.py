@@ -33,6 +33,10 @@ DEFAULT_DATASET = "synthetic-skew"
 _TOPK_DATASETS = ("ml20m-like", "msd-like", "ml-20m", "msd", "lastfm-2k", "hetrec2011-lastfm-2k")
 
 
+#: synthetic presets whose target sizes are those of the already-binarised benchmark data (spec §7)
+_PROCESSED_PRESETS = ("ml20m-like", "msd-like")
+
+
 def default_protocol(dataset: str) -> str:
     """The paper's protocol for a dataset name (held-out users for ML20M / MSD / Last.fm)."""
     return "heldout-users" if dataset in _TOPK_DATASETS else "random"
@@ -79,7 +83,8 @@ def make_split(data, protocol: str, seed: int = 0, heldout_users: int | None = N
     (spec §8), so ``Split.train`` (the fitting data) is the train part and the projection history
     is train + validation (``Split.info["projection"]``). ``heldout-users``: ``heldout_users``
     validation and test users (default ``min(10000, n_users // 10)``); ratings binarised at > 3.5,
-    play-count data (every value a count) at > 0; the test fold-in history and targets are used.
+    play-count data (every value a count) and the presets sized like processed data (``ml20m-like``,
+    ``msd-like``) at > 0; the test fold-in history and targets are used.
     """
     from ..data.splits import heldout_users_split, random_split
 
@@ -93,7 +98,10 @@ def make_split(data, protocol: str, seed: int = 0, heldout_users: int | None = N
     n_held = heldout_users if heldout_users is not None else max(1, min(10_000, data.n_users // 10))
     values = np.asarray(data.matrix.data)
     counts_data = values.size > 0 and bool(np.all(values == np.round(values))) and float(values.max()) > 5.0
-    threshold = 0.0 if counts_data else 3.5
+    # presets sized like the *processed* data (spec §7 ML20M / MSD sizes are after binarisation):
+    # every interaction is a positive, so binarising again at 3.5 would shrink them below the target
+    processed_sized = getattr(data, "name", None) in _PROCESSED_PRESETS
+    threshold = 0.0 if counts_data or processed_sized else 3.5
     parts = heldout_users_split(data, n_held, binarize_threshold=threshold, random_state=seed)
     tr = parts.train
     return Split(protocol, _m(tr), history=_m(parts.test.history), targets=_m(parts.test.targets),
