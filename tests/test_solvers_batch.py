@@ -84,3 +84,24 @@ def test_from_csr_rejects_misaligned_or_non_csr():
         TaskBatch.from_csr(ui, w, feats[:-1], transpose=True)
     with pytest.raises(ValueError, match="NaN"):
         TaskBatch.from_csr(ui, w, np.full_like(feats, np.nan), transpose=True)
+
+
+def test_unit_repeated_in_a_task_spends_the_square_of_its_summed_weight():
+    """Removing a unit repeated in one task moves that task's Gramian by (sum w) |x|^2, so the
+    budget the solvers check must be sum_i (sum w)^2, not sum w^2."""
+    from privrec.solvers import weighted_statistics
+
+    x = np.array([[1.0, 0.0], [0.0, 1.0]])
+    # task 0: unit 0 twice (weights 1, 1) and unit 1; task 1: unit 0 once (weight 1)
+    batch = TaskBatch([0, 3, 4], [0, 0, 1, 0], x, [1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0])
+    without = TaskBatch([0, 1, 1], [1], x, [1.0], [1.0])
+    G1, _ = weighted_statistics(batch, max_norm=1.0, label_bound=1.0)
+    G2, _ = weighted_statistics(without, max_norm=1.0, label_bound=1.0)
+    measured = np.linalg.norm(G1 - G2)  # sqrt(2^2 + 1^2) with max_norm 1
+    assert batch.unit_spend() == pytest.approx([5.0, 1.0])
+    assert measured <= np.sqrt(batch.unit_budget()) * (1 + 1e-12)
+    with pytest.raises(ValueError, match="exceeds the declared budget"):
+        batch.check_budget(3.0)
+    # unsorted but distinct units per task: plain sum of squares
+    unsorted = TaskBatch([0, 2], [1, 0], x, [1.0, 1.0], [0.5, 2.0])
+    assert unsorted.unit_spend() == pytest.approx([4.0, 0.25])

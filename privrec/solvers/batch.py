@@ -165,9 +165,24 @@ class TaskBatch:
         return np.repeat(np.arange(self.n_tasks, dtype=np.int64), self.sizes)
 
     def unit_spend(self) -> np.ndarray:
-        """Per-unit spend ``sum_e w_e^2`` in float64 (length n_units)."""
+        """Per-unit spend ``sum_i (sum_{e of u in task i} w_e)^2`` in float64 (length n_units).
+
+        With at most one example per (task, unit) -- every batch built by :meth:`from_csr` --
+        this is ``sum_e w_e^2``. A unit repeated inside one task moves that task's statistics by
+        the *sum* of its weights there, so repeats are merged before squaring; otherwise the
+        budget check would under-state the sensitivity.
+        """
         w = self.weights.astype(np.float64)
-        return np.bincount(self.feature_ids, weights=w * w, minlength=self.n_units)
+        fid = self.feature_ids
+        if fid.size > 1:
+            starts = np.zeros(fid.size, dtype=bool)
+            starts[self.indptr[:-1][self.sizes > 0]] = True
+            if np.any(~starts[1:] & (fid[1:] <= fid[:-1])):  # not strictly increasing inside a task
+                key = self.task_ids() * self.n_units + fid.astype(np.int64)
+                uniq, inv = np.unique(key, return_inverse=True)
+                merged = np.bincount(inv, weights=w, minlength=uniq.size)
+                return np.bincount(uniq % self.n_units, weights=merged * merged, minlength=self.n_units)
+        return np.bincount(fid, weights=w * w, minlength=self.n_units)
 
     def unit_budget(self) -> float:
         """beta = max over units of ``sum w^2`` (spec 004 §2, Thm 3.3). Private: do not publish."""
