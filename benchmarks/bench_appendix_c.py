@@ -28,7 +28,6 @@ reference implementation: every user spends exactly beta). Writes
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
+import _publish as P  # noqa: E402
 
 from privrec.convex import MultiTaskDPRegressor, MultiTaskProblem  # noqa: E402
 from privrec.data.synthetic import multitask_regression  # noqa: E402
@@ -189,24 +189,12 @@ def plot(res: dict, path: Path) -> str | None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="small configuration (seconds)")
-    p.add_argument("--out", type=Path, default=C.RESULTS, help="output folder")
-    p.add_argument("--quiet", action="store_true")
+    p = P.parser(__doc__)
     p.add_argument("--weight-mode", choices=("global", "per_user"), default="global")
     args = p.parse_args(argv)
     res = run(QUICK if args.quick else FULL, args.quiet, args.weight_mode)
-    res["quick"] = bool(args.quick)
-    claims = analyse(res)
-    res["claims"] = claims
     tag = "appendix_c" + ("_per_user" if args.weight_mode == "per_user" else "") + ("_quick" if args.quick else "")
-    C.write_json(args.out / f"{tag}.json", res)
-    md = markdown(res, claims)
-    C.write_text(args.out / f"{tag}.md", md)
-    plot(res, args.out / f"{tag}.png")
-    if not args.quiet:
-        print(md)
-    return 0
+    return P.publish(res, tag, args, analyse, markdown, plot)
 
 
 if __name__ == "__main__":

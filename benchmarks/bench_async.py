@@ -42,7 +42,6 @@ Writes ``benchmarks/results/async[_quick].{json,md,png}``.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -52,6 +51,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
+import _publish as P  # noqa: E402
 
 from privrec.convex import AsyncDPLearner, ridge_objective, ridge_optimum  # noqa: E402
 
@@ -288,11 +288,7 @@ def plot(res, path):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--out", type=Path, default=C.RESULTS)
-    p.add_argument("--quiet", action="store_true")
-    args = p.parse_args(argv)
+    args = P.parser(__doc__).parse_args(argv)
     cfg = QUICK if args.quick else FULL
     t0 = time.time()
     res = {"config": cfg, "sigma": SIGMA, "quick": bool(args.quick)}
@@ -302,16 +298,7 @@ def main(argv=None) -> int:
     res["region_heterogeneous"] = part_region(cfg, args.quiet, heterogeneity=0.3)
     res["seconds"] = time.time() - t0
     res["environment"] = C.environment()
-    claims = analyse(res)
-    res["claims"] = claims
-    tag = "async_quick" if args.quick else "async"
-    C.write_json(args.out / f"{tag}.json", res)
-    md = markdown(res, claims)
-    C.write_text(args.out / f"{tag}.md", md)
-    plot(res, args.out / f"{tag}.png")
-    if not args.quiet:
-        print(md)
-    return 0
+    return P.publish(res, "async_quick" if args.quick else "async", args, analyse, markdown, plot)
 
 
 if __name__ == "__main__":

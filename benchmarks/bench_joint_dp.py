@@ -32,7 +32,6 @@ Writes ``benchmarks/results/joint_dp[_quick].{json,md,png}``.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -41,6 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
+import _publish as P  # noqa: E402
 
 from privrec.convex import JointDPSGD, PersonalBiasSoftmax  # noqa: E402
 
@@ -203,23 +203,9 @@ def plot(res: dict, path: Path):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--out", type=Path, default=C.RESULTS)
-    p.add_argument("--quiet", action="store_true")
-    args = p.parse_args(argv)
+    args = P.parser(__doc__).parse_args(argv)
     res = run(QUICK if args.quick else FULL, args.quiet)
-    res["quick"] = bool(args.quick)
-    claims = analyse(res)
-    res["claims"] = claims
-    tag = "joint_dp_quick" if args.quick else "joint_dp"
-    C.write_json(args.out / f"{tag}.json", res)
-    md = markdown(res, claims)
-    C.write_text(args.out / f"{tag}.md", md)
-    plot(res, args.out / f"{tag}.png")
-    if not args.quiet:
-        print(md)
-    return 0
+    return P.publish(res, "joint_dp_quick" if args.quick else "joint_dp", args, analyse, markdown, plot)
 
 
 if __name__ == "__main__":
