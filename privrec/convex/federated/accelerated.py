@@ -88,6 +88,8 @@ def accelerated_mb_sgd(silos, loss, *, batch_size, smoothness: float, clip: floa
     ``alpha`` / ``eta`` may be callables ``r -> value`` (r = 1..R) replacing the schedules;
     ``strong_convexity`` mu adds to the loss's ridge ``l2`` (and ``prox_center_l2``).
     ``rounds`` defaults to ``min_i floor(n_i / K_i)`` for one pass and is required for ERM.
+    ``random_state``: ``None`` draws the noise from OS entropy; a fixed seed is for experiments
+    only and voids the guarantee for anyone who knows it.
     """
     silos, rng, avail, theta = setup(silos, loss, theta0, random_state, n_available)
     _check_noise(noise)
@@ -151,7 +153,8 @@ def multistage_accelerated(silos, loss, *, batch_size, smoothness: float, strong
     eta_r = 4 v_k / (r(r+1)). ``gap`` is the bound Delta on the initial suboptimality and
     ``variance`` V^2 on the gradient estimate's variance (default ``clip^2 / min K_i``: the
     sampling part only; pass a larger value to account for the privacy noise). Every silo's
-    noise is calibrated for the total number of rounds of all stages.
+    noise is calibrated for the total number of rounds of all stages. ``random_state``: ``None``
+    (OS entropy) or a seed for experiments only (a known seed voids the guarantee).
     """
     silos, rng, avail, theta = setup(silos, loss, theta0, random_state, n_available)
     _check_noise(noise)

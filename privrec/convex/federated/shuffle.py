@@ -129,6 +129,8 @@ def shuffled_mb_sgd(silos, loss, *, rounds: int, step_size, clip: float, epsilon
     """Shuffled MB-SGD: K = 1 record per available silo per round, M_r = M fixed, Gaussian local noise.
 
     ``(epsilon, delta)`` is the shuffle-model target (record-level, for the whole federation).
+    ``random_state``: ``None`` draws the noise (and the shuffle) from OS entropy; a fixed seed is for
+    experiments only and voids the guarantee for anyone who knows it.
     """
     silos, rng, avail, theta = setup(silos, loss, theta0, random_state, n_available)
     if not avail.fixed:
