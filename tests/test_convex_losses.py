@@ -93,6 +93,11 @@ def test_clipping_bounds_and_sum_sensitivity():
     np.testing.assert_array_equal(clip_gradients(small, 1.5), small)
     c1 = clip_gradients_l1(G, 1.5)
     assert np.all(np.abs(c1.reshape(50, -1)).sum(axis=1) <= 1.5 + 1e-12)
+    # float32 gradients: the bound holds exactly after rounding (it is the declared sensitivity)
+    G32 = (rng.standard_normal((5000, 16)) * 5).astype(np.float32)
+    c32 = clip_gradients(G32, 1.5).astype(np.float64)
+    assert np.sqrt(np.einsum("ij,ij->i", c32, c32)).max() <= 1.5
+    assert np.abs(clip_gradients_l1(G32, 1.5).astype(np.float64)).sum(axis=1).max() <= 1.5
     # removing one example changes the clipped sum by at most its weight times the clip norm
     loss = SquaredLoss()
     X, y, th = rng.standard_normal((30, 4)) * 3, rng.standard_normal(30) * 3, rng.standard_normal(4)

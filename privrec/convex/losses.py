@@ -31,6 +31,7 @@ import numpy as np
 from scipy.special import expit, log_expit, logsumexp
 
 from .._validation import check_finite_array, check_positive
+from ..privacy.clipping import clip_rows
 
 __all__ = [
     "SquaredLoss",
@@ -272,12 +273,8 @@ class SoftmaxLoss:
 
 def clip_gradients(grads, max_norm: float) -> np.ndarray:
     """Scale each per-example gradient (leading axis) to L2 (Frobenius) norm at most ``max_norm``."""
-    c = check_positive(max_norm, "max_norm")
     g = np.asarray(grads)
-    flat = g.reshape(g.shape[0], -1)
-    norms = np.sqrt(np.einsum("ij,ij->i", flat, flat, dtype=np.float64))
-    scale = np.minimum(1.0, c / np.maximum(norms, np.finfo(np.float64).tiny)).astype(g.dtype, copy=False)
-    return (flat * scale[:, None]).reshape(g.shape)
+    return clip_rows(g.reshape(g.shape[0], -1), max_norm).reshape(g.shape)
 
 
 def clip_gradients_l1(grads, max_norm: float) -> np.ndarray:
@@ -286,7 +283,9 @@ def clip_gradients_l1(grads, max_norm: float) -> np.ndarray:
     g = np.asarray(grads)
     flat = g.reshape(g.shape[0], -1)
     norms = np.abs(flat).sum(axis=1, dtype=np.float64)
-    scale = np.minimum(1.0, c / np.maximum(norms, np.finfo(np.float64).tiny)).astype(g.dtype, copy=False)
+    scale = c / np.maximum(norms, np.finfo(np.float64).tiny)
+    slack = 1.0 - 4.0 * np.finfo(g.dtype).eps if g.dtype.kind == "f" else 1.0  # rounding cannot exceed c
+    scale = np.where(scale < 1.0, scale * slack, 1.0).astype(g.dtype if g.dtype.kind == "f" else np.float64)
     return (flat * scale[:, None]).reshape(g.shape)
 
 

@@ -13,7 +13,14 @@ def clip_rows(x: np.ndarray, max_norm: float, out: np.ndarray | None = None) -> 
     x = np.asarray(x)
     norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64)) if x.ndim == 2 else np.linalg.norm(x, axis=-1)
     with np.errstate(over="ignore", divide="ignore"):  # zero rows: g / tiny -> inf -> scale 1
-        scale = np.minimum(1.0, g / np.maximum(norms, np.finfo(np.float64).tiny)).astype(x.dtype, copy=False)
+        scale = g / np.maximum(norms, np.finfo(np.float64).tiny)
+    # Rows that are scaled get a few ulps of slack so rounding in x.dtype (float32 by default)
+    # cannot leave them above max_norm: the bound is the sensitivity, enforced, not approximate.
+    if x.dtype.kind == "f":
+        scale = np.where(scale < 1.0, scale * (1.0 - 4.0 * np.finfo(x.dtype).eps), 1.0)
+    else:
+        scale = np.minimum(1.0, scale)
+    scale = scale.astype(x.dtype, copy=False) if x.dtype.kind == "f" else scale
     if out is None:
         return x * scale[..., None]
     np.multiply(x, scale[..., None], out=out)
