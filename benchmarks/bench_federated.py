@@ -272,7 +272,7 @@ def main(argv=None):
                    claims=cl, seconds=secs, quick=q)
         results[name] = rec
         suffix = "_quick" if q else ""
-        (args.out / f"federated_{name}{suffix}.json").write_text(json.dumps(rec, indent=1, default=str))
+        atomic_write_text(args.out / f"federated_{name}{suffix}.json", json.dumps(rec, indent=1, default=str))
         plot(args.out / f"federated_{name}{suffix}.png", f"{name} ({task['metric_name']})", rows, eps_grid,
              task["metric_name"])
         summary += [f"## {name}: {task['metric_name']} vs eps (R = {R}, {rec['n_silos']} silos, M = "

@@ -127,7 +127,7 @@ def main(argv=None):
                best_excess_risk=best_by)
     args.out.mkdir(parents=True, exist_ok=True)
     sfx = "_quick" if q else ""
-    (args.out / f"srgd_excess_risk{sfx}.json").write_text(json.dumps(rec, indent=1))
+    atomic_write_text(args.out / f"srgd_excess_risk{sfx}.json", json.dumps(rec, indent=1))
     lines = ["# Accelerated-DP-SRGD vs DP-SGD vs DP-FTRL (spec 001)", "",
              f"Least squares with known optimum, n = {n}, d = {d}, single epoch, eps = {eps}, delta = {delta}, "
              f"{trials} trial(s); mean excess population risk at the best grid configuration (non-private tuning).",
