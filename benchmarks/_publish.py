@@ -34,3 +34,25 @@ def publish(res: dict, tag: str, args, analyse, markdown, plot) -> int:
     if not args.quiet:
         print(md)
     return 0
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend, or ``None`` without the optional ``plots`` extra."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover - optional extra
+        return None
+    return plt
+
+
+def save_figure(fig, path: Path) -> str:
+    """Tight layout, write ``path`` (PNG, 90 dpi), close the figure; return the path."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return str(path)

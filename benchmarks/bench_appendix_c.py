@@ -160,12 +160,8 @@ def markdown(res: dict, claims: dict) -> str:
 
 
 def plot(res: dict, path: Path) -> str | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover - optional extra
+    plt = P.pyplot()
+    if plt is None:
         return None
     cfg = res["config"]
     fig, axes = plt.subplots(len(cfg["powers"]), 2, figsize=(10, 4 * len(cfg["powers"])), squeeze=False)
@@ -182,10 +178,7 @@ def plot(res: dict, path: Path) -> str | None:
             ax.set_xlabel("mu")
             ax.set_ylabel("test RMSE")
             ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return str(path)
+    return P.save_figure(fig, path)
 
 
 def main(argv=None) -> int:

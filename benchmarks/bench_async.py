@@ -246,12 +246,8 @@ def markdown(res, claims):
 
 
 def plot(res, path):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover
+    plt = P.pyplot()
+    if plt is None:
         return None
     fig, ax = plt.subplots(1, 3, figsize=(15, 4))
     tr = res["trajectory"]
@@ -281,10 +277,7 @@ def plot(res, path):
     ax[2].set_xlabel("owners N")
     ax[2].set_ylabel("psi")
     ax[2].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return str(path)
+    return P.save_figure(fig, path)
 
 
 def main(argv=None) -> int:

@@ -177,12 +177,8 @@ def markdown(res: dict, claims: dict) -> str:
 
 
 def plot(res: dict, path: Path):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover
+    plt = P.pyplot()
+    if plt is None:
         return None
     t = table(res)
     cfg = res["config"]
@@ -196,10 +192,7 @@ def plot(res: dict, path: Path):
         ax.set_xlabel("owners n")
         ax.set_ylabel("accuracy")
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return str(path)
+    return P.save_figure(fig, path)
 
 
 def main(argv=None) -> int:
