@@ -104,6 +104,8 @@ def private_global_mean(
     with multiplier ``count_stddev`` would correspond to sensitivity ``sqrt(count_sample) * r_max``,
     which is the L2 bound of a *vector* of per-item sums, not of this scalar total; privrec uses
     the scalar's true sensitivity. The denominator is floored at 1. Returns ``value`` = float.
+    ``rng``: ``None`` (OS entropy, private) or a seed / Generator (experiments only; a known seed
+    voids the guarantee).
     """
     m = check_user_items(user_items)
     k = check_int(count_sample, "count_sample", minimum=1)

@@ -80,7 +80,8 @@ def uniform_weights(user_items, k: int, rng=None, dtype=np.float32) -> sp.csr_ma
 def tail_weights(user_items, counts, k: int, rng=None, dtype=np.float32) -> sp.csr_matrix:
     """Tail sampling (Chien et al. 2021; spec 004 §5): keep each user's k items of lowest noisy count.
 
-    Ties between equal counts are broken uniformly at random (``rng``). Weight 1, beta = k.
+    Ties between equal counts are broken uniformly at random (``rng``: ``None`` = OS entropy; a
+    known seed makes the selection predictable, experiments only). Weight 1, beta = k.
     """
     m = check_user_items(user_items)
     k = check_int(k, "k", minimum=1)

@@ -83,6 +83,7 @@ class NoisyGDSolver:
     ball, ``reg`` (public ridge, scalar or per-task), ``unobserved_weight`` alpha_0 with its noisy
     global Gramian (multiplier ``global_ratio`` * z), ``schedule``, ``strong_convexity`` lambda,
     ``init`` (public (m, d) warm start, e.g. previously released parameters; default zeros).
+    Noise comes from ``rng`` in :meth:`solve`: ``None`` = OS entropy; a known seed voids the guarantee.
     """
 
     noise_multiplier: float = 1.0
