@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from privrec.allocation import head_items, private_global_mean, private_head_items, private_item_counts
-from privrec.allocation._rows import rank_within_rows, sample_per_row
+from privrec.allocation._rows import sample_per_row
 from privrec.privacy import PrivacyLedger
 
 from test_allocation_helpers import interaction_matrices
@@ -56,20 +56,6 @@ def test_sampling_is_uniform_within_rows():
         freq += sample_per_row(indptr, 2, rng)
     np.testing.assert_allclose(freq[:6] / n, 2 / 6, atol=0.025)
     np.testing.assert_array_equal(freq[6:], n)
-
-
-def test_rank_within_rows_matches_per_row_argsort():
-    rng = np.random.default_rng(5)
-    lengths = rng.integers(0, 7, size=30)
-    indptr = np.concatenate(([0], np.cumsum(lengths)))
-    keys = rng.integers(0, 4, size=indptr[-1]).astype(float)
-    tb = rng.random(indptr[-1])
-    rank = rank_within_rows(indptr, keys, tb)
-    for r in range(30):
-        s, e = indptr[r], indptr[r + 1]
-        expected = np.empty(e - s, dtype=int)
-        expected[np.lexsort((tb[s:e], keys[s:e]))] = np.arange(e - s)
-        np.testing.assert_array_equal(rank[s:e], expected)
 
 
 def test_count_noise_std_and_event():

@@ -44,21 +44,8 @@ def row_ids(indptr: np.ndarray) -> np.ndarray:
     return np.repeat(np.arange(n, dtype=dtype), np.diff(indptr))
 
 
-def rank_within_rows(indptr: np.ndarray, keys, tiebreak=None) -> np.ndarray:
-    """Rank (0 = smallest key) of every entry inside its row, ties broken by ``tiebreak``.
-
-    One ``np.lexsort`` over all entries: sort by (row, key, tiebreak), then the rank of the entry
-    at sorted position p is p - indptr[row]. (General but slower than :func:`keep_lowest_per_row`.)
-    """
-    indptr = np.asarray(indptr)
-    rows = row_ids(indptr)
-    sort_keys = [rows] if tiebreak is None else [tiebreak, rows]
-    sort_keys.insert(len(sort_keys) - 1, keys)  # lexsort: last key is primary
-    order = np.lexsort(tuple(sort_keys))
-    return _rank_from_order(indptr, rows, order)
-
-
 def _rank_from_order(indptr, rows, order):
+    """Rank inside its row of every entry, given ``order`` sorting the entries by (row, key)."""
     rank = np.empty(rows.size, dtype=np.int64)
     rank[order] = np.arange(rows.size, dtype=np.int64) - indptr[:-1].astype(np.int64)[rows]
     return rank

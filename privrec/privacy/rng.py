@@ -29,10 +29,3 @@ def make_rng(random_state=None) -> np.random.Generator:
     if isinstance(random_state, (numbers.Integral, np.random.SeedSequence)) and not isinstance(random_state, bool):
         return np.random.default_rng(random_state)
     raise ValueError(f"random_state must be None, an int or a numpy Generator, got {random_state!r}")
-
-
-def spawn(rng: np.random.Generator, n: int) -> list[np.random.Generator]:
-    """Independent child generators (for chunked or parallel noise)."""
-    return [np.random.default_rng(s) for s in rng.bit_generator.seed_seq.spawn(n)] if hasattr(
-        rng.bit_generator, "seed_seq"
-    ) else [np.random.default_rng(rng.integers(0, 2**63 - 1)) for _ in range(n)]
