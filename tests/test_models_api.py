@@ -112,7 +112,11 @@ def test_save_load_round_trip_dpals_releases_only_items(dpals, R, tmp_path):
     dpals.save(p)
     with np.load(p) as npz:
         assert "user_factors_" not in npz.files
+    with np.load(p) as npz:
+        meta = json.loads(str(npz["__meta__"]))
+    assert dpals.random_state == 0 and meta["params"]["random_state"] is None  # the noise seed is not released
     m = DPALS.load(p)
+    assert m.random_state is None
     np.testing.assert_array_equal(m.item_factors_, dpals.item_factors_)
     assert m.privacy_report()["epsilon"] == dpals.privacy_report()["epsilon"]
     with pytest.raises(ValueError, match="recalculate_user=True"):

@@ -295,6 +295,10 @@ class FactorizationModel(BaseEstimator):
     def _metadata(self) -> dict[str, Any]:
         return {}
 
+    def _saved_params(self) -> dict[str, Any]:
+        """Constructor parameters written by :meth:`save` (all of them by default)."""
+        return self.get_params(deep=False)
+
     def _restore_metadata(self, meta: dict[str, Any]) -> None:
         pass
 
@@ -309,7 +313,7 @@ class FactorizationModel(BaseEstimator):
             val = getattr(self, name, None)
             if val is not None:
                 arrays[name] = np.asarray(val)
-        params = {k: _jsonable(v) for k, v in self.get_params(deep=False).items()}
+        params = {k: _jsonable(v) for k, v in self._saved_params().items()}
         meta = {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,

@@ -458,6 +458,15 @@ class DPALS(FactorizationModel):
     def _metadata(self) -> dict:
         return {"privacy_report": self.privacy_report(), "user_reg_norm": float(self.user_reg_norm_)}
 
+    def _saved_params(self) -> dict:
+        """Parameters written with the release. A private model never carries its noise seed:
+        anyone holding the file could regenerate the noise (SSP's per-chunk streams are spawned
+        from the seed alone) and subtract it."""
+        params = super()._saved_params()
+        if not math.isinf(check_epsilon(self.epsilon)):
+            params["random_state"] = None
+        return params
+
     def _restore_metadata(self, meta: dict) -> None:
         if "privacy_report" not in meta:
             raise ValueError("DPALS model file lacks its privacy report")
