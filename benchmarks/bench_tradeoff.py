@@ -232,6 +232,7 @@ python benchmarks/bench_tradeoff.py --datasets ml20m-like --ml20m-scale 0.5 --ep
 python benchmarks/bench_tradeoff.py --datasets ml10m-like --ml10m-scale 0.2 --budget-minutes 45 --no-plots
 python benchmarks/bench_tradeoff.py --datasets ml20m-like --ml20m-scale 0.1 --budget-minutes 45 --no-plots
 # merge every results/tradeoff_ds-*.json into tradeoff.json/.md, the PNG plots and this summary
+python benchmarks/bench_tradeoff.py --baselines --ml10m-scale 1.0 --ml20m-scale 1.0   # then 0.5, 0.2/0.1 likewise
 python benchmarks/bench_tradeoff.py --collect
 python benchmarks/bench_tradeoff.py --eval-speed       # evaluation speed at ml20m-like held-out size
 python benchmarks/bench_tradeoff.py --quick            # seconds, used by tests/test_benchmarks_quick.py"""
@@ -252,12 +253,14 @@ def write_summary(merged: dict, out_dir: Path) -> Path:
              "`tradeoff.json`). Noise is seeded (seed 0) for reproducibility: a known seed voids the guarantee, "
              "so these are experiments, not private releases.", "", "## Regenerate", "", "```", REGENERATE, "```", "",
              "## What ran", "", "| dataset | protocol | users x items (train) | train interactions | runs | fit s (sum) "
-             "| process wall min |", "|---|---|---|---|---|---|---|"]
+             "| process wall min | trivial baseline |", "|---|---|---|---|---|---|---|---|"]
+    base = C.read_json(out_dir / "baselines.json") if (out_dir / "baselines.json").is_file() else {}
     for ds in merged["analysis"]:
         rs = [r for r in merged["runs"] if r["dataset"] == ds]
         lines.append(f"| {ds} | {rs[0]['protocol']} | {rs[0]['n_users']} x {rs[0]['n_items']} | {rs[0]['n_train']} | "
                      f"{len(rs)} | {sum(r['fit_seconds'] for r in rs):.0f} | "
-                     f"{merged.get('walls', {}).get(ds, float('nan')) / 60:.1f} |")
+                     f"{merged.get('walls', {}).get(ds, float('nan')) / 60:.1f} | "
+                     + ", ".join(f"{k} {_f(v)}" for k, v in base.get(ds, {}).items()) + " |")
     lines += ["", f"Total wall time of the per-dataset processes: {merged['wall_seconds'] / 60:.1f} min "
               "(sum over processes; they ran concurrently on a shared 2-core machine).", "",
               "## Claim verdicts (issue 5 'Done when'; measured)", "",
@@ -354,6 +357,32 @@ def eval_speed(n_users: int = 10_000, n_items: int = 20_108, factors: int = 64, 
                      f"- total {res['seconds_total']:.2f} s; Recall@20 ours {res['recall@20_ours']:.5f} = "
                      f"peer {res['recall@20_peer']:.5f}\n")
     return res
+
+
+def trivial_baselines(cfg: Config, out_dir: Path | None = None, quiet: bool = False) -> dict:
+    """Data-only reference points per dataset: global-mean RMSE (random protocol) or the
+    Recall@20 of ranking items by training count (held-out users). Written to ``baselines.json``
+    (merged with existing entries) and shown by ``--collect`` in the summary."""
+    import numpy as np
+
+    from privrec.evaluation import ranking_metrics, rmse
+
+    path = Path(out_dir or C.RESULTS) / "baselines.json"
+    out = C.read_json(path) if path.is_file() else {}
+    for ds in cfg.datasets:
+        data = X.load_data(ds.name, ds.data_dir, ds.scale, seed=cfg.seed)
+        split = X.make_split(data, ds.protocol, seed=cfg.seed, heldout_users=ds.heldout_users)
+        if ds.protocol == "random":
+            mean = float(split.train.data.mean())
+            out[ds.key] = {"global_mean_rmse": rmse(np.full(split.test.nnz, mean), split.test.data)}
+        else:
+            counts = np.diff(split.train.tocsc().indptr).astype(np.float32)
+            U = np.ones((split.history.shape[0], 1), np.float32)
+            m = ranking_metrics(U, counts[:, None], split.targets, split.history, ks=(20,))
+            out[ds.key] = {"popularity_recall@20": m["recall@20"], "popularity_ndcg@20": m["ndcg@20"]}
+        C.log(f"{ds.key}: {out[ds.key]}", quiet)
+    C.write_json(path, out)
+    return out
 
 
 # ------------------------------------------------------------------------------------------ analysis
@@ -593,6 +622,8 @@ def build_parser(p=None):
                    help="merge results/tradeoff_ds-*.json (one per dataset) into tradeoff.json/.md and plots")
     p.add_argument("--eval-speed", action="store_true",
                    help="time the full ml20m-like held-out evaluation against a full-argsort peer")
+    p.add_argument("--baselines", action="store_true",
+                   help="global-mean RMSE / popularity Recall@20 per dataset into results/baselines.json")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--quiet", action="store_true")
     return p
@@ -608,6 +639,10 @@ def main_from_args(args) -> int:
         print(markdown(collect(args.out, make_plots=not args.no_plots)))
         return 0
     cfg = quick_config() if args.quick else full_config(args.ml10m_scale, args.ml20m_scale)
+    if args.baselines:
+        cfg.datasets = [d for d in cfg.datasets if not args.datasets or d.key in args.datasets or d.name in args.datasets]
+        print(json.dumps(trivial_baselines(cfg, args.out, args.quiet), indent=1))
+        return 0
     if args.epsilons:
         cfg.epsilons = tuple(args.epsilons)
     if args.datasets:

@@ -110,3 +110,12 @@ def test_eval_speed_quick_agrees_with_argsort_peer(tmp_path):
     res = B.eval_speed(n_users=200, n_items=500, factors=8, out_dir=tmp_path, tag="_quick")
     assert res["recall@20_ours"] == pytest.approx(res["recall@20_peer"])
     assert res["seconds_total"] > 0 and (tmp_path / "eval_speed_quick.md").is_file()
+
+
+def test_trivial_baselines_quick(tmp_path):
+    res = B.trivial_baselines(B.quick_config(), tmp_path, quiet=True)
+    assert set(res) == {"synthetic-skew-rmse", "synthetic-skew-topk"}
+    assert res["synthetic-skew-rmse"]["global_mean_rmse"] > 0
+    assert 0 <= res["synthetic-skew-topk"]["popularity_recall@20"] <= 1
+    saved = json.loads((tmp_path / "baselines.json").read_text())
+    assert saved["synthetic-skew-rmse"]["global_mean_rmse"] == pytest.approx(res["synthetic-skew-rmse"]["global_mean_rmse"])
