@@ -65,21 +65,17 @@ def register(subparsers) -> None:
     _out_args(p)
     p.set_defaults(func=cmd_evaluate)
 
-    p = subparsers.add_parser("recommend", help="top-N items for one user of a dataset")
-    p.add_argument("--model", required=True)
-    p.add_argument("--user", required=True, help="user id as in the dataset")
-    p.add_argument("-n", "--n", dest="n", type=int, default=10, help="number of items (default 10)")
-    _data_args(p, split=False)
-    _out_args(p)
-    p.set_defaults(func=cmd_recommend)
-
-    p = subparsers.add_parser("similar", help="items most similar to an item (cosine of item factors)")
-    p.add_argument("--model", required=True)
-    p.add_argument("--item", required=True, help="item id as in the dataset")
-    p.add_argument("-n", "--n", dest="n", type=int, default=10, help="number of items (default 10)")
-    _data_args(p, split=False)
-    _out_args(p)
-    p.set_defaults(func=cmd_similar)
+    for name, key, helptext, func in (
+        ("recommend", "--user", "top-N items for one user of a dataset", cmd_recommend),
+        ("similar", "--item", "items most similar to an item (cosine of item factors)", cmd_similar),
+    ):
+        p = subparsers.add_parser(name, help=helptext)
+        p.add_argument("--model", required=True, help="model file written by 'privrec fit --output'")
+        p.add_argument(key, required=True, help=f"{key[2:]} id as in the dataset")
+        p.add_argument("-n", "--n", dest="n", type=int, default=10, help="number of items (default 10)")
+        _data_args(p, split=False)
+        _out_args(p)
+        p.set_defaults(func=func)
 
 
 def _data_args(p, split: bool = True) -> None:
