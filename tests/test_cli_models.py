@@ -128,3 +128,20 @@ def test_python_cli_py_subprocess_json():
     bad = subprocess.run([sys.executable, str(ROOT / "cli.py"), "fit", "--method", "nope"],
                          capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert bad.returncode != 0 and "invalid choice" in bad.stderr
+
+
+@has_dpals
+def test_private_noise_comes_from_os_entropy_unless_a_noise_seed_is_given(capsys, tmp_path):
+    """--seed fixes data and split only; the privacy noise is unseeded unless --noise-seed is set."""
+    def item_factors(extra, name):
+        out = tmp_path / f"{name}.npz"
+        res = run_json(capsys, ["fit", "--json", "--output", str(out), *SMALL, *FAST, *extra])
+        return res, models.load_model(out).item_factors_
+
+    res_a, a = item_factors([], "a")
+    res_b, b = item_factors([], "b")
+    assert res_a["seed"] == 0 and res_a["noise_seed"] is None
+    assert a.shape == b.shape and not (a == b).all()          # fresh OS-entropy noise each run
+    _, c = item_factors(["--noise-seed", "7"], "c")
+    _, d = item_factors(["--noise-seed", "7"], "d")
+    assert (c == d).all()                                     # reproducible experiment

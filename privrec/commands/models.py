@@ -53,6 +53,10 @@ def register(subparsers) -> None:
     p.add_argument("--budget", type=float, help="per-user budget (items per user / sum of squared weights)")
     p.add_argument("--max-norm", dest="max_norm", type=float, help="clipping norm of user embeddings")
     p.add_argument("--unobserved-weight", dest="unobserved_weight", type=float, help="gravity alpha_0")
+    p.add_argument("--noise-seed", dest="noise_seed", type=int, default=None,
+                   help="seed of the initialisation and the privacy noise, for reproducible experiments only: "
+                        "anyone who knows it can subtract the noise, so a known seed VOIDS the DP guarantee "
+                        "(default: OS entropy)")
     p.add_argument("--output", "-o", help="save the fitted model to this file")
     p.add_argument("--evaluate", action="store_true",
                    help="evaluate on the held-out part (always done when no --output is given)")
@@ -83,8 +87,7 @@ def _data_args(p, split: bool = True) -> None:
     p.add_argument("--data-dir", dest="data_dir", default=None, help="local folder holding the dataset files")
     p.add_argument("--scale", type=float, default=None, help="shrink a synthetic preset (e.g. 0.1)")
     p.add_argument("--seed", type=int, default=0,
-                   help="seed of the split and (for experiments) of the noise; a known seed voids the DP "
-                        "guarantee; use --seed -1 for OS-entropy noise (split seed 0)")
+                   help="seed of the synthetic data and of the train/test split (public; default 0)")
     if split:
         p.add_argument("--protocol", choices=X.PROTOCOLS, default=None,
                        help="random (RMSE) or heldout-users (Recall@20); default: the dataset's paper protocol")
@@ -154,20 +157,19 @@ def _progress_enabled(args) -> bool:
     return not (args.quiet or args.json) and sys.stderr.isatty()
 
 
-def _seed(args):
-    return None if args.seed is not None and args.seed < 0 else args.seed
+def _noise_seed(args):
+    """Seed of initialisation and privacy noise: None (OS entropy, the private default) unless given."""
+    return getattr(args, "noise_seed", None)
 
 
 def _load(args):
     name = args.dataset or X.DEFAULT_DATASET
-    split_seed = 0 if _seed(args) is None else args.seed
-    return name, X.load_data(name, args.data_dir, args.scale, seed=split_seed)
+    return name, X.load_data(name, args.data_dir, args.scale, seed=args.seed)
 
 
 def _split(args, data, name):
     protocol = args.protocol or X.default_protocol(name)
-    seed = 0 if _seed(args) is None else args.seed
-    return X.make_split(data, protocol, seed=seed, heldout_users=args.heldout_users)
+    return X.make_split(data, protocol, seed=args.seed, heldout_users=args.heldout_users)
 
 
 def _fmt(v) -> str:
@@ -224,14 +226,15 @@ def _fit(args) -> int:
         split = _split(args, data, name)
         stages.next()
         model, res = X.run_experiment(split, args.method, epsilon=args.epsilon, delta=args.delta,
-                                      params=params, seed=_seed(args), evaluate=evaluate, dataset=name,
+                                      params=params, seed=_noise_seed(args), evaluate=evaluate, dataset=name,
                                       show_progress=_progress_enabled(args))
         stages.next()
         if evaluate:
             stages.next()
     finally:
         stages.close()
-    res["seed"] = _seed(args)
+    res["seed"] = args.seed
+    res["noise_seed"] = _noise_seed(args)
     if args.output:
         model.save(args.output)
         res["output"] = str(args.output)
