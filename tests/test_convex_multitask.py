@@ -198,3 +198,25 @@ def test_scikit_learn_conventions():
     twin = clone(est)
     assert twin.get_params() == params and not hasattr(twin, "params_")
     assert clone(MultiTaskDPClassifier(iterations=7)).iterations == 7
+
+
+@pytest.mark.parametrize("mode,n_users", [("per_user", None), ("global", 500)])
+def test_removing_a_user_leaves_every_other_users_weights_unchanged(mode, n_users):
+    """User-level DP needs each user's weights to depend on nothing but public values, their own
+    data and released counts: the default per-user mode always, the global mode given a public n."""
+    rng = np.random.default_rng(5)
+    problem, _ = _problem(rng, n_users=80, per_example=True)
+    counts = np.bincount(problem.tasks, minlength=problem.n_tasks).astype(float) + 3.0  # "public"
+    kw = dict(epsilon=math.inf, weight_exponent=0.5, weight_mode=mode, n_users=n_users, task_counts=counts)
+    full = MultiTaskDPRegressor(**kw).fit(problem=problem)
+    keep = problem.user_index != problem.user_index.max()
+    X, y = problem.features[keep], problem.labels[keep]
+    reduced = MultiTaskProblem(problem.tasks[keep], problem.user_index[keep], y, features=X,
+                               n_tasks=problem.n_tasks)
+    smaller = MultiTaskDPRegressor(**kw).fit(problem=reduced)
+    np.testing.assert_array_equal(full.weights_[keep], smaller.weights_)
+
+
+def test_default_weight_mode_is_per_user():
+    assert MultiTaskDPRegressor().weight_mode == "per_user"
+    assert MultiTaskDPClassifier().weight_mode == "per_user"

@@ -252,14 +252,15 @@ class _MultiTaskDPBase(BaseEstimator):
             counts = public
         else:
             counts = np.ones(problem.n_tasks)
+        n_public = problem.n_users if self.n_users is None else check_int(self.n_users, "n_users", minimum=1)
         W = adaptive_weights(user_tasks, counts, float(self.weight_exponent), self.budget_, mode=self.weight_mode,
-                             dtype=np.float64)
+                             n_users=n_public, dtype=np.float64)
         weights = np.empty(problem.n_examples)
         weights[order] = W.data
         spend = problem.user_spend(weights)
         if spend.max(initial=0.0) > self.budget_ * (1 + 1e-9):
             raise AssertionError("allocation exceeded the per-user budget")  # pragma: no cover
-        omega = adaptive_task_weights(counts, float(self.weight_exponent), self.budget_, problem.n_users)
+        omega = adaptive_task_weights(counts, float(self.weight_exponent), self.budget_, n_public)
         self.params_ = solve(problem, weights, counts, omega, split.train_scale, rng, ledger)
         self.weights_ = weights
         self.task_counts_used_ = counts
@@ -306,7 +307,14 @@ class MultiTaskDPRegressor(_MultiTaskDPBase):
         per-task ridge and the report says epsilon = inf).
     weight_exponent : mu in [0, 1] of the adaptive weights (0 = uniform weighting).
     budget : beta, the per-user bound on sum_i w_ij^2. Only the ratio to ``reg`` matters.
-    weight_mode : ``"global"`` (eq. 11-12, default) or ``"per_user"`` (each user spends exactly beta).
+    weight_mode : ``"per_user"`` (default: every user spends exactly beta, weights ∝ nhat_i^-mu
+        inside the user's own tasks; no user's weights depend on any other user) or ``"global"``
+        (eq. 11-12 with per-user clipping). The global normaliser involves the number of users n:
+        under add/remove-one-user neighbours n itself changes, so ``"global"`` is private only if
+        n is public — pass it as ``n_users``; when ``n_users`` is None the problem's own user
+        count is used and thereby *treated as public*.
+    n_users : public number of users for ``"global"`` weights and the noisy-GD step sizes (see
+        ``weight_mode``); ``None`` = the problem's user count, assumed public.
     task_counts : ``"private"`` (released with part of the budget) or an array of counts the
         caller asserts are public.
     count_fraction : share of the RDP budget spent on counts (default: the paper's, spec 004 §5).
@@ -318,8 +326,8 @@ class MultiTaskDPRegressor(_MultiTaskDPBase):
     """
 
     def __init__(self, solver: str = "ssp", epsilon: float = 1.0, delta: float = 1e-5,
-                 weight_exponent: float = 0.5, budget: float = 1.0, weight_mode: str = "global",
-                 task_counts="private", count_fraction: float | None = None, count_sample: int = 32,
+                 weight_exponent: float = 0.5, budget: float = 1.0, weight_mode: str = "per_user",
+                 n_users: int | None = None, task_counts="private", count_fraction: float | None = None, count_sample: int = 32,
                  max_norm: float = 1.0, label_bound: float = 1.0, reg: float = 1.0, iterations: int = 50,
                  radius: float = 2.0, schedule="strongly_convex", strong_convexity: float = 0.1,
                  random_state=None):
@@ -384,7 +392,8 @@ class MultiTaskDPClassifier(_MultiTaskDPBase):
     """
 
     def __init__(self, epsilon: float = 1.0, delta: float = 1e-5, weight_exponent: float = 0.5,
-                 budget: float = 1.0, weight_mode: str = "global", task_counts="private",
+                 budget: float = 1.0, weight_mode: str = "per_user", n_users: int | None = None,
+                 task_counts="private",
                  count_fraction: float | None = None, count_sample: int = 32, max_norm: float = 1.0,
                  reg: float = 1e-2, iterations: int = 50, radius: float = 10.0, learning_rate: float = 1.0,
                  random_state=None):
