@@ -104,3 +104,64 @@ def test_bad_generator_arguments():
         low_rank_interactions(10, 10, 10, min_per_user=5)  # fewer than 10 * 5
     with pytest.raises(ValueError):
         low_rank_interactions(10, 10, 100, values="stars")
+
+
+def _heldout_recall(d, score_fn, n_test=400, hold=0.2, k=20, seed=0):
+    """Recall@k of ranking each test user's unseen items by ``score_fn(users, items)`` (history excluded)."""
+    x = d.interactions.matrix
+    rng = np.random.default_rng(seed)
+    users = rng.choice(x.shape[0], size=n_test, replace=False)
+    hits = denom = 0.0
+    for u in users:
+        items = x.indices[x.indptr[u]:x.indptr[u + 1]]
+        mask = rng.random(len(items)) < hold
+        if not mask.any() or mask.all():
+            continue
+        target, seen = items[mask], items[~mask]
+        s = score_fn(np.full(x.shape[1], u), np.arange(x.shape[1]))
+        s[seen] = -np.inf
+        top = np.argpartition(-s, k)[:k]
+        hits += np.isin(target, top).sum()
+        denom += min(k, len(target))
+    return hits / denom
+
+
+def test_observation_is_personalised_by_planted_taste():
+    d = generate_preset("synthetic-skew", random_state=2)
+    assert d.interactions.info["affinity"] > 0 and d.interactions.info["oversample"] > 2
+    assert _top10_share(d.interactions) == pytest.approx(0.86, abs=0.04)
+    assert d.interactions.info["top10_share"] == pytest.approx(_top10_share(d.interactions))
+    u, i, _ = d.interactions.coo_arrays()
+    dots = np.einsum("ij,ij->i", d.user_factors[u], d.item_factors[i])
+    assert dots.mean() > 0.3                  # observed pairs lean towards the user's taste
+    tau = d.interactions.info["affinity"]
+    logp = np.log(d.popularity)
+    pop = _heldout_recall(d, lambda uu, ii: logp[ii])
+    taste = _heldout_recall(d, lambda uu, ii: logp[ii] + tau * np.einsum(
+        "ij,ij->i", d.user_factors[uu], d.item_factors[ii]))
+    assert taste > 1.3 * pop                  # planted taste + popularity beats popularity alone
+
+
+def test_affinity_zero_is_missing_at_random_given_popularity():
+    pr = PRESETS["synthetic-skew"]
+    kw = dict(top10_share=pr.top10_share, max_user_fraction=pr.max_user_fraction, random_state=2)
+    d = low_rank_interactions(pr.n_users, pr.n_items, pr.n_interactions, affinity=0.0, **kw)
+    x = d.interactions
+    assert x.info["affinity"] == 0.0 and x.info["oversample"] == 1.0
+    assert _top10_share(x) == pytest.approx(0.86, abs=0.03)
+    u, i, _ = x.coo_arrays()
+    dots = np.einsum("ij,ij->i", d.user_factors[u], d.item_factors[i])
+    assert abs(dots.mean()) < 0.03            # observation ignores the factors
+    logp = np.log(d.popularity)
+    pop = _heldout_recall(d, lambda uu, ii: logp[ii])
+    taste = _heldout_recall(d, lambda uu, ii: logp[ii] + np.einsum(
+        "ij,ij->i", d.user_factors[uu], d.item_factors[ii]))
+    assert taste <= pop + 0.02                # no personal signal in which items are observed
+    # same planted factors as with affinity > 0 (drawn from their own stream), different pairs
+    e = low_rank_interactions(pr.n_users, pr.n_items, pr.n_interactions, **kw)
+    np.testing.assert_array_equal(d.user_factors, e.user_factors)
+    assert (e.interactions.matrix != x.matrix).nnz > 0
+    with pytest.raises(ValueError):
+        low_rank_interactions(300, 100, 3000, affinity=-1.0)
+    with pytest.raises(ValueError):
+        low_rank_interactions(300, 100, 3000, oversample=0.5)

@@ -415,8 +415,7 @@ _CHUNK = 4_000_000
 def _bulk_round(rng, need, draws, deficit, cdf, held_keys, m) -> np.ndarray:
     """One bulk round for the users ``need``: keys of the new distinct items kept (see caller)."""
     users = np.repeat(need, draws)
-    items = np.searchsorted(cdf, rng.random(len(users)), side="right")
-    np.minimum(items, m - 1, out=items)
+    items = _inverse_cdf(cdf, rng.random(len(users)))
     keys = users * np.int64(m) + items
     del items
     pos = np.flatnonzero(~_sorted_contains(held_keys, keys)) if held_keys.size else np.arange(len(keys))
@@ -432,6 +431,26 @@ def _bulk_round(rng, need, draws, deficit, cdf, held_keys, m) -> np.ndarray:
     return keys[pos[rank < deficit[ku]]]
 
 
+def _inverse_cdf(cdf: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """``searchsorted(cdf, r, side="right")`` (clipped to the last item) via a guide table.
+
+    A table over ``G`` equal bins of [0, 1) gives each uniform a start index that is never past the
+    answer; draws then step forward while ``cdf[idx] <= r`` (few steps: head items own whole bins).
+    Same result as the binary search, several times faster on tens of millions of draws.
+    """
+    m = len(cdf)
+    g = int(min(1 << 22, max(1 << 16, 8 * m)))
+    guide = np.searchsorted(cdf, np.arange(g) / g, side="right")
+    np.minimum(guide, m - 1, out=guide)
+    idx = guide[(r * g).astype(np.int64)]
+    todo = np.flatnonzero(cdf[idx] <= r)
+    while todo.size:
+        idx[todo] += 1
+        np.minimum(idx, m - 1, out=idx)
+        todo = todo[(cdf[idx[todo]] <= r[todo]) & (idx[todo] < m - 1)]
+    return idx
+
+
 def _sorted_contains(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """Membership of ``keys`` in the sorted array ``sorted_keys`` (binary search, no hashing)."""
     idx = np.searchsorted(sorted_keys, keys)
@@ -439,9 +458,90 @@ def _sorted_contains(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
     return sorted_keys[idx] == keys
 
 
+#: default taste affinity tau of :func:`low_rank_interactions` (log-weight sd of the observation law)
+DEFAULT_AFFINITY = 2.0
+#: default candidate oversampling factor of :func:`low_rank_interactions`
+DEFAULT_OVERSAMPLE = 3.0
+
+
+def _top_share(items: np.ndarray, n_items: int) -> float:
+    """Measured share of the observations held by the top 10% of items."""
+    c = np.sort(np.bincount(items, minlength=n_items))[::-1]
+    total = c.sum()
+    return float(c[: max(1, int(math.ceil(0.1 * n_items)))].sum() / total) if total else 0.0
+
+
+def _affinity_select(rng, cand_keys: np.ndarray, k: np.ndarray, uf: np.ndarray, vf: np.ndarray,
+                     affinity: float, n_items: int) -> np.ndarray:
+    """Keep ``k[u]`` of user u's candidates, a weighted sample without replacement ∝ ``exp(affinity <U_u, V_i>)``.
+
+    Gumbel-top-k: the ``k[u]`` largest ``affinity * <U_u, V_i> + Gumbel`` per user, found with one
+    lexsort over (user, -key) for all users at once (no per-user loop); scores are computed in
+    chunks to bound memory. ``cand_keys`` are sorted ``user * n_items + item``; so is the result.
+    """
+    n = len(cand_keys)
+    users = cand_keys // n_items
+    score = np.empty(n, dtype=np.float64)
+    step = 1 << 22
+    for s in range(0, n, step):
+        u = users[s:s + step]
+        i = cand_keys[s:s + step] - u * n_items
+        dots = np.einsum("ij,ij->i", uf[u], vf[i])
+        score[s:s + step] = affinity * dots + rng.gumbel(size=len(u))
+    # one float sort on user + a decreasing map of the key into [0, 0.999) (same order as lexsort on
+    # (user, -key) up to ties of the float64 map; users < 2^31 leave >= 20 bits for the key)
+    comp = users.astype(np.float64)
+    comp += 0.999 / (1.0 + np.exp(np.clip(score, -700, 700)))
+    del score
+    order = np.argsort(comp, kind="quicksort")
+    del comp
+    counts = np.bincount(users, minlength=len(k))
+    starts = np.r_[0, np.cumsum(counts)[:-1]]
+    us = users[order]
+    rank = np.arange(n) - starts[us]
+    keep = order[rank < k[us]]
+    del order, us, rank
+    return np.sort(cand_keys[keep])
+
+
+def _candidate_counts(k, n_items, top10_share, affinity, oversample, cap):
+    """Candidate counts per user, calibrated Zipf exponent, its expected share and the oversampling used.
+
+    ``ceil(c * k_u)`` candidates, never more than ``max(k_u, cap)`` (the per-user activity cap, so
+    heavy users do not take the whole catalogue). When the share target is out of reach at
+    ``c = oversample`` (heavy users' candidate sets saturate the head) ``c`` is lowered, by
+    bisection down to 1, to the largest value that still reaches it (the taste signal is then
+    weaker, the popularity skew is kept).
+    """
+    if affinity == 0:
+        return (k,) + calibrate_exponent(k, n_items, top10_share) + (1.0,)
+    cap = min(n_items, cap)
+
+    def at(c):
+        kc = np.maximum(k, np.minimum(np.ceil(c * k).astype(np.int64), cap))
+        return (kc,) + calibrate_exponent(kc, n_items, top10_share) + (c,)
+
+    best = at(oversample)
+    if best[2] >= top10_share - 0.005 or oversample == 1.0:
+        return best
+    lo, hi = 1.0, oversample
+    best = at(lo)
+    if best[2] < top10_share - 0.005:
+        return best
+    for _ in range(6):
+        mid = 0.5 * (lo + hi)
+        cand = at(mid)
+        if cand[2] >= top10_share - 0.005:
+            lo, best = mid, cand
+        else:
+            hi = mid
+    return best
+
+
 def low_rank_interactions(n_users: int, n_items: int, n_interactions: int, top10_share: float = 0.86,
                           min_per_user: int = 5, values: str = "ratings", rank: int = 8, signal: float = 0.7,
                           noise_std: float = 0.5, user_sigma: float = 1.4, max_user_fraction: float = 0.35,
+                          affinity: float = DEFAULT_AFFINITY, oversample: float = DEFAULT_OVERSAMPLE,
                           random_state=0, name: str = "synthetic") -> LowRankData:
     """Skewed low-rank interactions with planted ground truth (spec 004 §7 dataset statistics).
 
@@ -453,8 +553,23 @@ def low_rank_interactions(n_users: int, n_items: int, n_interactions: int, top10
       ``top10_share``; each user's items are distinct draws from it (successive sampling);
     * values from planted factors ``U (n_users, rank)``, ``V (n_items, rank)`` with N(0, rank^-1/2)
       entries (so ``<U_u, V_i>`` has unit variance) and N(0, 0.35^2) biases (see
-      :class:`LowRankData`). Which pairs are observed depends on popularity only, not on the
-      factors (missing completely at random given popularity).
+      :class:`LowRankData`);
+    * which pairs are observed depends on popularity *and* on the planted taste: user u's items are
+      drawn without replacement with probability approximately ∝ ``p_i * exp(affinity * <U_u, V_i>)``
+      (:func:`_affinity_select`): ``ceil(oversample * k_u)`` distinct candidates (at most
+      ``max(k_u, max_user_fraction * n_items)``; ``oversample`` is lowered when the share target
+      would otherwise be out of reach, see :func:`_candidate_counts`) by successive sampling from the popularity law, then ``k_u`` of them by a weighted
+      sample without replacement with weights ``exp(affinity * <U_u, V_i>)`` (Gumbel-top-k). The
+      Zipf exponent is calibrated for the candidate counts (a uniform thinning keeps the share);
+      the affinity spreads item marginals a little, so the measured share is stored in
+      ``info["top10_share"]`` and the oversampling used in ``info["oversample"]``. Real interaction data is personalised (what you watch depends on
+      your taste); with ``affinity=0`` the observation is missing completely at random given
+      popularity (no oversampling: each user's items are successive draws from the popularity law).
+
+    ``affinity`` (tau, default :data:`DEFAULT_AFFINITY`) is chosen for realism, not for any
+    algorithm: with it non-private ALS clearly beats the popularity ranker on held-out users of
+    ``ml20m-like`` (as on real ML-20M, Recall@20 about 0.36 vs about 0.15, Liang et al. 2018),
+    whereas at 0 popularity is the best possible ranker of which items are observed.
     """
     n_users = check_int(n_users, "n_users", 1)
     n_items = check_int(n_items, "n_items", 1)
@@ -462,11 +577,17 @@ def low_rank_interactions(n_users: int, n_items: int, n_interactions: int, top10
     top10_share = check_fraction(top10_share, "top10_share")
     min_per_user = check_int(min_per_user, "min_per_user", 1)
     rank = check_int(rank, "rank", 1)
+    affinity = check_positive(affinity, "affinity", allow_zero=True)
+    oversample = check_positive(oversample, "oversample")
+    if oversample < 1:
+        raise ValueError(f"oversample must be >= 1, got {oversample}")
     if values not in ("ratings", "counts"):
         raise ValueError(f"values must be 'ratings' or 'counts', got {values!r}")
     rng = np.random.default_rng(random_state)
     k = _user_degrees(rng, n_users, n_items, n_interactions, min_per_user, user_sigma, max_user_fraction)
-    a, expected_share = calibrate_exponent(k, n_items, top10_share)
+    # candidates per user: k itself when observation ignores taste, else oversampled (capped)
+    k_cand, a, expected_share, oversample = _candidate_counts(k, n_items, top10_share, affinity, oversample,
+                                                              max(min_per_user, int(max_user_fraction * n_items)))
     if expected_share < top10_share - 0.01:
         warnings.warn(f"top-10% share {top10_share} is out of reach for {n_users} users x {n_items} items with "
                       f"{n_interactions} interactions (heavy users saturate the head); expected share is "
@@ -474,13 +595,17 @@ def low_rank_interactions(n_users: int, n_items: int, n_interactions: int, top10
     perm = rng.permutation(n_items)        # popularity rank r -> item index perm[r]
     p = np.empty(n_items)
     p[perm] = _zipf(n_items, a)
-    keys = _sample_distinct(rng, k, p)
+    # planted factors from their own stream, so they do not depend on how pairs were sampled
+    frng = np.random.default_rng(rng.integers(0, 2 ** 63))
+    scale = rank ** -0.25
+    uf = (frng.standard_normal((n_users, rank)) * scale).astype(np.float32)
+    vf = (frng.standard_normal((n_items, rank)) * scale).astype(np.float32)
+    keys = _sample_distinct(rng, k_cand, p)
+    if affinity > 0:
+        keys = _affinity_select(rng, keys, k, uf, vf, affinity, n_items)
     users = keys // n_items
     items = keys - users * n_items
     nnz = len(users)
-    scale = rank ** -0.25
-    uf = (rng.standard_normal((n_users, rank)) * scale).astype(np.float32)
-    vf = (rng.standard_normal((n_items, rank)) * scale).astype(np.float32)
     ub = (0.35 * rng.standard_normal(n_users)).astype(np.float32)
     ib = (0.35 * rng.standard_normal(n_items)).astype(np.float32)
     gm = 3.5 if values == "ratings" else 0.3
@@ -501,7 +626,9 @@ def low_rank_interactions(n_users: int, n_items: int, n_interactions: int, top10
     matrix.has_sorted_indices = True
     info = dict(source="synthetic", generator="low_rank_interactions", target_interactions=n_interactions,
                 target_top10_share=top10_share, zipf_exponent=a,
-                expected_top10_share=expected_share, values=values, rank=rank, seed=random_state,
+                expected_top10_share=expected_share, top10_share=_top_share(items, n_items),
+                affinity=affinity, oversample=oversample,
+                values=values, rank=rank, seed=random_state,
                 duplicate_rows=0)
     inter = Interactions(matrix, np.arange(n_users), np.arange(n_items), name=name, info=info)
     offset = gm if values == "ratings" else 0.0
