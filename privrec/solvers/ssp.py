@@ -16,7 +16,10 @@ special case z_G = z_b = 1/sqrt(beta).
 Cost: Gramians are one BLAS rank-k update per task over a gathered, sqrt(w)-scaled block (chunks of
 tasks, thread pool, single-threaded BLAS); the PSD projection needs an eigendecomposition only
 where ``G + noise - eig_floor I`` is not positive definite (a Cholesky test per task decides; where
-it is, the projection is the identity and a plain solve is used).
+it is, the projection is the identity and a plain solve is used). Without the global Gramian the
+projected solve V diag(1 / (max(lam, floor) + reg)) V^T b reuses one tridiagonal reduction and never
+forms V (:func:`~privrec.solvers._linalg.projected_ridge_solve`); the symmetric noise is added in
+place with the same draws as :func:`privrec.privacy.symmetric_gaussian_noise`.
 
 Deviations (safe values, documented):
 * the RHS noise scales with Gamma_x * B; the reference scales it with Gamma_x only, which is
@@ -36,19 +39,20 @@ import dp_accounting
 import numpy as np
 
 from .._validation import check_positive
-from ..privacy import gaussian_event, make_rng, symmetric_gaussian_noise
+from ..privacy import gaussian_event, make_rng
 from ..privacy.mechanisms import gaussian_noise
 from ._linalg import (
     DEFAULT_CHUNK_EXAMPLES,
     DEFAULT_CHUNK_TASKS,
+    add_symmetric_noise,
     as_task_array,
     check_execution,
     chunk_statistics,
-    eig_solve,
     map_chunks,
     noisy_global_gramian,
     positive_definite_mask,
     prepared_inputs,
+    projected_ridge_solve,
     spd_solve,
     task_chunks,
 )
@@ -167,8 +171,8 @@ class SSPSolver:
         def solve_chunk(c, bounds):
             t0, t1 = bounds
             G, b = chunk_statistics(batch, x, y, t0, t1)
-            if std["gramian"] > 0:
-                G += symmetric_gaussian_noise((t1 - t0,), d, std["gramian"], rngs[c], dtype)
+            if std["gramian"] > 0:  # = G += symmetric_gaussian_noise(...): same draws, no noise stack
+                add_symmetric_noise(G, std["gramian"], rngs[c])
             if std["rhs"] > 0:
                 b += gaussian_noise(b.shape, std["rhs"], rngs[c], dtype)
             out = np.empty((t1 - t0, d), dtype=dtype)
@@ -182,11 +186,11 @@ class SSPSolver:
                     A += gram
                 out[good] = spd_solve(A, b[good])
             if bad.size:
-                lam, V = np.linalg.eigh(G[bad])
-                lam = np.maximum(lam, floor)
-                if gram is None:
-                    out[bad] = eig_solve(lam, V, b[bad], reg[t0:t1][bad])
+                if gram is None:  # V diag(1 / (max(lam, floor) + reg)) V^T b without forming V
+                    out[bad] = projected_ridge_solve(G[bad], b[bad], reg[t0:t1][bad], floor)
                 else:
+                    lam, V = np.linalg.eigh(G[bad])
+                    lam = np.maximum(lam, floor)
                     A = (V * lam[:, None, :]) @ np.swapaxes(V, -1, -2)
                     A += gram
                     A += reg[t0:t1][bad, None, None] * eye
