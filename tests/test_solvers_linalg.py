@@ -90,3 +90,20 @@ def test_seeded_ssp_solve_equals_statistics_plus_noise_projected_then_ridge(dtyp
     assert res.info["projected_tasks"] > 0
     tol = 1e-10 if dtype == np.float64 else 2e-5
     assert np.max(np.abs(res.params - ref)) <= tol * np.max(np.abs(ref))
+
+
+def test_projected_ridge_solve_workspace_and_eigensolver_fallback(monkeypatch):
+    import types
+
+    import privrec.solvers._linalg as la
+
+    rng = np.random.default_rng(1)
+    G = _stack(rng, 12, 10, "indefinite")
+    b = rng.normal(size=(12, 10))
+    ref = _reference(G, b, np.full(12, 0.7), 0.0)
+    np.testing.assert_allclose(projected_ridge_solve(G.copy(), b, 0.7, overwrite_g=True), ref, rtol=1e-9, atol=1e-11)
+    # a tridiagonal eigensolver that reports non-convergence: the dense fallback gives the same answer
+    real = la.lapack
+    failing = types.SimpleNamespace(dsytrd=real.dsytrd, dstevd=lambda d, e: (d * 0, np.zeros((d.size, d.size)), 1))
+    monkeypatch.setattr(la, "lapack", failing)
+    np.testing.assert_allclose(projected_ridge_solve(G, b, 0.7), ref, rtol=1e-9, atol=1e-11)

@@ -196,18 +196,19 @@ def add_symmetric_noise(G: np.ndarray, std: float, rng) -> None:
 _TRIDIAG = {np.dtype(np.float32): ("ssytrd", "sstevd"), np.dtype(np.float64): ("dsytrd", "dstevd")}
 
 
-def projected_ridge_solve(G: np.ndarray, b: np.ndarray, shift, floor: float = 0.0) -> np.ndarray:
+def projected_ridge_solve(G: np.ndarray, b: np.ndarray, shift, floor: float = 0.0, overwrite_g: bool = False) -> np.ndarray:
     """theta_i = pinv(PSD_floor(G_i) + shift_i I) b_i for a stack of symmetric G (spec 004 §2).
 
     ``PSD_floor(G) = V diag(max(lam, floor)) V^T`` with ``G = V diag(lam) V^T``: the same
     projection and the same pseudo-inverse as ``eig_solve(*eigh(G), b, shift)`` after flooring,
     computed without forming V. Each G is reduced to tridiagonal form G = Q T Q^T (LAPACK
-    ``sytrd``), T = Z diag(lam) Z^T is diagonalised (``stevd``), and theta = Q Z f(lam) Z^T Q^T b
-    with the Householder reflectors of Q applied to vectors only (batched over the stack). This
-    skips the O(d^3) back-transformation of the eigenvectors that ``eigh`` performs -- most of
-    the SSP item step's cost when nearly every noisy Gramian needs the projection. Matrices
-    whose tridiagonal eigensolver fails fall back to :func:`numpy.linalg.eigh`. ``G`` is not
-    modified. ``shift``: scalar or (m,).
+    ``sytrd``), T = Z diag(lam) Z^T is diagonalised (``stevd``; numpy's ``eigh`` of T should it
+    fail to converge), and theta = Q Z f(lam) Z^T Q^T b with the Householder reflectors of Q
+    applied to vectors only (batched over the stack). This skips the O(d^3) back-transformation
+    of the eigenvectors that ``eigh`` performs -- most of the SSP item step's cost when nearly
+    every noisy Gramian needs the projection. ``G`` must be symmetric (one triangle is read);
+    it is used as workspace when ``overwrite_g`` and C-contiguous, else left unchanged.
+    ``shift``: scalar or (m,).
     """
     m, d = G.shape[0], G.shape[-1]
     dtype = G.dtype
@@ -221,19 +222,15 @@ def projected_ridge_solve(G: np.ndarray, b: np.ndarray, shift, floor: float = 0.
     sytrd, stevd = (getattr(lapack, n) for n in names)
     # A[i].T is F-contiguous and (G symmetric) equal to G[i]: sytrd overwrites it in place with
     # the reflectors, which then sit in A[i][k, k+2:] (column k below the subdiagonal, Fortran view)
-    A = np.array(np.swapaxes(G, -1, -2), order="C")
+    A = G if (overwrite_g and G.flags.c_contiguous) else np.array(G, order="C")
     lam = np.empty((m, d), dtype=dtype)
     Z = np.empty((m, d, d), dtype=dtype)
     tau = np.empty((m, d - 1), dtype=dtype)
-    failed = []
     for i in range(m):
-        _, diag, off, tau[i], info = sytrd(A[i].T, lower=1, overwrite_a=1)
-        w, z, info2 = stevd(diag, off, overwrite_d=1, overwrite_e=1)
-        if info or info2:
-            failed.append(i)
-            lam[i] = 0
-            Z[i] = 0
-            continue
+        _, diag, off, tau[i], _ = sytrd(A[i].T, lower=1, overwrite_a=1)
+        w, z, info = stevd(diag, off)
+        if info:  # D&C did not converge: dense eigh of the same tridiagonal T
+            w, z = np.linalg.eigh(np.diag(diag) + np.diag(off, 1) + np.diag(off, -1))
         lam[i] = w
         Z[i] = z
     y = np.array(b, dtype=dtype)
@@ -250,10 +247,6 @@ def projected_ridge_solve(G: np.ndarray, b: np.ndarray, shift, floor: float = 0.
         vk[:] = A[:, k, k + 1 :]
         vk[:, 0] = 1
         y[:, k + 1 :] -= (tau[:, k] * np.einsum("bi,bi->b", vk, y[:, k + 1 :]))[:, None] * vk
-    if failed:
-        idx = np.asarray(failed)
-        lam_f, V = np.linalg.eigh(G[idx])
-        y[idx] = eig_solve(np.maximum(lam_f, dtype.type(floor)), V, b[idx], shift[idx])
     return y
 
 

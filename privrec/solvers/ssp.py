@@ -187,7 +187,7 @@ class SSPSolver:
                 out[good] = spd_solve(A, b[good])
             if bad.size:
                 if gram is None:  # V diag(1 / (max(lam, floor) + reg)) V^T b without forming V
-                    out[bad] = projected_ridge_solve(G[bad], b[bad], reg[t0:t1][bad], floor)
+                    out[bad] = projected_ridge_solve(G[bad], b[bad], reg[t0:t1][bad], floor, overwrite_g=True)
                 else:
                     lam, V = np.linalg.eigh(G[bad])
                     lam = np.maximum(lam, floor)
