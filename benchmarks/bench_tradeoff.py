@@ -46,6 +46,8 @@ ADA_MUS_CLAIM = (0.25, 1 / 3, 0.5)
 FAMILIES = {"dpals": ("dpals-uniform", "dpals-tail", "ada-dpals"),
             "dpsgd": ("dpsgd-uniform", "dpsgd-tail", "ada-dpsgd")}
 PARTS = ("all", "tradeoff", "mu", "sliced")
+ALS_RIDGES = (40.0, 100.0, 200.0, 400.0)   # validation grid of the non-private reference (--tune-als)
+ALS_GRAVITIES = (0.2,)
 
 
 @dataclass
@@ -73,6 +75,10 @@ class Config:
     seed: int = 0
     tag: str = ""
     mu_sweep_methods: tuple = ("ada-dpals", "ada-dpsgd")  # the others run the claim mus only
+    methods: tuple | None = None      # run only these methods; merged into an existing results file
+    tune_als: bool = False            # held-out users: choose the ALS reference on validation users
+    als_ridges: tuple = ALS_RIDGES
+    als_gravities: tuple = ALS_GRAVITIES
 
 
 def quick_config() -> Config:
@@ -134,6 +140,65 @@ def plan(cfg: Config, part: str) -> list[tuple[str, float | None, float | None]]
     return runs
 
 
+def tune_als(split, ridges=ALS_RIDGES, gravities=ALS_GRAVITIES, seed: int = 0, dataset: str = "",
+             quiet: bool = False, base_params: dict | None = None) -> tuple[dict, tuple]:
+    """Choose the non-private ALS reference's ridge / gravity on the *validation* users.
+
+    Held-out-users protocol only: each grid point is fitted on ``split.train`` (the training users)
+    and scored by Recall@20 on the validation fold-in / targets; the test users play no part.
+    Returns ``(record, (best_model, fit_seconds))``; ``record`` (JSON) holds the whole grid, the
+    chosen parameters and the spec §8 values they replace.
+    """
+    from privrec.evaluation.protocols import evaluate_heldout
+
+    if split.protocol != "heldout-users" or split.validation_history is None:
+        raise ValueError("tune_als needs a held-out-users split with a validation fold")
+    grid, best = [], None
+    for g in gravities:
+        for r in ridges:
+            params = {"regularization": float(r), "unobserved_weight": float(g)}
+            model = X.make_model("als", params={**(base_params or {}), **params}, seed=seed, protocol=split.protocol)
+            t0 = time.perf_counter()
+            model.fit(split.train)
+            fit_s = time.perf_counter() - t0
+            ev = evaluate_heldout(model, split.train, split.validation_history, split.validation_targets, k=20)
+            row = {**params, "val_recall@20": ev["metrics"]["recall@20"], "val_ndcg@20": ev["metrics"]["ndcg@20"],
+                   "fit_seconds": round(fit_s, 1)}
+            grid.append(row)
+            C.log(f"{dataset} ALS tuning ridge={r:g} gravity={g:g}: val recall@20={row['val_recall@20']:.4f} "
+                  f"fit {fit_s:.1f}s", quiet)
+            if best is None or row["val_recall@20"] > best[0]["val_recall@20"]:
+                best = (row, (model, fit_s))
+            else:
+                del model
+    row, fitted = best
+    defaults = {**X.HELDOUT_ALS_DEFAULTS, **(base_params or {})}
+    record = {"selection": "max validation Recall@20 (validation users only; test users unused)",
+              "n_validation_users": int(split.validation_history.shape[0]),
+              "fixed": {k: v for k, v in defaults.items() if k not in ("regularization", "unobserved_weight")},
+              "spec_8": {"regularization": 40.0, "unobserved_weight": 0.2},
+              "grid": grid,
+              "best": {"regularization": row["regularization"], "unobserved_weight": row["unobserved_weight"]}}
+    return record, fitted
+
+
+def _merge_existing(path: Path, results: dict, methods) -> dict:
+    """Replace ``methods``' runs in an existing results file by the new ones; keep every other run."""
+    if not path.is_file():
+        return results
+    old = C.read_json(path)
+    keys = {(r["dataset"], r["method"]) for r in results["runs"]}
+    kept = [r for r in old["runs"] if (r["dataset"], r["method"]) not in keys]
+    merged = dict(old)
+    merged["runs"] = kept + results["runs"]
+    merged["skipped"] = [s for s in old.get("skipped", []) if s.get("method") not in methods] + results["skipped"]
+    merged["reruns"] = old.get("reruns", []) + [{"methods": list(methods), "wall_seconds": results["wall_seconds"],
+                                                 "environment": results["environment"]}]
+    if "als_tuning" in results:
+        merged["als_tuning"] = {**old.get("als_tuning", {}), **results["als_tuning"]}
+    return merged
+
+
 def run(cfg: Config, part: str = "all", out_dir: Path | None = None, quiet: bool = False,
         make_plots: bool = True, deadline_s: float | None = None) -> dict:
     """Run the configured benchmark and write JSON, plots and the markdown tables."""
@@ -153,8 +218,15 @@ def run(cfg: Config, part: str = "all", out_dir: Path | None = None, quiet: bool
             results["skipped"].append({"dataset": ds.key, "reason": f"{type(exc).__name__}: {exc}"})
             C.log(f"{ds.key}: skipped ({exc})", quiet)
             continue
-        reference = None
+        reference, als_fitted, als_params = None, None, {}
+        if cfg.tune_als and ds.protocol == "heldout-users" and (cfg.methods is None or "als" in cfg.methods):
+            rec, als_fitted = tune_als(split, cfg.als_ridges, cfg.als_gravities, cfg.seed, ds.key, quiet,
+                                     base_params=ds.params)
+            results.setdefault("als_tuning", {})[ds.key] = rec
+            als_params = dict(rec["best"])
         for method, eps, mu in plan(cfg, part):
+            if cfg.methods is not None and method not in cfg.methods:
+                continue
             if deadline_s is not None and time.perf_counter() - t_start > deadline_s:
                 results["skipped"].append({"dataset": ds.key, "method": method, "epsilon": eps, "mu": mu,
                                            "reason": "time budget exhausted"})
@@ -162,10 +234,13 @@ def run(cfg: Config, part: str = "all", out_dir: Path | None = None, quiet: bool
             params = dict(ds.params)
             if mu is not None:
                 params["mu"] = mu
+            if method == "als":
+                params.update(als_params)
             try:
                 model, res = X.run_experiment(split, method, epsilon=eps, params=params, seed=cfg.seed,
                                               reference=reference, dataset=ds.key, pld=False,
-                                              paper_sliced=ds.protocol == "heldout-users")
+                                              paper_sliced=ds.protocol == "heldout-users",
+                                              fitted=als_fitted if method == "als" else None)
             except (ValueError, ImportError) as exc:
                 results["skipped"].append({"dataset": ds.key, "method": method, "epsilon": eps, "mu": mu,
                                            "reason": f"{type(exc).__name__}: {exc}"})
@@ -174,6 +249,8 @@ def run(cfg: Config, part: str = "all", out_dir: Path | None = None, quiet: bool
             if method == "als":  # neighbours of the reference computed once per dataset
                 reference = ReferenceNeighbours(model.item_factors_, k=20)
             res["mu"] = mu
+            if method == "als" and als_params:
+                res["als_params"] = als_params
             res.pop("privacy_events_full", None)
             res["n_events"] = len(res.get("privacy_events", {}).get("events", []))
             res.pop("privacy_events", None)  # the JSON keeps epsilon_spent; the ledger is in the CLI output
@@ -181,9 +258,11 @@ def run(cfg: Config, part: str = "all", out_dir: Path | None = None, quiet: bool
             C.log(f"{ds.key} {method:<14} eps={eps} mu={mu}: {metric_name(ds.protocol)}="
                   f"{res['metrics'][metric_name(ds.protocol)]:.4f} eps_spent={res['epsilon_spent']} "
                   f"fit {res['fit_seconds']:.1f}s", quiet)
-    results["analysis"] = analyse(results)
     results["wall_seconds"] = round(time.perf_counter() - t_start, 1)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.methods is not None:  # partial rerun: merge into the dataset's existing file
+        results = _merge_existing(out_dir / f"tradeoff{cfg.tag}.json", results, cfg.methods)
+    results["analysis"] = analyse(results)
     C.write_json(out_dir / f"tradeoff{cfg.tag}.json", results)
     md = markdown(results)
     if make_plots:
@@ -226,6 +305,10 @@ python benchmarks/bench_tradeoff.py --datasets ml10m-like --ml10m-scale 1.0 --bu
 python benchmarks/bench_tradeoff.py --datasets ml20m-like --ml20m-scale 1.0 --budget-minutes 40 --no-plots
 python benchmarks/bench_tradeoff.py --datasets ml-100k --budget-minutes 20 --no-plots      # needs ../shared/datasets
 python benchmarks/bench_tradeoff.py --datasets lastfm-2k --budget-minutes 20 --no-plots    # needs ../shared/datasets
+# non-private ALS reference (held-out users): ridge / gravity chosen on the validation users, grid recorded
+# under "als_tuning"; --methods als reruns only the ALS cell and merges it into the existing file
+python benchmarks/bench_tradeoff.py --datasets ml20m-like --ml20m-scale 1.0 --methods als --tune-als --als-ridges 40 100 200 400 --als-gravities 0.05 0.2 --no-plots
+python benchmarks/bench_tradeoff.py --datasets lastfm-2k --methods als --tune-als --als-ridges 0.5 1 2 5 10 20 40 100 --als-gravities 0.05 0.2 --no-plots
 # optional scale study (users and interactions subsampled, catalogue kept; not in the current results:
 # the earlier scale-study files were made with the previous, taste-blind generator and were removed)
 python benchmarks/bench_tradeoff.py --datasets ml20m-like --ml20m-scale 0.1 --budget-minutes 45 --no-plots
@@ -622,6 +705,14 @@ def build_parser(p=None):
                    help="time the full ml20m-like held-out evaluation against a full-argsort peer")
     p.add_argument("--baselines", action="store_true",
                    help="global-mean RMSE / popularity Recall@20 per dataset into results/baselines.json")
+    p.add_argument("--methods", nargs="+", default=None, choices=X.METHODS,
+                   help="run only these methods and merge them into the existing per-dataset results file "
+                        "(other methods' runs are kept); e.g. --methods als")
+    p.add_argument("--tune-als", action="store_true",
+                   help="held-out users: choose the ALS reference's ridge (and gravity) on the validation users "
+                        "and record the grid under 'als_tuning' in the results JSON")
+    p.add_argument("--als-ridges", type=float, nargs="+", default=list(ALS_RIDGES))
+    p.add_argument("--als-gravities", type=float, nargs="+", default=list(ALS_GRAVITIES))
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--quiet", action="store_true")
     return p
@@ -643,6 +734,10 @@ def main_from_args(args) -> int:
         return 0
     if args.epsilons:
         cfg.epsilons = tuple(args.epsilons)
+    if args.methods:
+        cfg.methods = tuple(args.methods)
+    cfg.tune_als = args.tune_als
+    cfg.als_ridges, cfg.als_gravities = tuple(args.als_ridges), tuple(args.als_gravities)
     if args.datasets:
         cfg.datasets = [d for d in cfg.datasets if d.key in args.datasets or d.name in args.datasets]
         if not cfg.datasets:
