@@ -32,7 +32,7 @@ from .mechanisms import (
     poisson_subsampled_gaussian_event,
     symmetric_gaussian_noise,
 )
-from .rng import make_rng
+from .rng import check_noise_random_state, make_rng
 from .tree import (
     TreeAggregator,
     leaf_nodes,
