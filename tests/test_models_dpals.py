@@ -30,12 +30,25 @@ def test_epsilon_inf_equals_non_private_als():
     kw = dict(factors=5, iterations=3, regularization=3.0, reg_exponent=0.5, unobserved_weight=0.1,
               dtype=np.float64, random_state=11)
     als = ALS(biases=False, center=True, **kw).fit(R)
-    dp = DPALS(method="ada-dpals", epsilon=math.inf, center=True, **kw).fit(R)
+    dp = DPALS(method="ada-dpals", epsilon=math.inf, center=True, biases=False, **kw).fit(R)
     np.testing.assert_allclose(dp.item_factors_, als.item_factors_, rtol=1e-9, atol=1e-11)
     np.testing.assert_allclose(dp.user_factors_, als.transform(R), rtol=1e-9, atol=1e-11)
     assert float(dp.global_mean_) == pytest.approx(float(als.global_mean_))
     rep = dp.privacy_report()
     assert rep["epsilon"] == "inf"  # non-private events: the accountant reports infinity
+
+
+def test_epsilon_inf_with_biases_equals_als_with_biases():
+    """Private biases reduce exactly: at epsilon = inf the bias feature is 1 and the fit is ALS(biases=True)."""
+    R = _skewed_ratings()
+    kw = dict(factors=4, iterations=3, regularization=2.0, reg_exponent=1.0, dtype=np.float64, random_state=5)
+    als = ALS(biases=True, center=True, **kw).fit(R)
+    dp = DPALS(method="dpals-tail", epsilon=math.inf, center=True, biases=True, **kw).fit(R)
+    np.testing.assert_allclose(dp.item_factors_, als.item_factors_, rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(dp.item_bias_, als.item_bias_, rtol=1e-9, atol=1e-11)
+    u, b = als._project_users(R)
+    np.testing.assert_allclose(dp.user_factors_, u, rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(dp.user_bias_, b, rtol=1e-9, atol=1e-11)
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
@@ -45,14 +58,16 @@ def test_privacy_report_recomputed_independently(method):
     m = DPALS(method=method, epsilon=eps, delta=delta, factors=3, iterations=2, budget=5,
               gd_iterations=3, random_state=0).fit(R)
     rep = m.privacy_report()
-    recomputed = epsilon_from_report(rep)
+    assert rep["accountant"] == "pld"  # the default calibrating accountant
+    recomputed = epsilon_from_report(rep, rep["accountant"])
     assert recomputed == pytest.approx(rep["epsilon"], rel=1e-12)
+    assert epsilon_from_report(rep, "rdp") == pytest.approx(rep["epsilon_rdp"], rel=1e-12)
     assert recomputed <= eps
     assert recomputed >= 0.99 * eps  # calibration spends (almost) the whole budget
     # the report names every step's releases, and a fresh ledger built from it agrees
     labels = [e["label"] for e in rep["events"]]
     assert labels[0] == "item counts" and any(lbl.startswith("ALS step 2:") for lbl in labels)
-    assert PrivacyLedger.from_report(rep).epsilon(delta) == pytest.approx(recomputed, rel=1e-12)
+    assert PrivacyLedger.from_report(rep).epsilon(delta, "pld") == pytest.approx(recomputed, rel=1e-12)
     # only item factors are released; items never seen stay zero
     assert m.item_factors_.shape == (R.shape[1], 3)
 
@@ -79,9 +94,10 @@ def test_head_restriction_and_unseen_items_get_zero_factors():
     assert np.all(m.item_factors_[others] == 0)
 
 
-def _statistics_after_removal(method, seed, removed):
+def _statistics_after_removal(method, seed, removed, biases=False):
     R = _skewed_ratings(n_users=30, n_items=15, seed=seed)
-    model = DPALS(method=method, epsilon=1.0, budget=3, mu=0.4, max_norm=0.7, rating_bound=5.0)
+    model = DPALS(method=method, epsilon=1.0, budget=3, mu=0.4, max_norm=0.7, rating_bound=5.0, factors=4,
+                  biases=biases)
     cfg = model._settings()
     rng = np.random.default_rng(seed)
     counts = np.maximum(np.diff(R.tocsc().indptr) + rng.normal(0, 2, R.shape[1]), 1.0)  # released counts
@@ -89,22 +105,26 @@ def _statistics_after_removal(method, seed, removed):
     labels.data = labels.data - 3.0
     W = model._allocate(cfg, labels, counts, rng)
     U = rng.standard_normal((R.shape[0], 4)) * rng.choice([0.1, 3.0], size=(R.shape[0], 1))  # some above max_norm
+    if biases:  # the item-bias feature: a public constant appended to each (clipped) user embedding
+        U = np.hstack([U, np.full((R.shape[0], 1), cfg["bias_feature"])])
     keep = np.flatnonzero(np.arange(R.shape[0]) != removed)
     batch = model.item_batch(cfg, labels, W, U, counts, R.shape[0])
     batch2 = model.item_batch(cfg, labels[keep], W[keep], U[keep], counts, R.shape[0])
     solver = model._make_solver(cfg, 1.0)
-    G1, b1 = weighted_statistics(batch, cfg["max_norm"], cfg["label_bound"])
-    G2, b2 = weighted_statistics(batch2, cfg["max_norm"], cfg["label_bound"])
+    gx = model._feature_norm(cfg)
+    G1, b1 = weighted_statistics(batch, gx, cfg["label_bound"])
+    G2, b2 = weighted_statistics(batch2, gx, cfg["label_bound"])
     return model, cfg, solver, (G1, b1), (G2, b2), (labels, counts, W, keep)
 
 
 @settings(max_examples=12, deadline=None)
 @given(method=st.sampled_from(["dpals-uniform", "dpals-tail", "ada-dpals"]), seed=st.integers(0, 10_000),
-       removed=st.integers(0, 29))
-def test_ssp_statistics_change_at_most_declared_sensitivity(method, seed, removed):
-    model, cfg, solver, (G1, b1), (G2, b2), _ = _statistics_after_removal(method, seed, removed)
+       removed=st.integers(0, 29), biases=st.booleans())
+def test_ssp_statistics_change_at_most_declared_sensitivity(method, seed, removed, biases):
+    model, cfg, solver, (G1, b1), (G2, b2), _ = _statistics_after_removal(method, seed, removed, biases)
     sens = solver.sensitivities()
-    assert sens["gramian"] == pytest.approx(math.sqrt(cfg["budget"]) * cfg["max_norm"] ** 2)
+    gx2 = cfg["max_norm"] ** 2 + (cfg["bias_feature"] ** 2 if biases else 0.0)
+    assert sens["gramian"] == pytest.approx(math.sqrt(cfg["budget"]) * gx2)
     assert np.linalg.norm(G1 - G2) <= sens["gramian"] * (1 + 1e-9)
     assert np.linalg.norm(b1 - b2) <= sens["rhs"] * (1 + 1e-9)
 
@@ -191,8 +211,10 @@ def test_private_user_step_of_other_users_ignores_a_removed_user(reg_exponent):
     keep = np.flatnonzero(np.arange(R.shape[0]) != removed)
     reg1, norm1 = model._user_regularization(cfg, np.diff(R.indptr))
     reg2, norm2 = model._user_regularization(cfg, np.diff(R[keep].indptr))
-    U1 = model._user_step(cfg, R, V, reg1)
-    U2 = model._user_step(cfg, R[keep], V, reg2)
+    b_items = np.random.default_rng(1).standard_normal(R.shape[1])
+    U1, bu1 = model._user_step(cfg, R, V, b_items, reg1)
+    U2, bu2 = model._user_step(cfg, R[keep], V, b_items, reg2)
     np.testing.assert_array_equal(U2, U1[keep])
+    np.testing.assert_array_equal(bu2, bu1[keep])
     assert norm1 == norm2  # the projection's normaliser (saved with the model) is data-independent
     assert np.linalg.norm(U1, axis=1).max() <= cfg["max_norm"] * (1 + 1e-12)

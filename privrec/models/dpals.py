@@ -46,6 +46,7 @@ from ..privacy import (
     clip_rows,
     compose,
     default_count_fraction,
+    check_noise_random_state,
     gaussian_event,
     make_rng,
 )
@@ -87,8 +88,20 @@ class DPALS(FactorizationModel):
     iterations : ALS steps T; ``None`` -> 2 / 3 / 4 for epsilon near 1 / 5 / 20 (spec §8, ML10M).
     budget : per-user budget beta (= k items for uniform / tail sampling); reference value 100.
     mu : exponent of the adaptive weights (``ada-*``), omega_i ∝ nhat_i^-mu.
-    regularization, reg_exponent : ridge reg * (n + 1)^e normalised as in :class:`ALS`; on the
-        item side n are the *noisy* counts (the ridge must be public).
+    biases : learn an item bias (released, see below) and a user bias (computed by each user from
+        their own ratings: free). The item bias is the coefficient of a constant feature
+        ``bias_scale * max_norm`` appended to every user's clipped embedding in the private item
+        step, so it is estimated jointly with the item factors from the *same* noisy statistics
+        (no extra DpEvent). With ``epsilon = inf`` the constant is 1 and the fit equals
+        :class:`ALS` with ``biases=True``.
+    regularization, reg_exponent : item-side ridge reg * (n + 1)^e normalised as in :class:`ALS`,
+        with n the *noisy* counts (the ridge must be public). ``None`` -> automatic (see
+        :func:`auto_config`).
+    user_regularization, user_reg_exponent : user-side ridge ``user_regularization * (n_u + 1)^e``
+        from user u's own count only (no cross-user normaliser in a private fit, so removing one
+        user moves no other user's embedding). ``None`` -> automatic.
+    accountant : ``"pld"`` (default: tighter, so less noise for the same guarantee) or ``"rdp"``;
+        used for calibration and for ``privacy_report()["epsilon"]``.
     unobserved_weight : gravity alpha_0; its global user Gramian gets its own noise
         (multiplier ``global_ratio`` x the training scale).
     max_norm : clip of user embeddings (Gamma_x); ``None`` -> 0.2 at eps near 1, 0.5 above (spec §8).
@@ -116,19 +129,23 @@ class DPALS(FactorizationModel):
     released), ``fit_timings_`` (seconds: ``preprocess``, per-step ``steps``, ``projection``).
     """
 
-    _saved_arrays = ("item_factors_", "global_mean_")
+    _saved_arrays = ("item_factors_", "item_bias_", "global_mean_")
 
     def __init__(
         self,
         method: str = "ada-dpals",
         epsilon: float = 5.0,
         delta: float = 1e-5,
-        factors: int = 32,
+        factors: int | None = None,
         iterations: int | None = None,
-        budget: float = 100.0,
+        budget: float | None = None,
         mu: float = 0.25,
-        regularization: float = 40.0,
+        biases: bool = True,
+        bias_scale: float = 1.0,
+        regularization: float | None = None,
         reg_exponent: float = 0.25,
+        user_regularization: float | None = None,
+        user_reg_exponent: float | None = None,
         unobserved_weight: float = 0.0,
         max_norm: float | None = None,
         center: bool = True,
@@ -141,6 +158,7 @@ class DPALS(FactorizationModel):
         global_ratio: float = 1.0,
         gd_iterations: int = 10,
         init_scale: float = 0.1,
+        accountant: str = "pld",
         dtype=np.float32,
         random_state=None,
         num_threads: int | None = None,
@@ -153,8 +171,13 @@ class DPALS(FactorizationModel):
         self.iterations = iterations
         self.budget = budget
         self.mu = mu
+        self.biases = biases
+        self.bias_scale = bias_scale
         self.regularization = regularization
         self.reg_exponent = reg_exponent
+        self.user_regularization = user_regularization
+        self.user_reg_exponent = user_reg_exponent
+        self.accountant = accountant
         self.unobserved_weight = unobserved_weight
         self.max_norm = max_norm
         self.center = center
@@ -171,65 +194,98 @@ class DPALS(FactorizationModel):
         self.random_state = random_state
 
     # ------------------------------------------------------------------ resolved settings
-    def _settings(self) -> dict:
-        """Validated, resolved hyper-parameters (auto values filled in)."""
+    def _settings(self, shape: tuple[int, int] | None = None) -> dict:
+        """Validated, resolved hyper-parameters; ``None`` values filled by :func:`auto_config`.
+
+        ``shape`` = (n_users, n_items) of the training matrix (public); without it the automatic
+        values are those of a 10,000 x 1,000 problem (enough for validation and planning tests).
+        """
         if self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}; choose one of {sorted(METHODS)}")
         eps = check_epsilon(self.epsilon)
         delta = check_delta(self.delta)
+        if self.accountant not in ("pld", "rdp"):
+            raise ValueError(f"accountant must be 'pld' or 'rdp', got {self.accountant!r}")
+        check_noise_random_state(self.random_state, "DPALS")
         kind, alloc = METHODS[self.method]
-        factors = check_int(self.factors, "factors", minimum=1)
-        iters = _auto_by_epsilon(eps, 2, 3, 4) if self.iterations is None else check_int(self.iterations, "iterations", minimum=1)
-        budget = check_positive(self.budget, "budget")
+        n_users, n_items = shape if shape is not None else (10_000, 1_000)
+        rating_bound = check_positive(self.rating_bound, "rating_bound")
+        auto = auto_config(n_users, n_items, eps, delta, rating_bound, implicit=self.unobserved_weight > 0)
+        factors = auto["factors"] if self.factors is None else check_int(self.factors, "factors", minimum=0)
+        if factors == 0 and not self.biases:
+            raise ValueError("factors = 0 needs biases=True (otherwise there is nothing to fit)")
+        iters = auto["iterations"] if self.iterations is None else check_int(self.iterations, "iterations", minimum=1)
+        budget = auto["budget"] if self.budget is None else check_positive(self.budget, "budget")
         if alloc != "adaptive" and budget != int(budget):
             raise ValueError(f"budget is the number of sampled items k for {self.method}; must be an integer, got {budget!r}")
         mu = check_positive(self.mu, "mu", allow_zero=True)
         if mu > 1:
             raise ValueError(f"mu must be in [0, 1], got {self.mu!r}")
-        reg = check_positive(self.regularization, "regularization", allow_zero=True)
+        reg = auto["regularization"] if self.regularization is None else check_positive(
+            self.regularization, "regularization", allow_zero=True)
+        private = not math.isinf(eps)
+        if self.user_regularization is not None:
+            user_reg = check_positive(self.user_regularization, "user_regularization", allow_zero=True)
+        else:  # epsilon = inf: one ridge for both sides, as ALS
+            user_reg = auto["user_regularization"] if private else reg
         check_exponent(self.reg_exponent)
+        if self.user_reg_exponent is None:
+            user_reg_exponent = 0.0 if private else float(self.reg_exponent)
+        else:
+            user_reg_exponent = check_exponent(self.user_reg_exponent, "user_reg_exponent")
         alpha0 = check_positive(self.unobserved_weight, "unobserved_weight", allow_zero=True)
-        max_norm = _auto_by_epsilon(eps, 0.2, 0.5, 0.5) if self.max_norm is None else check_positive(self.max_norm, "max_norm")
-        rating_bound = check_positive(self.rating_bound, "rating_bound")
+        max_norm = auto["max_norm"] if self.max_norm is None else check_positive(self.max_norm, "max_norm")
+        bias_scale = check_positive(self.bias_scale, "bias_scale")
         if self.label_bound is None:
             label_bound = rating_bound / 2.0 if self.center else rating_bound
         else:
             label_bound = check_positive(self.label_bound, "label_bound")
         item_frac = None if self.item_frac is None else check_fraction(self.item_frac, "item_frac")
         if self.count_fraction is None:
-            count_fraction = default_count_fraction(eps)
+            count_fraction = auto["count_fraction"]
         else:
             count_fraction = check_fraction(self.count_fraction, "count_fraction", closed_high=False)
-        count_sample = int(budget) if self.count_sample is None else check_int(self.count_sample, "count_sample", minimum=1)
+        count_sample = int(math.ceil(budget)) if self.count_sample is None else check_int(
+            self.count_sample, "count_sample", minimum=1)
         count_sample = max(1, count_sample)
         dt = np.dtype(self.dtype)
         if dt not in (np.float32, np.float64):
             raise ValueError(f"dtype must be float32 or float64, got {dt}")
         if self.num_threads is not None:
             check_int(self.num_threads, "num_threads", minimum=1)
+        # constant feature of the item bias: inside the clip ball in a private fit, 1 otherwise
+        bias_feature = (bias_scale * max_norm if private else 1.0) if self.biases else 0.0
         return {
             "epsilon": eps, "delta": delta, "kind": kind, "allocation": alloc, "factors": factors,
             "iterations": iters, "budget": budget, "mu": mu, "reg": reg, "reg_exponent": float(self.reg_exponent),
+            "user_reg": user_reg, "user_reg_exponent": user_reg_exponent,
+            "biases": bool(self.biases), "bias_feature": bias_feature,
             "unobserved_weight": alpha0, "max_norm": max_norm, "rating_bound": rating_bound,
             "label_bound": label_bound, "item_frac": item_frac, "count_fraction": count_fraction,
             "count_sample": count_sample, "gramian_ratio": check_positive(self.gramian_ratio, "gramian_ratio"),
             "global_ratio": check_positive(self.global_ratio, "global_ratio"),
             "gd_iterations": check_int(self.gd_iterations, "gd_iterations", minimum=1),
             "init_scale": check_positive(self.init_scale, "init_scale", allow_zero=True), "dtype": dt,
-            "private": not math.isinf(eps),
+            "private": private, "accountant": self.accountant,
         }
+
+    @staticmethod
+    def _feature_norm(cfg: dict) -> float:
+        """Gamma_x of the item step: clip of the user embedding plus the bias feature."""
+        return math.sqrt(cfg["max_norm"] ** 2 + cfg["bias_feature"] ** 2) if cfg["factors"] else cfg["bias_feature"]
 
     def _make_solver(self, cfg: dict, z: float, reg_items=0.0, init=None, schedule=1.0):
         """The item-step solver at training noise multiplier ``z`` (shared by calibration and fit)."""
         if cfg["kind"] == "ssp":
             return SSPSolver(
-                noise_multiplier=z, budget=cfg["budget"], max_norm=cfg["max_norm"], label_bound=cfg["label_bound"],
+                noise_multiplier=z, budget=cfg["budget"], max_norm=self._feature_norm(cfg), label_bound=cfg["label_bound"],
                 reg=reg_items, unobserved_weight=cfg["unobserved_weight"], gramian_ratio=cfg["gramian_ratio"],
                 global_ratio=cfg["global_ratio"], dtype=cfg["dtype"],
             )
-        radius = cfg["label_bound"] / cfg["max_norm"]
+        gx = self._feature_norm(cfg)
+        radius = cfg["label_bound"] / gx
         return NoisyGDSolver(
-            noise_multiplier=z, iterations=cfg["gd_iterations"], budget=cfg["budget"], max_norm=cfg["max_norm"],
+            noise_multiplier=z, iterations=cfg["gd_iterations"], budget=cfg["budget"], max_norm=gx,
             label_bound=cfg["label_bound"], radius=radius, reg=reg_items, unobserved_weight=cfg["unobserved_weight"],
             global_ratio=cfg["global_ratio"], schedule=schedule, init=init, dtype=cfg["dtype"],
         )
@@ -259,7 +315,8 @@ class DPALS(FactorizationModel):
             evs = [ev for label, ev in self.planned_events(1.0, s, cfg)[n_pre:]]
             return compose(evs)
 
-        return calibrate_with_split(cfg["epsilon"], cfg["delta"], cfg["count_fraction"], build_count, build_train)
+        return calibrate_with_split(cfg["epsilon"], cfg["delta"], cfg["count_fraction"], build_count, build_train,
+                                    accountant=cfg["accountant"])
 
     # ------------------------------------------------------------------ allocation
     def _allocate(self, cfg: dict, R: sp.csr_matrix, counts: np.ndarray, rng) -> sp.csr_matrix:
@@ -290,11 +347,13 @@ class DPALS(FactorizationModel):
 
     # ------------------------------------------------------------------ fit
     def fit(self, user_items, show_progress: bool = False):
-        """Fit on a users x items rating matrix (CSR or ``Interactions``); releases ``item_factors_``."""
-        cfg = self._settings()
+        """Fit on a users x items rating matrix (CSR or ``Interactions``); releases ``item_factors_``
+        (and ``item_bias_`` with ``biases=True``) under the configured (epsilon, delta)."""
         R_full = check_fit_matrix(user_items)
         n_users, n_items = R_full.shape
+        cfg = self._settings((n_users, n_items))
         dtype = cfg["dtype"]
+        d = cfg["factors"]
         rng = make_rng(self.random_state)
         init_rng = np.random.default_rng(rng.integers(0, 2**63 - 1)) if cfg["private"] else make_rng(self.random_state)
         t_start = time.perf_counter()
@@ -328,33 +387,46 @@ class DPALS(FactorizationModel):
         R = R.tocsr()
         R.sort_indices()
         counts_h = counts[head]
-        labels = R.copy()
-        labels.data = labels.data.astype(dtype, copy=True)
+        centered = R.copy()
+        centered.data = centered.data.astype(dtype, copy=True)
         if mu:
-            labels.data -= dtype.type(mu)
-        if private:
-            labels.data = clip_labels(labels.data, cfg["label_bound"]).astype(dtype, copy=False)
+            centered.data -= dtype.type(mu)
         W = self._allocate(cfg, R, counts_h, rng)
+        rows = np.repeat(np.arange(n_users), np.diff(R.indptr))
 
         # 2. alternating steps ------------------------------------------------------------
         reg_items, _ = frequency_regularization(counts_h, cfg["reg"], cfg["reg_exponent"])
         reg_users, norm_u = self._user_regularization(cfg, np.diff(R.indptr))
-        V = (init_rng.standard_normal((head.size, cfg["factors"])) * cfg["init_scale"]).astype(dtype)
-        U = np.zeros((n_users, cfg["factors"]), dtype=dtype)
-        batch = None
+        V = (init_rng.standard_normal((head.size, d)) * cfg["init_scale"]).astype(dtype)
+        b_items = np.zeros(head.size, dtype=dtype) if cfg["biases"] else None
+        c = dtype.type(cfg["bias_feature"])
         step_times = []
         t_pre = time.perf_counter() - t_start
-        for t in range(1, cfg["iterations"] + 1):
+        steps = range(1, cfg["iterations"] + 1)
+        if show_progress:
+            from tqdm.auto import tqdm
+
+            steps = tqdm(steps, desc="DPALS", unit="step")
+        for t in steps:
             t_step = time.perf_counter()
-            U = self._user_step(cfg, labels, V, reg_users)
-            batch = self.item_batch(cfg, labels, W, U, counts_h, n_users) if batch is None else batch.with_features(U)
+            U, b_users = self._user_step(cfg, centered, V, b_items, reg_users)
+            labels = centered.copy()
+            if b_users is not None:
+                labels.data -= b_users[rows]
             if private:
-                solver = self._item_solver(cfg, s_scale, reg_items, V, batch)
+                labels.data = clip_labels(labels.data, cfg["label_bound"]).astype(dtype, copy=False)
+            feats = np.hstack([U, np.full((n_users, 1), c, dtype=dtype)]) if cfg["biases"] else U
+            batch = self.item_batch(cfg, labels, W, feats, counts_h, n_users)
+            if private:
+                solver = self._item_solver(cfg, s_scale, reg_items, V, b_items, batch)
             else:
                 solver = ExactSolver(reg=reg_items, unobserved_weight=cfg["unobserved_weight"], dtype=dtype)
             result = solver.solve(batch, rng=rng)
             result.record(ledger, prefix=f"ALS step {t}: ")
-            V = np.asarray(result.params, dtype=dtype)
+            params = np.asarray(result.params, dtype=dtype)
+            V = np.ascontiguousarray(params[:, :d])
+            if cfg["biases"]:
+                b_items = np.ascontiguousarray(params[:, d] * c)
             step_times.append(time.perf_counter() - t_step)
 
         if private:
@@ -364,17 +436,23 @@ class DPALS(FactorizationModel):
             self.noise_scales_ = {"count": 0.0, "train": 0.0}
 
         # 3. release --------------------------------------------------------------------
-        item_factors = np.zeros((n_items, cfg["factors"]), dtype=dtype)
+        item_factors = np.zeros((n_items, d), dtype=dtype)
         item_factors[head] = V
         self.item_factors_ = item_factors
+        if cfg["biases"]:
+            item_bias = np.zeros(n_items, dtype=dtype)
+            item_bias[head] = b_items
+            self.item_bias_ = item_bias
+        else:
+            self.item_bias_ = None
         self.global_mean_ = np.asarray(mu, dtype=np.float64)
-        self.item_bias_ = None
-        self.user_bias_ = None
         self.ledger_ = ledger
         self.user_reg_norm_ = float(norm_u)
+        self.user_regularization_ = float(cfg["user_reg"])
+        self.config_ = {k: (v.name if isinstance(v, np.dtype) else v) for k, v in cfg.items()}
         self.trained_items_ = head
         t_proj = time.perf_counter()
-        self.user_factors_, _ = self._project_users(R_full)
+        self.user_factors_, self.user_bias_ = self._project_users(R_full)
         self.fit_timings_ = {"preprocess": t_pre, "steps": step_times, "projection": time.perf_counter() - t_proj}
         return self
 
@@ -386,36 +464,38 @@ class DPALS(FactorizationModel):
         count: the usual normaliser sum(n) / sum(n (n+1)^e) is a statistic of *every* user's
         count, so removing one user would move every other user's embedding (and with it the
         item step's statistics) beyond the declared sensitivity. Private fits therefore use the
-        unnormalised reg * (n + 1)^e (normaliser 1, which is also what the billboard projection
-        uses after loading); ``epsilon = inf`` keeps the normalisation of :class:`ALS`.
+        unnormalised ``user_reg * (n + 1)^e`` (normaliser 1, which is also what the billboard
+        projection uses after loading); ``epsilon = inf`` keeps the normalisation of :class:`ALS`.
         """
         if cfg["private"]:
             counts = np.asarray(user_counts, dtype=np.float64)
-            e = cfg["reg_exponent"]
-            return cfg["reg"] * (counts + 1.0) ** e if e else np.full(counts.shape, cfg["reg"]), 1.0
-        return frequency_regularization(user_counts, cfg["reg"], cfg["reg_exponent"])
+            e = cfg["user_reg_exponent"]
+            return cfg["user_reg"] * (counts + 1.0) ** e if e else np.full(counts.shape, cfg["user_reg"]), 1.0
+        return frequency_regularization(user_counts, cfg["user_reg"], cfg["user_reg_exponent"])
 
-    def _user_step(self, cfg: dict, labels: sp.csr_matrix, V: np.ndarray, reg_users: np.ndarray) -> np.ndarray:
-        """Exact user step on the current item factors; rows clipped to ``max_norm`` when private.
+    def _user_step(self, cfg: dict, centered: sp.csr_matrix, V: np.ndarray, b_items, reg_users: np.ndarray):
+        """Exact user step on the current item side: ``(U, b_users)``; rows of U clipped when private.
 
-        Row j depends only on user j's ratings, ``reg_users[j]`` and the (released) ``V``, so
+        Row j depends only on user j's ratings, ``reg_users[j]`` and the (released) item side, so
         removing a user leaves every other row unchanged (the coupling the item-step
-        sensitivity assumes).
+        sensitivity assumes). The user bias enters the item step only through the (clipped) labels.
         """
-        U, _ = half_step(labels, V, None, 0.0, reg_users, cfg["unobserved_weight"], False, "cholesky",
-                         num_threads=self.num_threads)
-        if cfg["private"]:
+        U, b_users = half_step(centered, V, b_items, 0.0, reg_users, cfg["unobserved_weight"], cfg["biases"], "cholesky",
+                               num_threads=self.num_threads)
+        if cfg["private"] and U.shape[1]:
             U = clip_rows(U, cfg["max_norm"]).astype(cfg["dtype"], copy=False)
-        return U
+        return U, b_users
 
-    def _item_solver(self, cfg, z, reg_items, V, batch):
+    def _item_solver(self, cfg, z, reg_items, V, b_items, batch):
         if cfg["kind"] == "ssp":
             return self._make_solver(cfg, z, reg_items)
         # noisy GD: constant per-task step 1 / L_i with L_i = Gamma_x^2 * (public estimate of
         # sum_j w_ij, from noisy counts and task weights) + reg_i + alpha_0 Gamma_x^2 n: an estimate
         # of the task Hessian's largest eigenvalue built from public values only (so the step
         # sizes cost no privacy); iterates stay in the solver's ball whatever the step.
-        gx2 = cfg["max_norm"] ** 2
+        gx2 = self._feature_norm(cfg) ** 2
+        if b_items is not None:
+            V = np.hstack([V, (b_items / cfg["bias_feature"])[:, None].astype(V.dtype)])
         L = gx2 * batch.task_sizes * batch.task_weights + reg_items + cfg["unobserved_weight"] * gx2 * batch.n_units
         step = 1.0 / np.maximum(L, 1e-12)
         return self._make_solver(cfg, z, reg_items, init=V, schedule=lambda t, s=step: s)
@@ -431,32 +511,36 @@ class DPALS(FactorizationModel):
 
     # ------------------------------------------------------------------ release / report
     def privacy_report(self) -> dict:
-        """JSON record of every DpEvent with epsilon computed by dp_accounting (RDP and PLD)."""
+        """JSON record of every DpEvent; ``epsilon`` from the calibrating accountant (PLD by default),
+        ``epsilon_rdp`` / ``epsilon_pld`` both given; recompute with ``epsilon_from_report``."""
         ledger = getattr(self, "ledger_", None)
         if ledger is None:
             report = getattr(self, "privacy_report_", None)
             if report is None:
                 raise ValueError("this DPALS is not fitted yet; call fit(user_items) first")
             return report
-        report = ledger.report(check_delta(self.delta))
+        report = ledger.report(check_delta(self.delta), accountant=self.accountant)
         report["method"] = self.method
         target = check_epsilon(self.epsilon)
         report["target_epsilon"] = target if math.isfinite(target) else "inf"
         return report
 
     def _project_users(self, rows: sp.csr_matrix):
-        """Billboard projection (Remark D.1): exact ridge of a user's own ratings on the released items."""
+        """Billboard projection (Remark D.1): exact ridge of a user's own ratings on the released
+        item side (factors and biases); returns ``(user_factors, user_bias)``."""
         counts = np.diff(rows.indptr).astype(np.float64)
-        e = float(self.reg_exponent)
+        e = float(self.config_["user_reg_exponent"])
         norm = float(getattr(self, "user_reg_norm_", 1.0))
-        reg = self.regularization * ((counts + 1.0) ** e) * norm if e else np.full(counts.shape, float(self.regularization))
-        V = self.item_factors_
-        U, _ = half_step(rows, V, None, self._global(), reg, float(self.unobserved_weight), False, "cholesky",
+        lam = float(self.user_regularization_)
+        reg = lam * ((counts + 1.0) ** e) * norm if e else np.full(counts.shape, lam)
+        return half_step(rows, self.item_factors_, self._item_bias(), self._global(), reg,
+                         float(self.unobserved_weight), self._item_bias() is not None, "cholesky",
                          num_threads=self.num_threads)
-        return U, None
 
     def _metadata(self) -> dict:
-        return {"privacy_report": self.privacy_report(), "user_reg_norm": float(self.user_reg_norm_)}
+        return {"privacy_report": self.privacy_report(), "user_reg_norm": float(self.user_reg_norm_),
+                "user_regularization": float(self.user_regularization_),
+                "user_reg_exponent": float(self.config_["user_reg_exponent"])}
 
     def _saved_params(self) -> dict:
         """Parameters written with the release. A private model never carries its noise seed:
@@ -472,6 +556,28 @@ class DPALS(FactorizationModel):
             raise ValueError("DPALS model file lacks its privacy report")
         self.privacy_report_ = meta["privacy_report"]
         self.user_reg_norm_ = float(meta.get("user_reg_norm", 1.0))
-        self.item_bias_ = None
+        if "user_regularization" not in meta:
+            raise ValueError("DPALS model file lacks its user regularization")
+        self.user_regularization_ = float(meta["user_regularization"])
+        self.config_ = {"user_reg_exponent": float(meta.get("user_reg_exponent", 0.0))}
+        if getattr(self, "item_bias_", None) is None:
+            self.item_bias_ = None
         self.user_bias_ = None
         self.user_factors_ = None
+
+
+def auto_config(n_users: int, n_items: int, epsilon: float, delta: float, rating_bound: float,
+                implicit: bool = False) -> dict:
+    """Automatic DPALS hyper-parameters from public quantities only (the rule is documented in
+    docs and derived in ``benchmarks/bench_utility.py --derive``).
+
+    Inputs: numbers of users and items, epsilon, delta, the public rating bound, and whether the
+    data is implicit feedback. Private data never enters, so the choice costs no privacy.
+    """
+    if math.isinf(epsilon):
+        return {"factors": 32, "iterations": 15, "budget": 100.0, "regularization": 20.0,
+                "user_regularization": 20.0, "max_norm": 1.0, "count_fraction": 0.2}
+    return {"factors": 32, "iterations": _auto_by_epsilon(epsilon, 2, 3, 4), "budget": 100.0,
+            "regularization": 40.0, "user_regularization": 5.0,
+            "max_norm": _auto_by_epsilon(epsilon, 0.2, 0.5, 0.5),
+            "count_fraction": default_count_fraction(epsilon)}

@@ -66,6 +66,11 @@ def calibrate_noise_multiplier(
         return epsilon_of_event(build_event(z), delta, accountant, orders, neighboring)
 
     hi = 1.0
+    if accountant == "pld":
+        # PLD is tighter than RDP, so the (cheap) RDP calibration is an upper bracket: start there
+        hi = calibrate_noise_multiplier(target, delta, build_event, "rdp", orders, neighboring, rtol, max_iterations)
+        if hi <= 0:
+            return hi
     e_hi = eps(hi)
     while e_hi > target:
         hi *= 2.0
