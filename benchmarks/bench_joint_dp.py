@@ -16,9 +16,14 @@ delta = 1e-4, clip L = 1, 5 seeds (data split + noise). Each step samples B = n 
 (owner sampling rate 1/2) and k = 16 records per selected owner (``records_per_owner``), T = 100
 steps, constant learning rate 1.0, last iterate (averaging from the zero start lagged at this T; a
 pilot on one split, not tuned further). Individual training: T_ind = 5 passes over each owner's
-data, one record per step. Accounting is the library's conservative replace-one owner-level
-accounting (see ``privrec.convex.joint``): the noise does not shrink with records per owner, so
-small n is expected to be hopeless under DP.
+data, one record per step. Accounting is the library's replace-one owner-level accounting (see
+``privrec.convex.joint``): the noise does not shrink with records per owner, so small n is
+expected to be hopeless under DP. Full DP keeps amplification by owner sampling (rate B/n = 1/2:
+every coordinate is noised, so the sample stays hidden); joint DP gets **no** amplification (the
+other owners' unnoised personal blocks reveal which owners were sampled), so it composes T plain
+Gaussian steps and needs a larger noise multiplier than full DP at the same eps. The noise std on
+each noised coordinate is recorded per row (``noise_std``); results before that correction
+(subsampled accounting for joint DP too, which was unsound) are superseded.
 Noise uses fixed seeds (experiments only: a known seed voids the guarantee).
 
 Claim checked (issue 6): joint DP >= full DP at low eps (eps = 1 and 2) for every n, with a gap

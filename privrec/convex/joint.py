@@ -23,18 +23,60 @@ What privrec runs (:class:`JointDPSGD`):
 * projection onto L2 balls of radii ``personal_radius`` (per owner) and ``shared_radius``;
 * the output is the average of the iterates t = 0..T-1 (spec step 3) or the last iterate.
 
-Accounting (conservative, as the spec's [CAUTION] requires). Neighbouring datasets replace one
-user's records inside one owner j, with the number of owners public (``replace_one``). The
-personal block x_j is never noised, so once a changed record has been used x_j differs between
-neighbours and *every* later step that selects owner j may carry a different u-gradient, not just
-the steps that draw the changed record. privrec therefore treats owner j's whole contribution to a
-step as the differing element: it is selected with probability B/n (a uniform B-subset of the n
-owners) and, being one clipped gradient, it moves by at most 2L between neighbours (replace-one
-sensitivity). Each step is recorded as a Gaussian mechanism with noise multiplier sigma / (2L)
-sampled without replacement (B of n), composed over T steps, in a ``replace_one`` ledger (the
-RDP accountant of dp_accounting supports exactly that combination). This is valid whatever x_j is,
-hence for the hidden state too, and it ignores the extra amplification from sampling a record
-inside the owner (a larger, unsafe-to-claim saving). The paper's own sigma formula
+Accounting. Neighbouring relation (joint DP, spec 000): datasets S, S' that differ only in owner
+j's data -- owner j's records replaced by any other records (any number, so adding or removing
+records inside owner j is covered too); the set of owners, n and every other owner's data are
+the same and public (ledger relation ``replace_one``). What must be indistinguishable:
+
+* ``regime="joint"``: everything except x_j, i.e. the shared block u **and every other owner's
+  personal block** x_i (i != j), which are released without noise;
+* ``regime="full"``: every released parameter, x_j included (standard DP).
+
+Per-step sensitivity (both regimes). Owner j enters step t only through its clipped mean gradient
+g_j = (gP_j, gU_j), ||g_j|| <= L whatever x_j, u and the records are. g_j depends on x_j, which
+in the joint regime is never noised and diverges between S and S' as soon as a changed record was
+used; but x_j is a deterministic function of D_j, of the past released shared iterates and of
+data-independent uniforms (which owners and which of j's records are drawn), so conditionally on
+everything released before step t, g_j(S) and g_j(S') are two fixed vectors of norm <= L, at
+distance <= 2L. The other sampled owners' gradients are functions of released state and of data
+S and S' share. The noised part of step t (u for ``joint``; every block for ``full``) is thus
+``released value - eta/B (sum of gradients + N(0, sigma^2 I))``: a Gaussian mechanism with L2
+sensitivity 2L and noise multiplier z = sigma / (2L) (the projection is post-processing).
+
+``regime="joint"``: **no amplification by owner sampling.** Other owners' personal blocks are
+released without noise and change exactly when their owner is sampled, so they can reveal the
+sampled set of every step (e.g. owners whose data pin their gradient to a constant nonzero
+personal update), hence whether j was sampled: the sampling is not secret and the usual
+subsampling lemmas, which need it hidden, do not apply (an audit's construction -- other owners
+with x = 0 and a huge label, owner j one extreme record -- has an exact eps of 2.67 at delta =
+1e-5, n = 20, T = 1, where the former subsampled accounting reported 1; the test
+``test_joint_regime_audit_owner_sampling_is_revealed`` measures the leak on the real estimator).
+privrec therefore accounts the joint regime as if the whole trajectory *and* the sampled sets
+were published: each step is one ``GaussianDpEvent(z)`` (a step without owner j costs nothing,
+so charging every step is an upper bound), composed over the T steps, whatever B and n are. The shared block is the only noised
+output, and the other owners' blocks are functions of it, of the public sampled sets and of data
+S and S' share, hence post-processing; x_j is excluded by the joint-DP definition. So the final
+(or averaged) release is (eps, delta)-joint-DP with eps from RDP composition of T Gaussians. This
+deliberately departs from the spec's [CAUTION] suggestion of a subsampled Gaussian at rate B/n,
+which is unsound under joint DP for the reason above; the price is more noise at the same eps
+when B/n is small (at B/n = 1/2 dp_accounting's without-replacement RDP bound is no tighter than
+plain composition, so there the noise does not grow).
+
+``regime="full"``: **amplification is kept, and is valid.** Every coordinate of every owner's
+block and of u receives fresh noise at every step whether or not its owner is sampled, and
+nothing is released unnoised, so the sampled set stays hidden. Each step is the base mechanism
+"sum over a uniform B-subset of owners of their clipped contributions (gP_i placed in row i,
+gU_i) + N(0, sigma^2 I)" whose input changes in one element (owner j) with L2 sensitivity 2L:
+the subsampled Gaussian without replacement under ``replace_one`` (Wang, Balle, Kasiviswanathan
+2019), recorded as ``SampledWithoutReplacementDpEvent(n, B, GaussianDpEvent(z))`` and composed
+over the T steps (adaptive composition; the state is exactly the released iterate).
+
+Every noise draw (one per step) emits its DpEvent; the fit records them in a ``replace_one``
+:class:`~privrec.privacy.PrivacyLedger` (T identical per-step events as one self-composed
+event) and epsilon is whatever the RDP accountant of dp_accounting computes from them. With a
+target epsilon, z is calibrated by bisection over the exact events the fit records. In both
+regimes the accounting ignores the extra amplification from sampling a record inside an owner (a
+saving that is unsafe to claim when x_j is hidden state). The paper's own sigma formula
 (:func:`paper_noise_std`) has unspecified constants and is reported only for comparison.
 
 With record-level DP per owner the guarantee is per user when each user holds one record; for a
@@ -46,10 +88,12 @@ group-privacy conversion for callers who account record-level.
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 from dataclasses import dataclass
 
+import dp_accounting
 import numpy as np
 from sklearn.base import BaseEstimator
 
@@ -57,10 +101,13 @@ from .._validation import check_delta, check_epsilon, check_finite_array, check_
 from ..privacy import (
     PrivacyLedger,
     calibrate_noise_multiplier,
+    check_noise_random_state,
     fixed_size_subsampled_gaussian_event,
+    gaussian_event,
+    gaussian_mechanism,
+    gaussian_noise,
     make_rng,
 )
-from ..privacy.ledger import DEFAULT_RDP_ORDERS
 
 __all__ = [
     "JointDPSGD",
@@ -229,15 +276,30 @@ def _project(a: np.ndarray, radius: float) -> np.ndarray:
     return a
 
 
-def _step_event(z: float, n_owners: int, B: int, T: int):
-    """T steps of a Gaussian (multiplier z) on a uniform B-subset of the n owners."""
-    return fixed_size_subsampled_gaussian_event(B, n_owners, z, T)
+def _step_event(regime: str, z: float, n_owners: int, B: int):
+    """DpEvent of one noisy step (one noise draw) of a private regime; see the module docstring.
+
+    ``joint``: a plain Gaussian (multiplier z = sigma / 2L) -- the sampled owners are revealed by
+    the other owners' unnoised personal blocks, so no amplification by sampling.
+    ``full``: the Gaussian on a uniform B-subset of the n owners, sampled without replacement
+    (every coordinate is noised every step, so the sample stays hidden).
+    """
+    if regime == "joint":
+        return gaussian_event(z)
+    if regime == "full":
+        return fixed_size_subsampled_gaussian_event(B, n_owners, z, 1)
+    raise ValueError(f"regime {regime!r} draws no noise")
+
+
+def _fit_event(regime: str, z: float, n_owners: int, B: int, T: int):
+    """The event a fit of T noisy steps records: the per-step event self-composed T times."""
+    return dp_accounting.SelfComposedDpEvent(_step_event(regime, z, n_owners, B), T)
 
 
 @functools.lru_cache(maxsize=256)
-def _calibrated_multiplier(epsilon: float, delta: float, n_owners: int, B: int, T: int) -> float:
+def _calibrated_multiplier(regime: str, epsilon: float, delta: float, n_owners: int, B: int, T: int) -> float:
     """Accountant-calibrated multiplier for the exact event a fit records (cached: a pure function)."""
-    return calibrate_noise_multiplier(epsilon, delta, lambda z: _step_event(z, n_owners, B, T),
+    return calibrate_noise_multiplier(epsilon, delta, lambda z: _fit_event(regime, z, n_owners, B, T),
                                       neighboring="replace_one")
 
 
@@ -260,11 +322,14 @@ class JointDPSGD(BaseEstimator):
         the full-DP baseline), ``"nonprivate"`` (collaboration without DP) or ``"individual"``
         (each owner trains alone with its own shared block; no communication, epsilon irrelevant).
     epsilon, delta : target budget for ``joint`` / ``full``; sigma is calibrated by the accountant
-        over the exact events the fit records (see module docstring for the conservative accounting).
-        Alternatively give ``noise_multiplier`` (sigma / (2 clip_norm)) and read epsilon from
-        :meth:`privacy_report`.
+        over the exact events the fit records (see the module docstring: ``joint`` composes T plain
+        Gaussian steps, since the other owners' unnoised blocks reveal which owners were sampled;
+        ``full`` keeps amplification by owner sampling). Alternatively give ``noise_multiplier``
+        (sigma / (2 clip_norm)) and read epsilon from :meth:`privacy_report`.
     n_steps : T (``individual``: steps per owner).
-    owners_per_step : B distinct owners per step (1 = the spec's algorithm).
+    owners_per_step : B distinct owners per step (1 = the spec's algorithm). In the ``joint``
+        regime B does not change the noise multiplier (no amplification); the update's noise is
+        still divided by B.
     records_per_owner : k records per selected owner per step, averaged (1 = the spec's algorithm;
         the ``individual`` regime always uses one record per owner per step).
     clip_norm : L, per-example bound on the joint gradient (enforced by clipping).
@@ -273,8 +338,10 @@ class JointDPSGD(BaseEstimator):
         R = sqrt(n D_X^2 + D_U^2) (diameters) and p the number of noised coordinates
         (projected SGD's step for E||g~||^2 <= L^2 + p sigma^2 / B^2, spec 000 fact 3).
     average : return the average of iterates 0..T-1 (spec) instead of the last iterate.
-    random_state : ``None`` draws noise from OS entropy. A fixed seed is for experiments only and
-        voids the privacy guarantee for anyone who knows it.
+    random_state : ``None`` draws noise from OS entropy. A fixed int seed is for experiments only
+        and voids the privacy guarantee for anyone who knows it. A numpy ``Generator`` /
+        ``RandomState`` is rejected at fit time (``sklearn.clone`` deep-copies it, so clones would
+        draw identical noise).
     """
 
     def __init__(self, model, regime: str = "joint", epsilon: float | None = 1.0, delta: float = 1e-5,
@@ -320,11 +387,9 @@ class JointDPSGD(BaseEstimator):
         if self.learning_rate != "auto":
             check_positive(self.learning_rate, "learning_rate")
 
-    def _step_event(self, z: float, n_owners: int, B: int):
-        return _step_event(z, n_owners, B, self.n_steps_)
-
     def fit(self, X, y, owner):
         """Fit on records X (N, d), labels y, owner labels ``owner`` (N,) (any hashable values)."""
+        check_noise_random_state(self.random_state, type(self).__name__)
         self._validate()
         X = check_finite_array(X, "X")
         if X.ndim != 2 or X.shape[1] != self.model.n_features:
@@ -350,18 +415,14 @@ class JointDPSGD(BaseEstimator):
         T = self.n_steps_
         L = self.clip_
 
-        # noise
-        if self.regime in ("joint", "full"):
+        # noise: calibrated over exactly the events the fit records (see _fit_joint)
+        private = self.regime in ("joint", "full")
+        if private:
             if self.noise_multiplier is not None:
                 z = float(self.noise_multiplier)
             else:
-                z = _calibrated_multiplier(float(self.epsilon), self.delta_, n, B, T)
+                z = _calibrated_multiplier(self.regime, float(self.epsilon), self.delta_, n, B, T)
             sigma = 2.0 * L * z
-            ledger.record(
-                f"{self.regime}-DP SGD: {T} steps, {B} of {n} owners per step, noise on "
-                + ("the shared block" if self.regime == "joint" else "all coordinates"),
-                self._step_event(z, n, B), clip_norm=L, noise_std=sigma, sensitivity=2 * L,
-            )
         else:
             z, sigma = 0.0, 0.0
         p_shared = int(np.prod(self.model.shared_shape))
@@ -382,10 +443,20 @@ class JointDPSGD(BaseEstimator):
         if self.regime == "individual":
             self._fit_individual(Xs, ys, counts, starts, eta, rng, dtype)
         else:
-            self._fit_joint(Xs, ys, counts, starts, eta, sigma, B, rng, dtype)
+            events = self._fit_joint(Xs, ys, counts, starts, eta, z, B, rng, dtype)
+            # one entry per distinct per-step event, self-composed over the noise draws that emitted it
+            for event, count in events.items():
+                ledger.record(
+                    f"{self.regime}-DP SGD: {count} noisy steps, {B} of {n} owners per step, noise on "
+                    + ("the shared block (sampling revealed: no amplification)" if self.regime == "joint"
+                       else "all coordinates (sampling hidden: subsampled without replacement)"),
+                    dp_accounting.SelfComposedDpEvent(event, count), clip_norm=L, noise_std=sigma,
+                    sensitivity=2 * L,
+                )
         return self
 
-    def _fit_joint(self, Xs, ys, counts, starts, eta, sigma, B, rng, dtype):
+    def _fit_joint(self, Xs, ys, counts, starts, eta, z, B, rng, dtype):
+        """Run the shared-model regimes; return {per-step DpEvent: number of noise draws that emitted it}."""
         n = counts.size
         T, L = self.n_steps_, self.clip_
         model = self.model
@@ -394,6 +465,10 @@ class JointDPSGD(BaseEstimator):
         U_sum = np.zeros_like(U, dtype=np.float64)
         P_sum = np.zeros_like(P, dtype=np.float64)
         full = self.regime == "full"
+        private = self.regime in ("joint", "full")
+        sigma = 2.0 * L * z
+        events = collections.Counter()
+        full_event = _step_event("full", z, n, B) if full else None
         chunk = max(1, min(T, 4096))
         for c0 in range(0, T, chunk):
             c = min(chunk, T - c0)
@@ -415,17 +490,27 @@ class JointDPSGD(BaseEstimator):
                 Xb, yb = Xs[rt], ys[rt]
                 r, sq = model.gradient_parts(np.repeat(P[j], k, axis=0), U, Xb, yb)
                 # clip each record, then average the owner's k records (norm of the mean <= L)
-                scale = (np.minimum(1.0, L / np.maximum(np.sqrt(sq), 1e-300)) / k).astype(dtype)
+                with np.errstate(divide="ignore"):  # sq == 0 in float32 -> scale 1 (zero gradient)
+                    scale = (np.minimum(1.0, L / np.maximum(np.sqrt(sq), 1e-300)) / k).astype(dtype)
                 gU = model.shared_grad_sum(r, Xb, scale)
                 gP = model.personal_grads(r, Xb, scale)
                 if k > 1:
                     gP = gP.reshape(j.size, k, *gP.shape[1:]).sum(axis=1)
-                if sigma > 0:
-                    gU = gU + sigma * rng.standard_normal(U.shape).astype(dtype)
+                if private and not full:
+                    # joint: Gaussian mechanism on the shared block, sensitivity 2L (owner j's gU_j)
+                    rel = gaussian_mechanism(gU, 2.0 * L, z, rng, dtype=dtype)
+                    gU = rel.value
+                    events[rel.event] += 1
+                elif full:
+                    # full: one Gaussian mechanism on every coordinate (u here, all personal rows
+                    # below) of the sum over a hidden uniform B-subset of owners
+                    if sigma > 0:
+                        gU = gU + gaussian_noise(U.shape, sigma, rng, dtype)
+                    events[full_event] += 1
                 U -= (eta / B) * gU
                 _project(U, self.ru_)
                 if full and sigma > 0:
-                    noise = sigma * rng.standard_normal(P.shape).astype(dtype)
+                    noise = gaussian_noise(P.shape, sigma, rng, dtype)
                     noise[j] += gP
                     P -= (eta / B) * noise
                     _project_rows(P, self.rx_)
@@ -437,6 +522,7 @@ class JointDPSGD(BaseEstimator):
             self.personal_ = (P_sum / T).astype(dtype)
         else:
             self.shared_, self.personal_ = U, P
+        return events
 
     def _fit_individual(self, Xs, ys, counts, starts, eta, rng, dtype):
         """Every owner runs its own projected SGD on (x_j, u_j), all owners vectorised per step."""
@@ -516,7 +602,8 @@ class JointDPSGD(BaseEstimator):
         else:
             rep = {"events": [], "epsilon": "inf", "note": f"regime {self.regime!r} adds no noise"}
         rep["regime"] = self.regime
-        rep["guarantee"] = {"joint": "joint DP (everything but owner j's personal block)",
+        rep["guarantee"] = {"joint": "joint DP (everything but owner j's personal block; no amplification by "
+                                     "owner sampling, which the other owners' personal blocks reveal)",
                             "full": "standard DP of all released parameters",
                             "nonprivate": "none", "individual": "none (no communication)"}[self.regime]
         return rep
