@@ -48,7 +48,10 @@ _PROCESSED_PRESETS = ("ml20m-like", "msd-like")
 
 def default_protocol(dataset: str) -> str:
     """The paper's protocol for a dataset name (held-out users for ML20M / MSD / Last.fm)."""
-    return "heldout-users" if dataset in _TOPK_DATASETS else "random"
+    from ..data.registry import ALIASES
+
+    name = ALIASES.get(str(dataset).lower(), str(dataset).lower()) if dataset else dataset
+    return "heldout-users" if name in _TOPK_DATASETS else "random"
 
 
 @dataclass
@@ -158,10 +161,9 @@ def make_model(method: str, epsilon: float | None = None, delta: float | None = 
             raise ValueError(f"method {method} needs --epsilon and --delta")
         kwargs = {"method": method, "epsilon": epsilon, "delta": delta}
         if protocol == "heldout-users":
-            # binarised implicit data (spec §8 ML20M settings): no centering (every label is 1),
-            # gravity on unobserved pairs, small embedding clip, ridge 30
-            # and training restricted to the top 10% of items by noisy count (item_frac 0.1)
-            kwargs.update(center=False, unobserved_weight=0.2, max_norm=0.1, regularization=30.0, item_frac=0.1)
+            # binarised implicit data: no centering (every label is 1), gravity on unobserved pairs
+            # (spec §8 ML20M), the released noisy counts as a popularity prior; the rest automatic
+            kwargs.update(feedback="implicit", unobserved_weight=0.2)
     accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
     bad = sorted(set(params) - accepted)
     if bad:
