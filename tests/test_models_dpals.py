@@ -218,3 +218,71 @@ def test_private_user_step_of_other_users_ignores_a_removed_user(reg_exponent):
     np.testing.assert_array_equal(bu2, bu1[keep])
     assert norm1 == norm2  # the projection's normaliser (saved with the model) is data-independent
     assert np.linalg.norm(U1, axis=1).max() <= cfg["max_norm"] * (1 + 1e-12)
+
+
+def test_auto_config_uses_public_quantities_only_and_degrades_to_bias_model():
+    """The automatic configuration is a function of (n_users, n_items, eps, delta, bound, feedback):
+    two datasets of the same shape get the same settings; a small, noisy regime gets factors = 0."""
+    from privrec.models.dpals import auto_config
+
+    R1 = _skewed_ratings(n_users=50, n_items=30, seed=1)
+    R2 = _skewed_ratings(n_users=50, n_items=30, seed=2)
+    m1 = DPALS(epsilon=1.0).fit(R1)
+    m2 = DPALS(epsilon=1.0).fit(R2)
+    assert m1.config_ == m2.config_
+    assert m1.config_["factors"] == 0 and m1.item_factors_.shape == (30, 0)
+    assert np.any(m1.item_bias_ != 0) and m1.user_bias_ is not None
+    big = auto_config(500_000, 20_000, 20.0, 1e-6, 5.0)
+    assert big["factors"] > 0 and auto_config(943, 1682, 1.0, 1e-5, 5.0)["factors"] == 0
+    assert auto_config(1500, 15000, 1.0, 1e-3, 1.0, implicit=True)["factors"] == 0
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10_000), removed=st.integers(0, 29))
+def test_bias_model_statistics_change_at_most_declared_sensitivity(seed, removed):
+    """factors = 0: the item step's features are the public bias constant alone."""
+    R = _skewed_ratings(n_users=30, n_items=15, seed=seed)
+    model = DPALS(method="ada-dpals", epsilon=1.0, budget=4, factors=0, max_norm=0.4)
+    cfg = model._settings(R.shape)
+    rng = np.random.default_rng(seed)
+    counts = np.maximum(np.diff(R.tocsc().indptr) + rng.normal(0, 2, R.shape[1]), 1.0)
+    labels = R.copy()
+    labels.data = np.clip(labels.data - 3.0 - rng.normal(0, 1, labels.nnz), -cfg["label_bound"], cfg["label_bound"])
+    W = model._allocate(cfg, labels, counts, rng)
+    feats = np.full((R.shape[0], 1), cfg["bias_feature"])
+    keep = np.flatnonzero(np.arange(R.shape[0]) != removed)
+    solver = model._make_solver(cfg, 1.0)
+    gx = model._feature_norm(cfg)
+    assert gx == pytest.approx(cfg["bias_feature"])
+    G1, b1 = weighted_statistics(model.item_batch(cfg, labels, W, feats, counts, 30), gx, cfg["label_bound"])
+    G2, b2 = weighted_statistics(model.item_batch(cfg, labels[keep], W[keep], feats[keep], counts, 30), gx,
+                                 cfg["label_bound"])
+    sens = solver.sensitivities()
+    assert np.linalg.norm(G1 - G2) <= sens["gramian"] * (1 + 1e-9)
+    assert np.linalg.norm(b1 - b2) <= sens["rhs"] * (1 + 1e-9)
+
+
+def test_implicit_feedback_popularity_prior_is_released_counts():
+    """Implicit feedback with factors = 0: the release is the noisy counts / n_users, one event."""
+    R = _skewed_ratings(n_users=60, n_items=25, seed=3)
+    R.data = R.data * 7.0  # play counts: binarised
+    m = DPALS(epsilon=2.0, feedback="implicit", unobserved_weight=0.2, factors=0, random_state=0).fit(R)
+    rep = m.privacy_report()
+    assert [e["label"] for e in rep["events"]] == ["item counts"]
+    assert rep["epsilon"] <= 2.0 and rep["epsilon"] >= 0.99 * 2.0
+    ids, scores = m.recommend(0, R[0], N=5)
+    assert np.all(np.diff(m.item_bias_[ids]) <= 0)  # ranked by the prior
+    with pytest.raises(ValueError, match="center"):
+        DPALS(feedback="implicit", center=True).fit(R)
+    # with factors the prior is added to <u, v>; the fit still meets its budget
+    m2 = DPALS(epsilon=2.0, feedback="implicit", unobserved_weight=0.2, factors=3, iterations=2, random_state=0).fit(R)
+    assert m2.privacy_report()["epsilon"] <= 2.0 and m2.item_bias_.shape == (25,)
+
+
+def test_generator_random_state_is_rejected_for_private_fits():
+    from sklearn.base import clone
+
+    R = _skewed_ratings(n_users=20, n_items=10, seed=4)
+    m = DPALS(epsilon=2.0, random_state=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="clone"):
+        clone(m).fit(R)
