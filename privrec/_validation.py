@@ -76,3 +76,179 @@ def check_finite_array(x, name: str) -> np.ndarray:
         bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
         raise ValueError(f"{name} contains {bad} NaN or infinite value(s)")
     return arr
+
+
+def check_random_state_seed(random_state, name: str = "random_state"):
+    """Return ``random_state`` unchanged if it is ``None``, a non-negative int seed (< 2**128), a
+    ``SeedSequence`` or a numpy ``Generator`` / ``RandomState``; else a one-line ``ValueError``.
+
+    (numpy's own message for ``-1`` is "expected non-negative integer", without the parameter name.)
+    """
+    if random_state is None or isinstance(random_state, (np.random.Generator, np.random.RandomState,
+                                                         np.random.SeedSequence)):
+        return random_state
+    if isinstance(random_state, bool) or not isinstance(random_state, (int, np.integer)):
+        raise ValueError(f"{name} must be None or a non-negative integer seed, got {random_state!r}")
+    if random_state < 0:
+        raise ValueError(f"{name} must be a non-negative integer seed, got {random_state!r}")
+    if int(random_state) >= 1 << 128:
+        raise ValueError(f"{name} must be < 2**128, got {random_state!r}")
+    return random_state
+
+
+# ------------------------------------------------------------------------------- sparse inputs
+
+def check_csr_structure(matrix, name: str = "matrix", *, finite: bool = True) -> bool:
+    """Check the internal arrays of a CSR matrix before anything indexes with them.
+
+    scipy does not check a CSR built from ``(data, indices, indptr)`` beyond array lengths, and a
+    CSR with a column index >= ``shape[1]`` makes scipy's C++ routines (and any solver gathering
+    rows of a factor matrix) read out of bounds: a segmentation fault, or silently wrong numbers.
+    Checked, all vectorised in O(nnz) (an O(nnz log nnz) sort only when some row is unsorted):
+
+    * ``indptr``: integer, length ``n_rows + 1``, starts at 0, ends at ``nnz``, non-decreasing;
+    * ``indices``: integer, same length as ``data``, every value in ``[0, n_cols)``;
+    * ``data``: numeric (bool, int, float), and finite when ``finite``;
+    * no duplicate (row, column) entries. **Policy: duplicates are rejected** (never summed nor
+      dropped), with an error naming how many there are and the first one; resolve them on purpose
+      first (``matrix.sum_duplicates()``, or ``Interactions.from_arrays(..., duplicates=...)``).
+
+    Returns whether the column indices are sorted within every row (the caller may then set
+    ``has_sorted_indices`` without scipy re-checking). Raises a one-line ``ValueError``.
+    """
+    import scipy.sparse as sp
+
+    if not sp.issparse(matrix) or matrix.format != "csr":
+        got = matrix.format.upper() if sp.issparse(matrix) else type(matrix).__name__
+        raise ValueError(f"{name} must be a scipy.sparse CSR matrix, got {got}")
+    shape = matrix.shape
+    if len(shape) != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {shape}")
+    n_rows, n_cols = int(shape[0]), int(shape[1])
+    if n_rows < 0 or n_cols < 0:
+        raise ValueError(f"{name} has a negative dimension in its shape {shape}")
+    indptr = np.asarray(matrix.indptr)
+    indices = np.asarray(matrix.indices)
+    data = np.asarray(matrix.data)
+    if indptr.ndim != 1 or indices.ndim != 1 or data.ndim != 1:
+        raise ValueError(f"{name} is corrupt: indptr, indices and data must be 1-D arrays")
+    if indptr.dtype.kind not in "iu" or indices.dtype.kind not in "iu":
+        raise ValueError(f"{name} is corrupt: indptr / indices must be integer arrays, got {indptr.dtype} / "
+                         f"{indices.dtype}")
+    if data.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must hold numeric values, got dtype {data.dtype}")
+    if len(indptr) != n_rows + 1:
+        raise ValueError(f"{name} is corrupt: indptr has {len(indptr)} entries, expected n_rows + 1 = {n_rows + 1}")
+    if len(indices) != len(data):
+        raise ValueError(f"{name} is corrupt: {len(indices)} column indices but {len(data)} values")
+    nnz = len(indices)
+    if int(indptr[0]) != 0:
+        raise ValueError(f"{name} is corrupt: indptr[0] is {int(indptr[0])}, expected 0")
+    if int(indptr[-1]) != nnz:
+        raise ValueError(f"{name} is corrupt: indptr[-1] is {int(indptr[-1])} but there are {nnz} stored entries")
+    if n_rows and np.any(indptr[1:] < indptr[:-1]):
+        row = int(np.flatnonzero(indptr[1:] < indptr[:-1])[0])
+        raise ValueError(f"{name} is corrupt: indptr decreases at row {row} ({int(indptr[row])} -> "
+                         f"{int(indptr[row + 1])})")
+    if nnz == 0:
+        return True
+    lo, hi = int(indices.min()), int(indices.max())
+    if lo < 0 or hi >= n_cols:
+        bad = (indices < 0) | (indices >= n_cols)
+        first = int(np.flatnonzero(bad)[0])
+        row = int(np.searchsorted(indptr, first, side="right") - 1)
+        raise ValueError(f"{name} is corrupt: {int(np.count_nonzero(bad))} column index(es) outside [0, {n_cols}), "
+                         f"e.g. {int(indices[first])} in row {row}")
+    if finite and data.dtype.kind == "f":
+        ok = np.isfinite(data)
+        if not ok.all():
+            bad = nnz - int(np.count_nonzero(ok))
+            first = int(np.flatnonzero(~ok)[0])
+            row = int(np.searchsorted(indptr, first, side="right") - 1)
+            raise ValueError(f"{name} contains {bad} NaN or infinite value(s), e.g. in row {row}, column "
+                             f"{int(indices[first])}")
+    if nnz < 2:
+        return True
+    # adjacent pairs inside one row: the first entry of every non-empty row (but the first) starts a new row
+    inside = np.ones(nnz - 1, dtype=bool)
+    starts = indptr[1:-1]
+    starts = starts[(starts > 0) & (starts < nnz)]
+    inside[starts - 1] = False
+    left, right = indices[:-1], indices[1:]
+    descending = (right < left) & inside
+    is_sorted = not bool(descending.any())
+    if is_sorted:
+        dup = (right == left) & inside
+        n_dup = int(np.count_nonzero(dup))
+        if n_dup:
+            first = int(np.flatnonzero(dup)[0])
+            _raise_duplicates(name, n_dup, int(np.searchsorted(indptr, first, side="right") - 1), int(indices[first]))
+        return True
+    # unsorted rows: sort (row, column) keys once
+    rows = np.repeat(np.arange(n_rows, dtype=np.int64), np.diff(indptr).astype(np.int64, copy=False))
+    key = rows * np.int64(max(n_cols, 1)) + indices.astype(np.int64, copy=False)
+    del rows
+    key.sort()
+    same = key[1:] == key[:-1]
+    n_dup = int(np.count_nonzero(same))
+    if n_dup:
+        k = int(key[int(np.flatnonzero(same)[0])])
+        _raise_duplicates(name, n_dup, k // max(n_cols, 1), k % max(n_cols, 1))
+    return False
+
+
+def _raise_duplicates(name: str, n_dup: int, row: int, col: int):
+    raise ValueError(f"{name} has {n_dup} duplicate (row, column) entr{'y' if n_dup == 1 else 'ies'}, e.g. row {row}, "
+                     f"column {col}; privrec rejects duplicates instead of summing them: resolve them first "
+                     f"(matrix.sum_duplicates(), or Interactions.from_arrays(..., duplicates=...))")
+
+
+# ------------------------------------------------------------------------------- memory
+
+def _physical_memory() -> int | None:
+    try:
+        import os
+
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return None
+
+
+def memory_limit() -> int:
+    """Bytes one array may take: ``$PRIVREC_MAX_ARRAY_BYTES`` if set, else half the physical memory
+    (16 GiB when it cannot be read)."""
+    import os
+
+    env = os.environ.get("PRIVREC_MAX_ARRAY_BYTES")
+    if env:
+        try:
+            v = int(float(env))
+        except ValueError:
+            raise ValueError(f"PRIVREC_MAX_ARRAY_BYTES must be a number of bytes, got {env!r}") from None
+        if v <= 0:
+            raise ValueError(f"PRIVREC_MAX_ARRAY_BYTES must be > 0, got {env!r}")
+        return v
+    phys = _physical_memory()
+    return phys // 2 if phys else 16 << 30
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.3g} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.3g} MiB"
+
+
+def check_memory(n_rows, n_cols, itemsize, what: str, limit: int | None = None) -> int:
+    """Estimate the bytes of an ``n_rows x n_cols`` array of ``itemsize``-byte values and raise a
+    one-line ``ValueError`` when it exceeds ``limit`` (default :func:`memory_limit`), instead of
+    numpy's ``MemoryError`` (or the machine swapping) half-way through a fit.
+
+    Exact Python-int arithmetic (no overflow). Returns the estimate in bytes.
+    """
+    r = check_int(n_rows, f"{what}: number of rows", 0)
+    c = check_int(n_cols, f"{what}: number of columns", 0)
+    s = check_int(itemsize, f"{what}: item size", 1)
+    need = r * c * s
+    cap = memory_limit() if limit is None else check_int(limit, "limit", 1)
+    if need > cap:
+        raise ValueError(f"{what} would need {_gib(need)} ({r:,} x {c:,} x {s} bytes), more than the limit of "
+                         f"{_gib(cap)} (set PRIVREC_MAX_ARRAY_BYTES to change it); use fewer factors or less data")
+    return need

@@ -110,3 +110,55 @@ def test_done_when_real_data_via_shim(tmp_path, capsys):
     assert main(["datasets", "info", "lastfm", "--data-dir", str(SHARED / "hetrec2011-lastfm-2k"), "--json"]) == 0
     s = json.loads(capsys.readouterr().out)
     assert (s["users"], s["items"], s["interactions"]) == (1892, 17632, 92834)
+
+
+# ---------------------------------------------------------------- issue: tracebacks, side effects
+
+def _cache_entry(cache: Path) -> Path:
+    (entry,) = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    return entry
+
+
+def test_corrupt_cache_info_json_is_rebuilt_with_a_one_line_warning(tmp_path, capsys):
+    folder = _ml100k(tmp_path / "mine")
+    argv = ["datasets", "info", "ml-100k", "--data-dir", str(folder), "--json"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    (_cache_entry(tmp_path / "cache") / "info.json").write_text("[1, 2]")
+    assert main(argv) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["interactions"] == 4
+    warning_lines = [ln for ln in out.err.splitlines() if ln.strip()]
+    assert len(warning_lines) == 1 and "warning" in warning_lines[0] and "Traceback" not in out.err
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["datasets", "info", "synthetic-skew", "--seed", "-1"], "--seed must be a non-negative integer seed"),
+    (["datasets", "info", "synthetic-skew", "--scale", "2"], "--scale must be in (0, 1]"),
+])
+def test_bad_synthetic_options_name_the_option(argv, needle, capsys):
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_out_of_range_rating_is_one_line_exit_2(tmp_path, capsys):
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    (folder / "u.data").write_text("1\t2\t3\t4\n1\t3\t99\t4\n")
+    assert main(["datasets", "info", "ml-100k", "--data-dir", str(folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "line 2" in err and "integers 1-5" in err and len(err.splitlines()) == 1
+
+
+def test_info_leaves_the_working_directory_alone(tmp_path, monkeypatch, capsys):
+    folder = _ml100k(tmp_path / "mine")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.delenv("PRIVREC_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert main(["datasets", "info", "ml-100k", "--data-dir", str(folder)]) == 0
+    assert "feedback       explicit: integers 1-5" in capsys.readouterr().out
+    assert list(work.iterdir()) == []
+    assert list((tmp_path / "xdg").rglob("manifest.json"))

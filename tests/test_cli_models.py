@@ -55,7 +55,8 @@ def test_fit_private_json_reports_ledger_epsilon_within_target(capsys):
     assert len(events) >= 2  # counts + at least one private item step
     from privrec.privacy import epsilon_from_report
 
-    assert epsilon_from_report(res["privacy_events"]) == pytest.approx(spent, rel=1e-6)
+    report = res["privacy_events"]
+    assert epsilon_from_report(report, report["accountant"]) == pytest.approx(spent, rel=1e-6)
     assert math.isfinite(res["metrics"]["rmse"])
 
 

@@ -142,3 +142,92 @@ def test_string_id_encoding_across_chunks():
     codes, vocab = _to_codes(col)
     assert list(vocab) == ["s1", "s2", "s3"]
     np.testing.assert_array_equal(vocab[codes], ["s3", "s1", "s3", "s2", "s1"])
+
+
+# ---------------------------------------------------------------- issue: silent misparse
+
+def test_single_colons_are_not_the_ml1m_separator(tmp_path):
+    _write(tmp_path / "ratings.dat", "1::2::3::4\n1:2:3:4:5:6:7\n")
+    with pytest.raises(ValueError, match=r"ratings\.dat, line 2: malformed.*'::'"):
+        load_movielens_dat(tmp_path)
+    _write(tmp_path / "ratings.dat", "1:2:3:4:5:6:7\n")
+    with pytest.raises(ValueError, match=r"ratings\.dat, line 1"):
+        load_movielens_dat(tmp_path)
+    _write(tmp_path / "ratings.dat", "1::2:::3::4\n")
+    with pytest.raises(ValueError, match="line 1"):
+        load_movielens_dat(tmp_path)
+
+
+def test_lastfm_with_bom_and_no_header_keeps_its_first_row(tmp_path):
+    _write(tmp_path / "user_artists.dat", "\ufeff2\t51\t13883\n2\t52\t11690\n3\t51\t5\n")
+    x = load_lastfm_hetrec(tmp_path)
+    assert x.nnz == 3 and x.matrix[0, 0] == 13883 and x.info["header"] is False
+    _write(tmp_path / "user_artists.dat", "\ufeffuserID\tartistID\tweight\n2\t51\t13883\n")
+    x = load_lastfm_hetrec(tmp_path)
+    assert x.nnz == 1 and x.info["header"] is True
+
+
+@pytest.mark.parametrize("first", ["2x\t51\t13883", "user\tartist\tweight", "2\t51", "\t51\t3"])
+def test_corrupt_first_row_is_not_taken_for_a_header(tmp_path, first):
+    _write(tmp_path / "user_artists.dat", first + "\n2\t52\t11690\n")
+    with pytest.raises(ValueError, match=r"user_artists\.dat, line 1"):
+        load_lastfm_hetrec(tmp_path)
+
+
+def test_bom_before_the_movielens_csv_header(tmp_path):
+    _write(tmp_path / "ratings.csv", "\ufeffuserId,movieId,rating,timestamp\n1,2,3.5,10\n")
+    assert load_movielens_csv(tmp_path).nnz == 1
+
+
+@pytest.mark.parametrize("rating", ["99", "-7", "0", "3.5", "5.000001"])
+def test_ml100k_ratings_must_be_integers_1_to_5(tmp_path, rating):
+    _write(tmp_path / "u.data", f"1\t2\t3\t4\n1\t3\t5\t4\n2\t2\t{rating}\t6\n")
+    with pytest.raises(ValueError, match=r"u\.data, line 3: rating .* valid values of ml-100k \(integers 1-5\)"):
+        load_movielens_100k(tmp_path)
+
+
+def test_ml1m_and_ml10m_ranges(tmp_path):
+    _write(tmp_path / "ratings.dat", "1::2::4.5::4\n")
+    with pytest.raises(ValueError, match="line 1: rating 4.5 .*ml-1m"):
+        load_movielens_dat(tmp_path, name="ml-1m")
+    assert load_movielens_dat(tmp_path, name="ml-10m").matrix.data[0] == 4.5
+    for bad in ("4.3", "0", "5.5", "-0.5"):
+        _write(tmp_path / "ratings.dat", f"1::2::4::4\n1::3::{bad}::4\n")
+        with pytest.raises(ValueError, match=r"line 2: rating .*0\.5-5 in steps of 0\.5"):
+            load_movielens_dat(tmp_path, name="ml-10m")
+
+
+def test_ml20m_range_names_the_line_after_the_header(tmp_path):
+    _write(tmp_path / "ratings.csv", "userId,movieId,rating,timestamp\n1,2,3.5,10\n1,3,5.5,11\n1,4,0,12\n")
+    with pytest.raises(ValueError, match=r"ratings\.csv, line 3: rating 5\.5 .*\(2 such lines\)"):
+        load_movielens_csv(tmp_path, name="ml-20m")
+
+
+@pytest.mark.parametrize("weight", ["0", "-3", "2.5"])
+def test_lastfm_weights_must_be_positive_integer_counts(tmp_path, weight):
+    _write(tmp_path / "user_artists.dat", f"userID\tartistID\tweight\n2\t51\t13\n2\t52\t{weight}\n")
+    with pytest.raises(ValueError, match=r"user_artists\.dat, line 3"):
+        load_lastfm_hetrec(tmp_path)
+
+
+def test_msd_counts_and_empty_ids(tmp_path):
+    _write(tmp_path / "train_triplets.txt", "u1\tS1\t1\nu1\tS2\t0\n")
+    with pytest.raises(ValueError, match=r"line 2: play count 0 .*positive integer counts"):
+        load_msd_taste_profile(tmp_path)
+    _write(tmp_path / "train_triplets.txt", "u1\tS1\t1\n\tS2\t3\n")
+    with pytest.raises(ValueError, match="line 2"):
+        load_msd_taste_profile(tmp_path)
+
+
+def test_registry_declares_valid_values_and_feedback():
+    from privrec.data.registry import DATASETS
+
+    assert DATASETS["ml-100k"].feedback == "explicit" and 5 in DATASETS["ml-100k"].rating_range
+    assert 4.5 not in DATASETS["ml-1m"].rating_range and 4.5 in DATASETS["ml-10m"].rating_range
+    for name in ("ml-20m", "ml-25m", "ml-latest", "ml-latest-small"):
+        r = DATASETS[name].rating_range
+        assert (r.low, r.high, r.step) == (0.5, 5.0, 0.5)
+    for name in ("lastfm-2k", "msd", "msd-like"):
+        assert DATASETS[name].feedback == "implicit" and 0 not in DATASETS[name].rating_range
+        assert 10**6 in DATASETS[name].rating_range and 2.5 not in DATASETS[name].rating_range
+    assert DATASETS["synthetic-skew"].feedback == "explicit"

@@ -7,13 +7,27 @@
   official URL) a real dataset, parse it once and fill the Parquet cache.
 
 Real datasets are looked up in ``--data-dir`` (the dataset folder itself or a folder holding it),
-else in ``$PRIVREC_DATA`` or ``./datasets``.
+else in ``$PRIVREC_DATA`` or ``./datasets``. Parsed data is cached in ``--cache-dir``, else
+``$PRIVREC_CACHE``, else the user cache directory (never the working directory).
+
+Every error a user can cause (missing or malformed files, a bad download, bad options) is one
+line on stderr and exit status 2 (1 for operating-system I/O failures such as a full disk);
+warnings (e.g. a corrupt cache entry being rebuilt) are one line each.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import sys
+import warnings
+import zipfile
+import zlib
+
+import pyarrow as pa
+
+from privrec._validation import check_random_state_seed
 
 from privrec.data.download import SOURCES, default_data_root, download_dataset
 from privrec.data.registry import DATASETS, find_dataset_folder, load_dataset, resolve_name
@@ -29,7 +43,7 @@ def register(subparsers) -> None:
     q = sub.add_parser("list", help="list dataset names")
     q.add_argument("--data-dir", help="folder to look for real datasets in (default: $PRIVREC_DATA or ./datasets)")
     q.add_argument("--json", action="store_true", help="print JSON")
-    q.set_defaults(func=cmd_list)
+    q.set_defaults(func=_user_errors(cmd_list))
 
     q = sub.add_parser("info", help="statistics of a dataset")
     q.add_argument("name", help="dataset name (see `privrec datasets list`)")
@@ -38,20 +52,50 @@ def register(subparsers) -> None:
     q.add_argument("--scale", type=float, default=1.0, help="synthetic presets: fraction of users kept (default 1)")
     q.add_argument("--seed", type=int, default=0, help="synthetic presets: generator seed (default 0)")
     q.add_argument("--json", action="store_true", help="print one JSON object")
-    q.set_defaults(func=cmd_info)
+    q.set_defaults(func=_user_errors(cmd_info))
 
     q = sub.add_parser("prepare", help="locate or download a real dataset and cache its parsed form")
     q.add_argument("name", help="dataset name (see `privrec datasets list`)")
     _location(q)
     q.add_argument("--download", action="store_true", help="download from the official URL if missing")
-    q.set_defaults(func=cmd_prepare)
+    q.set_defaults(func=_user_errors(cmd_prepare))
 
 
 def _location(q) -> None:
     q.add_argument("--data-dir", help="folder holding the dataset (or a parent of it); default: $PRIVREC_DATA "
                                       "or ./datasets")
-    q.add_argument("--cache-dir", help="Parquet cache folder (default: $PRIVREC_CACHE or <data root>/.cache)")
+    q.add_argument("--cache-dir", help="Parquet cache folder (default: $PRIVREC_CACHE or the user cache directory, "
+                                       "e.g. ~/.cache/privrec/datasets)")
     q.add_argument("--no-cache", action="store_true", help="parse the source files without the Parquet cache")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"privrec datasets: warning: {_one_line(message)}", file=sys.stderr if file is None else file)
+
+
+def _user_errors(func):
+    """Run a subcommand with one-line warnings, turning library failures that are not already
+    ``ValueError`` / ``OSError`` (Arrow, zlib, zip, memory) into a one-line ``ValueError``."""
+
+    @functools.wraps(func)
+    def run(args):
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            warnings.showwarning = _show_warning
+            try:
+                return func(args)
+            except (ValueError, OSError):
+                raise
+            except MemoryError:
+                raise ValueError("not enough memory for this dataset") from None
+            except (pa.ArrowException, zlib.error, zipfile.BadZipFile, EOFError, UnicodeError, OverflowError) as exc:
+                raise ValueError(f"{type(exc).__name__}: {_one_line(exc)}") from None
+
+    return run
 
 
 def cmd_list(args) -> int:
@@ -75,15 +119,24 @@ def cmd_list(args) -> int:
 
 def cmd_info(args) -> int:
     d = resolve_name(args.name)
+    if d.kind == "synthetic":
+        check_random_state_seed(args.seed, "--seed")
+        if not (0 < args.scale <= 1):
+            raise ValueError(f"--scale must be in (0, 1], got {args.scale:g}")
     x = load_dataset(d.name, data_dir=args.data_dir, download=args.download, cache=not args.no_cache,
                      cache_dir=args.cache_dir, scale=args.scale, random_state=args.seed)
     stats = dataset_stats(x)
     stats["name"] = d.name
+    if d.rating_range is not None:
+        stats["feedback"] = d.feedback
+        stats["valid_values"] = d.rating_range.description
     if args.json:
         print(json.dumps(stats, indent=2))
         return 0
     pu, pi = stats["per_user"], stats["per_item"]
     print(f"dataset        {d.name}  ({d.description})")
+    if d.rating_range is not None:
+        print(f"feedback       {d.feedback}: {d.rating_range.description}")
     print(f"users          {stats['users']:,}")
     print(f"items          {stats['items']:,}")
     print(f"interactions   {stats['interactions']:,}")

@@ -3,14 +3,25 @@
 Parsing a 20M-line ratings file and building the CSR takes seconds; reading the already-built
 arrays back from Parquet takes a fraction of that (measured in ``benchmarks/bench_data.py``).
 
-The key of a source file is its size, its modification time (ns) and a BLAKE2b hash of its
-first and last MiB, plus the loader name and :data:`CACHE_VERSION`; any edit to a source file
-changes it. (A full SHA-256 of a multi-GB file would cost about as much as parsing it.)
+Location: ``$PRIVREC_CACHE`` if set, else ``<user cache dir>/datasets`` from ``platformdirs``
+(``~/.cache/privrec/datasets`` on Linux, ``~/Library/Caches/privrec/datasets`` on macOS,
+``%LOCALAPPDATA%\\privrec\\Cache\\datasets`` on Windows); never the current directory.
+``cache_dir=`` / ``--cache-dir`` override it per call.
+
+Key: a BLAKE2b hash of the *whole* content of every source file (streamed, 1 MiB at a time), their
+names and sizes, the loader name and :data:`CACHE_VERSION`. Any change to a source file, anywhere
+in it, changes the key; touching a file without changing it does not.
 
 Layout: ``<cache_dir>/<dataset>-<key>/`` holding ``entries.parquet`` (CSR ``indices``, ``data``,
 optional ``timestamp``), ``users.parquet`` (``user_id``, ``count``), ``items.parquet``
-(``item_id`` + metadata columns) and ``info.json``. The folder is written under a temporary name
-and renamed into place, so a crash never leaves a half-written cache entry.
+(``item_id`` + metadata columns), ``info.json`` and ``manifest.json`` (the SHA-256 of each of the
+four other files). Every read verifies the checksums (the bytes are hashed as they are read, then
+parsed from memory) and the rebuilt matrix goes through the full CSR structure check; an entry
+that fails (bit flips, truncation, a hand-edited file) is reported with a ``UserWarning`` and the
+source files are parsed again (the entry is rewritten). The folder is written under a temporary
+name (``.privrec-<entry>.<random>.tmp``) and renamed into place, so a crash never leaves a
+half-written entry; temporary folders older than a day (a killed process) are removed by the next
+write.
 """
 
 from __future__ import annotations
@@ -18,8 +29,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -29,20 +38,43 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
+from privrec._io import clean_stale_temp, make_temp_dir, remove_path
 from privrec.data.interactions import Interactions
 
-CACHE_VERSION = 1
-_EDGE = 1 << 20
+CACHE_VERSION = 2
+_CHUNK = 1 << 20
+_FILES = ("entries.parquet", "users.parquet", "items.parquet", "info.json")
+_MANIFEST = "manifest.json"
+
+
+class CacheIntegrityError(ValueError):
+    """A cache entry is unreadable or its content does not match its checksums."""
 
 
 def default_cache_dir() -> Path:
-    """``$PRIVREC_CACHE`` if set, else ``<data root>/.cache`` (data root: ``$PRIVREC_DATA`` or ``./datasets``)."""
+    """``$PRIVREC_CACHE`` if set, else ``<platformdirs user cache dir for privrec>/datasets``."""
     env = os.environ.get("PRIVREC_CACHE")
     if env:
-        return Path(env)
-    from privrec.data.download import default_data_root
+        return Path(env).expanduser()
+    try:
+        import platformdirs
+    except ImportError:  # pragma: no cover - platformdirs is a declared dependency
+        return Path.home() / ".cache" / "privrec" / "datasets"
+    return Path(platformdirs.user_cache_dir("privrec", appauthor=False)) / "datasets"
 
-    return default_data_root() / ".cache"
+
+def file_digest(path, algorithm: str = "blake2b") -> str:
+    """Hex digest of the whole file, streamed (constant memory)."""
+    h = hashlib.new(algorithm)
+    buf = bytearray(_CHUNK)
+    view = memoryview(buf)
+    with open(path, "rb") as fh:
+        while True:
+            n = fh.readinto(buf)
+            if not n:
+                break
+            h.update(view[:n])
+    return h.hexdigest()
 
 
 def fingerprint(paths, loader: str) -> str:
@@ -50,13 +82,7 @@ def fingerprint(paths, loader: str) -> str:
     h = hashlib.blake2b(digest_size=12)
     h.update(f"v{CACHE_VERSION}:{loader}".encode())
     for p in sorted(Path(p) for p in paths):
-        st = p.stat()
-        h.update(f"|{p.name}:{st.st_size}:{st.st_mtime_ns}".encode())
-        with open(p, "rb") as fh:
-            h.update(fh.read(_EDGE))
-            if st.st_size > 2 * _EDGE:
-                fh.seek(-_EDGE, os.SEEK_END)
-                h.update(fh.read(_EDGE))
+        h.update(f"|{p.name}:{p.stat().st_size}:{file_digest(p)}".encode())
     return h.hexdigest()
 
 
@@ -65,77 +91,133 @@ def _ids_back(col: pa.ChunkedArray) -> np.ndarray:
     return arr.astype(str) if arr.dtype == object else arr
 
 
+def _sha256_file(path: Path) -> str:
+    return file_digest(path, "sha256")
+
+
 def save(x: Interactions, folder) -> Path:
-    """Write ``x`` into the cache folder ``folder`` atomically."""
+    """Write ``x`` into the cache folder ``folder`` atomically, with a checksum manifest."""
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    clean_stale_temp(folder.parent)
+    tmp = make_temp_dir(folder.parent, folder.name, ".tmp")
     try:
         cols = {"indices": pa.array(x.matrix.indices), "data": pa.array(x.matrix.data)}
         if x.timestamps is not None:
             cols["timestamp"] = pa.array(x.timestamps)
-        pq.write_table(pa.table(cols), tmp / "entries.parquet", compression="zstd", compression_level=1)
+        opts = dict(compression="zstd", compression_level=1)
+        pq.write_table(pa.table(cols), tmp / "entries.parquet", **opts)
         pq.write_table(pa.table({"user_id": pa.array(x.user_ids), "count": pa.array(x.user_counts)}),
-                       tmp / "users.parquet", compression="zstd", compression_level=1)
+                       tmp / "users.parquet", **opts)
         items = pd.DataFrame({"item_id": x.item_ids})
         if x.item_metadata is not None:
             for c in x.item_metadata.columns:
                 if c != "item_id":
                     items[c] = x.item_metadata[c].to_numpy()
-        pq.write_table(pa.Table.from_pandas(items, preserve_index=False), tmp / "items.parquet", compression="zstd", compression_level=1)
-        info = {k: v for k, v in x.info.items() if isinstance(v, (str, int, float, bool, type(None)))}
+        pq.write_table(pa.Table.from_pandas(items, preserve_index=False), tmp / "items.parquet", **opts)
+        info = {k: v for k, v in x.info.items()
+                if isinstance(v, (str, int, float, bool, type(None))) and k != "cache"}
         (tmp / "info.json").write_text(json.dumps({"name": x.name, "info": info,
                                                    "has_metadata": x.item_metadata is not None}))
-        if folder.exists():
-            shutil.rmtree(folder, ignore_errors=True)
+        manifest = {"cache_version": CACHE_VERSION, "files": {f: _sha256_file(tmp / f) for f in _FILES}}
+        (tmp / _MANIFEST).write_text(json.dumps(manifest, separators=(",", ":")))
+        old = None
+        if folder.exists():  # an earlier (e.g. corrupt) entry of ours under the same key
+            old = make_temp_dir(folder.parent, folder.name, ".tmp")
+            os.replace(folder, old / "old")
         os.replace(tmp, folder)
+        if old is not None:
+            remove_path(old)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_path(tmp)
         raise
     return folder
 
 
+def _read_verified(folder: Path) -> dict[str, bytes]:
+    """The four files of an entry, each checked against the manifest's SHA-256."""
+    try:
+        manifest = json.loads((folder / _MANIFEST).read_bytes())
+    except (OSError, ValueError) as exc:
+        raise CacheIntegrityError(f"manifest unreadable ({type(exc).__name__}: {exc})") from None
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if (not isinstance(files, dict) or set(files) != set(_FILES)
+            or manifest.get("cache_version") != CACHE_VERSION):
+        raise CacheIntegrityError("manifest is malformed or from another cache version")
+    out = {}
+    for name in _FILES:
+        data = (folder / name).read_bytes()
+        if hashlib.sha256(data).hexdigest() != files[name]:
+            raise CacheIntegrityError(f"{name} does not match its checksum")
+        out[name] = data
+    return out
+
+
+def _table(data: bytes, columns: tuple[str, ...], what: str) -> pa.Table:
+    table = pq.read_table(pa.BufferReader(data))
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise CacheIntegrityError(f"{what} lacks column(s) {missing}")
+    return table
+
+
 def load(folder) -> Interactions:
-    """Read an ``Interactions`` written by :func:`save`."""
+    """Read an ``Interactions`` written by :func:`save`, verifying checksums and structure.
+
+    Raises :class:`CacheIntegrityError` (a ``ValueError``) or ``OSError`` when the entry is
+    unusable; the returned matrix has passed :func:`privrec._validation.check_csr_structure`.
+    """
     folder = Path(folder)
-    meta = json.loads((folder / "info.json").read_text())
-    entries = pq.read_table(folder / "entries.parquet")
-    users = pq.read_table(folder / "users.parquet")
-    items = pq.read_table(folder / "items.parquet")
+    raw = _read_verified(folder)
+    meta = json.loads(raw["info.json"])
+    if not isinstance(meta, dict) or not isinstance(meta.get("info", {}), dict):
+        raise CacheIntegrityError("info.json is not an object")
+    entries = _table(raw["entries.parquet"], ("indices", "data"), "entries.parquet")
+    users = _table(raw["users.parquet"], ("user_id", "count"), "users.parquet")
+    items = _table(raw["items.parquet"], ("item_id",), "items.parquet")
     counts = users.column("count").to_numpy()
+    if counts.dtype.kind not in "iu" or (counts.size and counts.min() < 0):
+        raise CacheIntegrityError("users.parquet holds invalid per-user counts")
+    indices = entries.column("indices").to_numpy()
     indptr = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
-    matrix = sp.csr_matrix((entries.column("data").to_numpy(), entries.column("indices").to_numpy(), indptr),
+    if int(indptr[-1]) != len(indices):
+        raise CacheIntegrityError(f"per-user counts add up to {int(indptr[-1])}, but there are {len(indices)} entries")
+    # scipy does not check index bounds here: Interactions runs the full structure check
+    matrix = sp.csr_matrix((entries.column("data").to_numpy(), indices, indptr),
                            shape=(len(counts), items.num_rows))
-    matrix.has_sorted_indices = True
     ts = entries.column("timestamp").to_numpy() if "timestamp" in entries.column_names else None
     item_ids = _ids_back(items.column("item_id"))
-    md = None
-    if meta.get("has_metadata"):
-        md = items.to_pandas()
+    md = items.to_pandas() if meta.get("has_metadata") else None
     info = dict(meta.get("info", {}))
     info["cache"] = str(folder)
     return Interactions(matrix, _ids_back(users.column("user_id")), item_ids, timestamps=ts, item_metadata=md,
-                        name=meta.get("name", ""), info=info)
+                        name=str(meta.get("name", "")), info=info)
+
+
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError, pa.ArrowException)
 
 
 def cached_load(loader, sources, name: str, cache_dir=None, use_cache: bool = True) -> Interactions:
     """Return ``loader()`` through the cache: parse once, then read Parquet while ``sources`` are unchanged.
 
-    An unwritable cache folder only costs speed (a warning is emitted), never the load itself.
+    A cache entry that fails its integrity check is reported with a ``UserWarning`` and replaced
+    by a fresh parse. An unwritable cache folder only costs speed (a warning), never the load.
     """
     if not use_cache:
         return loader()
     sources = [Path(p) for p in sources if Path(p).is_file()]
     if not sources:
         return loader()  # the loader raises the missing-file error
-    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    folder = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     entry = folder / f"{name}-{fingerprint(sources, name)}"
-    if (entry / "info.json").is_file():
+    if entry.is_dir():
         try:
             return load(entry)
-        except (OSError, ValueError, pa.ArrowException) as exc:
-            warnings.warn(f"ignoring unreadable cache entry {entry}: {exc}", UserWarning, stacklevel=2)
+        except _UNREADABLE as exc:
+            msg = " ".join(str(exc).split()) or type(exc).__name__
+            warnings.warn(f"cache entry {entry} is corrupt or unreadable ({msg}); parsing the source files again",
+                          UserWarning, stacklevel=2)
     x = loader()
     try:
         save(x, entry)

@@ -28,6 +28,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from privrec._validation import check_csr_structure
+
 DUPLICATE_POLICIES = ("last", "first", "sum", "max", "error")
 
 
@@ -72,35 +74,38 @@ def _factorize(ids: np.ndarray, vocabulary, name: str) -> tuple[np.ndarray, np.n
 class Interactions:
     """Users x items interaction matrix with original-id maps (see module docstring).
 
-    Build it with :meth:`from_arrays` (raw ids, any order, duplicates resolved) or directly from a
-    CSR matrix (it is converted to the canonical dtype/sorted layout; duplicate entries in a CSR
-    are rejected).
+    Build it with :meth:`from_arrays` (raw ids, any order, duplicates resolved by an explicit
+    policy) or directly from a sparse matrix (converted to the canonical dtype/sorted layout). A
+    matrix is checked once by :func:`privrec._validation.check_csr_structure` (index bounds,
+    ``indptr`` consistency, finite values) and **duplicate entries in a matrix are rejected**
+    (never summed), the same policy as the models' ``fit``.
     """
 
     def __init__(self, matrix, user_ids=None, item_ids=None, timestamps=None, item_metadata=None,
                  name: str = "", info: dict[str, Any] | None = None):
         if not sp.issparse(matrix):
             raise ValueError(f"matrix must be a scipy sparse matrix, got {type(matrix).__name__}")
-        m = sp.csr_matrix(matrix)
+        m = _as_checked_csr(matrix)
+        # one structural check of the arrays (bounds, indptr, duplicates rejected, finite values)
+        is_sorted = check_csr_structure(m, "matrix")
         n_users, n_items = m.shape
         if n_users == 0 or n_items == 0 or m.nnz == 0:
             raise ValueError(f"interactions are empty (shape {m.shape}, {m.nnz} entries)")
-        if m.nnz > np.iinfo(np.int32).max:
-            raise ValueError(f"too many interactions for int32 indexing: {m.nnz}")
-        if not m.has_canonical_format:
-            m = m.copy()
-            m.has_sorted_indices = False
-            before = m.nnz
-            m.sort_indices()
-            if _row_has_duplicates(m):
-                raise ValueError(f"matrix has duplicate (user, item) entries; build it with "
-                                 f"Interactions.from_arrays(..., duplicates=...) instead ({before} entries)")
-        data = np.ascontiguousarray(m.data, dtype=np.float32)
-        if not np.all(np.isfinite(data)):
-            raise ValueError("interaction values contain NaN or infinite entries")
-        m = sp.csr_matrix((data, m.indices.astype(np.int32, copy=False), m.indptr.astype(np.int32, copy=False)),
+        big = np.iinfo(np.int32).max
+        if m.nnz > big or n_users > big or n_items > big:
+            raise ValueError(f"too large for int32 indexing: shape {m.shape}, {m.nnz} interactions")
+        indices, data = m.indices, m.data
+        order = None
+        if not is_sorted:  # sort within rows, carrying the timestamps along with the values
+            rows = np.repeat(np.arange(n_users, dtype=np.int64), np.diff(m.indptr).astype(np.int64))
+            order = np.argsort(rows * np.int64(n_items) + indices.astype(np.int64), kind="stable")
+            del rows
+            indices, data = indices[order], data[order]
+        data = np.ascontiguousarray(data, dtype=np.float32)
+        m = sp.csr_matrix((data, indices.astype(np.int32, copy=False), m.indptr.astype(np.int32, copy=False)),
                           shape=(n_users, n_items))
         m.has_sorted_indices = True
+        m.has_canonical_format = True
         self.matrix: sp.csr_matrix = m
         self.user_ids = np.arange(n_users) if user_ids is None else _as_id_array(user_ids, "user_ids")
         self.item_ids = np.arange(n_items) if item_ids is None else _as_id_array(item_ids, "item_ids")
@@ -109,10 +114,15 @@ class Interactions:
         if len(self.item_ids) != n_items:
             raise ValueError(f"item_ids has {len(self.item_ids)} entries but matrix has {n_items} columns")
         if timestamps is not None:
+            timestamps = np.asarray(timestamps)
+            if timestamps.dtype.kind not in "iu":
+                raise ValueError(f"timestamps must be integers, got dtype {timestamps.dtype}")
             timestamps = np.ascontiguousarray(timestamps, dtype=np.int64)
             if timestamps.shape != (m.nnz,):
                 raise ValueError(f"timestamps must align with matrix.data ({m.nnz} entries), got shape "
                                  f"{timestamps.shape}")
+            if order is not None:
+                timestamps = timestamps[order]
         self.timestamps = timestamps
         if item_metadata is not None:
             if not isinstance(item_metadata, pd.DataFrame):
@@ -375,16 +385,42 @@ class Interactions:
         return out
 
 
-def _row_has_duplicates(m: sp.csr_matrix) -> bool:
-    if m.nnz < 2:
-        return False
-    same = m.indices[1:] == m.indices[:-1]
-    # a repeat at a row boundary is not a duplicate
-    boundary = np.zeros(m.nnz - 1, dtype=bool)
-    starts = m.indptr[1:-1]
-    starts = starts[(starts > 0) & (starts < m.nnz)]
-    boundary[starts - 1] = True
-    return bool(np.any(same & ~boundary))
+def _as_checked_csr(matrix) -> sp.csr_matrix:
+    """Any scipy sparse matrix as CSR, without letting scipy sum duplicates or index out of bounds.
+
+    A CSR is returned as is (checked by the caller); a CSC is re-read as the CSR of its transpose
+    and checked before scipy converts it; a COO has its coordinates bounds-checked and its
+    duplicates counted (scipy's COO -> CSR conversion would sum them silently).
+    """
+    if not sp.issparse(matrix):
+        raise ValueError(f"matrix must be a scipy sparse matrix, got {type(matrix).__name__}")
+    if len(matrix.shape) != 2:
+        raise ValueError(f"matrix must be 2-D, got shape {matrix.shape}")
+    fmt = matrix.format
+    if fmt == "csr":
+        return matrix if isinstance(matrix, sp.csr_matrix) else sp.csr_matrix(matrix)
+    if fmt == "csc":
+        n_rows, n_cols = matrix.shape
+        t = sp.csr_matrix((matrix.data, matrix.indices, matrix.indptr), shape=(n_cols, n_rows))
+        check_csr_structure(t, "matrix (CSC)")
+        return sp.csr_matrix(matrix.tocsr())
+    if fmt == "coo":
+        n_rows, n_cols = matrix.shape
+        row, col, data = np.asarray(matrix.row), np.asarray(matrix.col), np.asarray(matrix.data)
+        if not (len(row) == len(col) == len(data)):
+            raise ValueError("matrix (COO) is corrupt: row, col and data differ in length")
+        if len(row) and (row.min() < 0 or row.max() >= n_rows or col.min() < 0 or col.max() >= n_cols):
+            raise ValueError(f"matrix (COO) has coordinates outside its shape {matrix.shape}")
+        if data.dtype.kind not in "biuf":
+            raise ValueError(f"matrix must hold numeric values, got dtype {data.dtype}")
+        out = sp.csr_matrix(matrix.tocsr())
+        if out.nnz != len(data):
+            n_dup = len(data) - out.nnz
+            raise ValueError(f"matrix (COO) has {n_dup} duplicate (row, column) entr{'y' if n_dup == 1 else 'ies'}; "
+                             f"privrec rejects duplicates instead of summing them: build it with "
+                             f"Interactions.from_arrays(..., duplicates=...)")
+        return out
+    return sp.csr_matrix(matrix.tocsr())
 
 
 def _as_selector(idx, n: int, what: str) -> np.ndarray:

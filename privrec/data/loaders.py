@@ -14,18 +14,24 @@
 
 The fast path parses with pyarrow's multi-threaded C++ CSV reader. Any parse failure, and any NaN
 or non-numeric value, is turned into a ``ValueError`` naming the file and the 1-based line number;
-to find that line a plain line scan is run, on the error path only.
+to find that line a plain line scan is run, on the error path only. Separators are exact (``::``
+is two colons), a UTF-8 byte-order mark is skipped, a header line is recognised only when it is
+the expected column names (so a corrupt first row is reported, never swallowed), and every value
+must lie in the dataset's declared range (:data:`RATING_RANGES`: MovieLens 100K/1M integers 1-5,
+10M/20M/25M/latest 0.5-5 in half steps, Last.fm / MSD positive integer counts).
 """
 
 from __future__ import annotations
 
 import csv
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from privrec.data.interactions import Interactions
@@ -42,30 +48,108 @@ def missing_file_error(path, dataset: str | None = None) -> DatasetNotFoundError
     return DatasetNotFoundError(f"expected file not found: {path}; {how}")
 
 
+# ------------------------------------------------------------------------------- valid values
+
+@dataclass(frozen=True)
+class RatingRange:
+    """Declared valid values of a dataset's ratings or counts.
+
+    A value ``v`` is valid when ``low <= v <= high`` (``high`` None: no upper bound) and, with a
+    ``step``, ``(v - low) / step`` is a whole number. ``feedback`` is ``"explicit"`` (ratings) or
+    ``"implicit"`` (play counts).
+    """
+
+    low: float
+    high: float | None
+    step: float | None
+    feedback: str
+    description: str
+
+    def valid(self, values) -> np.ndarray:
+        """Boolean mask of the valid entries of ``values`` (vectorised)."""
+        v = np.asarray(values, dtype=np.float64)
+        ok = np.isfinite(v) & (v >= self.low)
+        if self.high is not None:
+            ok &= v <= self.high
+        if self.step:
+            q = (v - self.low) / self.step
+            ok &= q == np.round(q)
+        return ok
+
+    def __contains__(self, value) -> bool:
+        return bool(self.valid(np.array([value], dtype=np.float64))[0])
+
+
+STARS_1_TO_5 = RatingRange(1.0, 5.0, 1.0, "explicit", "integers 1-5")
+HALF_STARS = RatingRange(0.5, 5.0, 0.5, "explicit", "0.5-5 in steps of 0.5")
+POSITIVE_COUNTS = RatingRange(1.0, None, 1.0, "implicit", "positive integer counts")
+
+#: Declared valid values per real dataset (also exposed as ``DatasetInfo.rating_range``).
+RATING_RANGES: dict[str, RatingRange] = {
+    "ml-100k": STARS_1_TO_5,
+    "ml-1m": STARS_1_TO_5,
+    "ml-10m": HALF_STARS,
+    "ml-20m": HALF_STARS,
+    "ml-25m": HALF_STARS,
+    "ml-latest": HALF_STARS,
+    "ml-latest-small": HALF_STARS,
+    "lastfm-2k": POSITIVE_COUNTS,
+    "msd": POSITIVE_COUNTS,
+}
+
+
+def _range_for(name: str, rating_range, fallback: RatingRange) -> RatingRange:
+    if rating_range is None:
+        return RATING_RANGES.get(name, fallback)
+    if not isinstance(rating_range, RatingRange):
+        raise ValueError(f"rating_range must be a privrec.data.loaders.RatingRange or None, got {rating_range!r}")
+    return rating_range
+
+
+def _check_values(path: Path, values: np.ndarray, valid: RatingRange, column: str, skip: int, dataset: str) -> None:
+    """``ValueError`` naming the first line whose value is outside the declared range."""
+    ok = valid.valid(values)
+    if not ok.all():
+        bad = np.flatnonzero(~ok)
+        row = int(bad[0])
+        v = values[row]
+        more = f" ({len(bad)} such lines)" if len(bad) > 1 else ""
+        raise ValueError(f"{path}, line {row + skip + 1}: {column} {v:g} is outside the valid values of {dataset} "
+                         f"({valid.description}){more}")
+
+
 # ------------------------------------------------------------------------------- parsing core
 
 _INT = "int"
 _FLOAT = "float"
 _STR = "str"
+_BOM = "\ufeff"
 
 
 def _check_field(value: str, kind: str) -> str | None:
     if kind == _STR:
         return None if value != "" else "empty field"
+    if value != value.strip():
+        return f"whitespace around value {value!r}"
     try:
         v = int(value) if kind == _INT else float(value)
     except ValueError:
-        return f"non-numeric value {value!r}"
+        return f"{'non-integer' if kind == _INT else 'non-numeric'} value {value!r}"
     if kind == _FLOAT and not math.isfinite(v):
         return f"value {value!r} is NaN or infinite"
     return None
 
 
 def _scan_for_bad_line(path: Path, sep: str, kinds: list[str | None], skip: int, encoding: str):
-    """Return ``(line_number, reason)`` of the first malformed line (or ``None``). Error path only."""
+    """Return ``(line_number, reason)`` of the first malformed line (or ``None``). Error path only.
+
+    ``sep`` is matched exactly (``"::"`` is two colons; a single colon is not a separator).
+    """
     n_fields = len(kinds)
     with open(path, encoding=encoding, errors="replace", newline="") as fh:
         for lineno, line in enumerate(fh, start=1):
+            if lineno == 1 and line.startswith(_BOM):
+                line = line[1:]
             if lineno <= skip:
                 continue
             line = line.rstrip("\r\n")
@@ -86,13 +170,15 @@ def _read_table(path: Path, sep: str, kinds: list[str | None], names: list[str],
     """Parse a delimited file whose columns are ``kinds`` (None = ignored column).
 
     Returns numpy arrays for the named (non-ignored) columns. ``sep`` may be ``"::"``: it is read
-    as ``":"`` with empty columns in between (the C++ reader only takes one-character separators).
+    as ``":"`` with a column between every two fields that must be empty (typed ``null`` with
+    only ``""`` as null value), so ``1:2:3`` can never pass for ``1::2::3`` (the C++ reader only
+    takes one-character separators). A UTF-8 byte-order mark is skipped.
     """
     if sep == "::":
         raw_kinds: list[str | None] = []
         for i, k in enumerate(kinds):
             if i:
-                raw_kinds.append("empty")
+                raw_kinds.append("gap")
             raw_kinds.append(k)
         csv_sep = ":"
     else:
@@ -105,9 +191,12 @@ def _read_table(path: Path, sep: str, kinds: list[str | None], names: list[str],
             types[c] = pa.int64()
         elif k == _FLOAT:
             types[c] = pa.float64()
-        elif k in (_STR, None, "empty"):
+        elif k == "gap":
+            types[c] = pa.null()  # any non-empty text fails the conversion
+        elif k in (_STR, None):
             types[c] = pa.string()
-    keep = [c for c, k in zip(cols, raw_kinds) if k not in (None, "empty")]
+    keep = [c for c, k in zip(cols, raw_kinds) if k not in (None, "gap")]
+    include = [c for c, k in zip(cols, raw_kinds) if k is not None]
     try:
         table = pacsv.read_csv(
             path,
@@ -115,7 +204,7 @@ def _read_table(path: Path, sep: str, kinds: list[str | None], names: list[str],
                                            block_size=1 << 24),
             parse_options=pacsv.ParseOptions(delimiter=csv_sep, quote_char=False, escape_char=False,
                                              newlines_in_values=False, ignore_empty_lines=False),
-            convert_options=pacsv.ConvertOptions(column_types=types, include_columns=keep,
+            convert_options=pacsv.ConvertOptions(column_types=types, include_columns=include, null_values=[""],
                                                  strings_can_be_null=False, quoted_strings_can_be_null=False),
         )
     except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
@@ -126,13 +215,20 @@ def _read_table(path: Path, sep: str, kinds: list[str | None], names: list[str],
     if table.num_rows == 0:
         raise ValueError(f"{path}: no data rows")
     out = {}
-    for c, name in zip(keep, names):
+    for c, name, kind in zip(keep, names, [k for k in raw_kinds if k not in (None, "gap")]):
         col = table.column(c)
         if col.null_count:
             row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
             raise ValueError(f"{path}, line {row + skip + 1}: missing value in column {name!r}")
-        arr = col.to_numpy() if col.type != pa.string() else col
-        if isinstance(arr, np.ndarray) and arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+        if kind == _STR:
+            empty = pc.equal(pc.binary_length(col), 0)
+            if pc.any(empty).as_py():
+                row = int(np.flatnonzero(empty.to_numpy(zero_copy_only=False))[0])
+                raise ValueError(f"{path}, line {row + skip + 1}: empty {name} field")
+            out[name] = col
+            continue
+        arr = col.to_numpy()
+        if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
             row = int(np.flatnonzero(~np.isfinite(arr))[0])
             raise ValueError(f"{path}, line {row + skip + 1}: {name} is NaN or infinite")
         out[name] = arr
@@ -150,8 +246,10 @@ def _find(folder, filename: str, dataset: str | None) -> Path:
 
 
 def _first_line(path: Path, encoding: str = "utf-8") -> str:
+    """First line without its line break and without a UTF-8 byte-order mark."""
     with open(path, encoding=encoding, errors="replace") as fh:
-        return fh.readline().rstrip("\r\n")
+        line = fh.readline().rstrip("\r\n")
+    return line[1:] if line.startswith(_BOM) else line
 
 
 def _metadata_for(item_ids: np.ndarray, meta_ids, titles, genres) -> pd.DataFrame:
@@ -190,10 +288,15 @@ ML100K_GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "C
                  "War", "Western"]
 
 
-def load_movielens_100k(folder, duplicates: str = "last", name: str = "ml-100k") -> Interactions:
-    """MovieLens 100K from ``u.data`` (+ ``u.item`` titles/genres when present)."""
+def load_movielens_100k(folder, duplicates: str = "last", name: str = "ml-100k", rating_range=None) -> Interactions:
+    """MovieLens 100K from ``u.data`` (+ ``u.item`` titles/genres when present).
+
+    Ratings must be integers 1-5 (``rating_range`` overrides; see :data:`RATING_RANGES`).
+    """
     path = _find(folder, "u.data", "ml-100k")
+    valid = _range_for(name, rating_range, STARS_1_TO_5)
     t = _read_table(path, "\t", [_INT, _INT, _FLOAT, _INT], ["user", "item", "rating", "timestamp"])
+    _check_values(path, t["rating"], valid, "rating", 0, name)
     x = Interactions.from_arrays(t["user"], t["item"], t["rating"], timestamps=t["timestamp"],
                                  duplicates=duplicates, name=name, info={"source": str(path)})
     item_file = path.parent / "u.item"
@@ -240,10 +343,16 @@ def _read_movies_dat(path: Path) -> tuple[list, list, list]:
     return ids, titles, genres
 
 
-def load_movielens_dat(folder, duplicates: str = "last", name: str = "ml-1m") -> Interactions:
-    """MovieLens 1M / 10M from ``ratings.dat`` (+ ``movies.dat``), ``::``-separated."""
+def load_movielens_dat(folder, duplicates: str = "last", name: str = "ml-1m", rating_range=None) -> Interactions:
+    """MovieLens 1M / 10M from ``ratings.dat`` (+ ``movies.dat``), exactly ``::``-separated.
+
+    Ratings: integers 1-5 for ``ml-1m``, 0.5-5 in half steps for ``ml-10m`` and other names
+    (``rating_range`` overrides).
+    """
     path = _find(folder, "ratings.dat", name)
+    valid = _range_for(name, rating_range, HALF_STARS)
     t = _read_table(path, "::", [_INT, _INT, _FLOAT, _INT], ["user", "item", "rating", "timestamp"])
+    _check_values(path, t["rating"], valid, "rating", 0, name)
     x = Interactions.from_arrays(t["user"], t["item"], t["rating"], timestamps=t["timestamp"],
                                  duplicates=duplicates, name=name, info={"source": str(path)})
     movies = path.parent / "movies.dat"
@@ -252,13 +361,18 @@ def load_movielens_dat(folder, duplicates: str = "last", name: str = "ml-1m") ->
     return x
 
 
-def load_movielens_csv(folder, duplicates: str = "last", name: str = "ml-20m") -> Interactions:
-    """MovieLens 20M / 25M / latest / latest-small from ``ratings.csv`` (+ ``movies.csv``)."""
+def load_movielens_csv(folder, duplicates: str = "last", name: str = "ml-20m", rating_range=None) -> Interactions:
+    """MovieLens 20M / 25M / latest / latest-small from ``ratings.csv`` (+ ``movies.csv``).
+
+    The header line is required; ratings must be 0.5-5 in half steps (``rating_range`` overrides).
+    """
     path = _find(folder, "ratings.csv", name)
-    header = _first_line(path)
+    valid = _range_for(name, rating_range, HALF_STARS)
+    header = _first_line(path)  # without a byte-order mark
     if [h.strip() for h in header.split(",")] != ["userId", "movieId", "rating", "timestamp"]:
         raise ValueError(f"{path}, line 1: expected header 'userId,movieId,rating,timestamp', found {header[:80]!r}")
     t = _read_table(path, ",", [_INT, _INT, _FLOAT, _INT], ["user", "item", "rating", "timestamp"], skip=1)
+    _check_values(path, t["rating"], valid, "rating", 1, name)
     x = Interactions.from_arrays(t["user"], t["item"], t["rating"], timestamps=t["timestamp"],
                                  duplicates=duplicates, name=name, info={"source": str(path)})
     movies = path.parent / "movies.csv"
@@ -274,18 +388,17 @@ def load_movielens_csv(folder, duplicates: str = "last", name: str = "ml-20m") -
     return x
 
 
-def load_msd_taste_profile(folder, duplicates: str = "sum", name: str = "msd") -> Interactions:
+def load_msd_taste_profile(folder, duplicates: str = "sum", name: str = "msd", rating_range=None) -> Interactions:
     """Echo Nest Taste Profile (Million Song Dataset) ``train_triplets.txt``: string ids, play counts.
 
     String ids are dictionary-encoded by pyarrow (no Python strings per row); duplicates, if any,
     are summed by default (play counts).
     """
     path = _find(folder, "train_triplets.txt", "msd")
+    valid = _range_for(name, rating_range, POSITIVE_COUNTS)
     t = _read_table(path, "\t", [_STR, _STR, _INT], ["user", "item", "count"])
     counts = t["count"]
-    if np.any(counts <= 0):
-        row = int(np.flatnonzero(counts <= 0)[0])
-        raise ValueError(f"{path}, line {row + 1}: play count must be positive, got {counts[row]}")
+    _check_values(path, counts, valid, "play count", 0, name)
     u, uvocab = _to_codes(t["user"])
     i, ivocab = _to_codes(t["item"])
     x = Interactions.from_arrays(u, i, counts, duplicates=duplicates, name=name, info={"source": str(path)})
@@ -293,12 +406,22 @@ def load_msd_taste_profile(folder, duplicates: str = "sum", name: str = "msd") -
     return Interactions(x.matrix, uvocab[x.user_ids], ivocab[x.item_ids], name=name, info=x.info)
 
 
-def load_lastfm_hetrec(folder, duplicates: str = "sum", name: str = "lastfm-2k") -> Interactions:
-    """Last.fm HetRec 2011 ``user_artists.dat`` (header optional) + ``artists.dat`` names as titles."""
+LASTFM_HEADER = ("userID", "artistID", "weight")
+
+
+def load_lastfm_hetrec(folder, duplicates: str = "sum", name: str = "lastfm-2k", rating_range=None) -> Interactions:
+    """Last.fm HetRec 2011 ``user_artists.dat`` + ``artists.dat`` names as titles.
+
+    The first line is taken as a header only when it is exactly ``userID<TAB>artistID<TAB>weight``
+    (case-insensitive); anything else is data, so a corrupt first row is reported, never skipped.
+    Weights must be positive integer play counts (``rating_range`` overrides).
+    """
     path = _find(folder, "user_artists.dat", "lastfm-2k")
-    first = _first_line(path).split("\t")
-    skip = 0 if first and first[0].strip().lstrip("-").isdigit() else 1
-    t = _read_table(path, "\t", [_INT, _INT, _FLOAT], ["user", "item", "weight"], skip=skip)
+    valid = _range_for(name, rating_range, POSITIVE_COUNTS)
+    first = [f.strip().lower() for f in _first_line(path).split("\t")]
+    skip = 1 if first == [h.lower() for h in LASTFM_HEADER] else 0
+    t = _read_table(path, "\t", [_INT, _INT, _INT], ["user", "item", "weight"], skip=skip)
+    _check_values(path, t["weight"], valid, "weight", skip, name)
     x = Interactions.from_arrays(t["user"], t["item"], t["weight"], duplicates=duplicates, name=name,
                                  info={"source": str(path), "header": bool(skip)})
     artists = path.parent / "artists.dat"
@@ -314,5 +437,6 @@ def load_lastfm_hetrec(folder, duplicates: str = "sum", name: str = "lastfm-2k")
     return x
 
 
-__all__ = ["DatasetNotFoundError", "missing_file_error", "load_movielens_100k", "load_movielens_dat",
+__all__ = ["DatasetNotFoundError", "missing_file_error", "RatingRange", "RATING_RANGES", "STARS_1_TO_5", "HALF_STARS",
+           "POSITIVE_COUNTS", "load_movielens_100k", "load_movielens_dat",
            "load_movielens_csv", "load_msd_taste_profile", "load_lastfm_hetrec"]

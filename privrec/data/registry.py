@@ -2,15 +2,22 @@
 
 Real datasets are read from a local folder (``data_dir``), from the data root
 (``$PRIVREC_DATA`` or ``./datasets``), or downloaded there on request; parsed results go through
-the Parquet cache. Synthetic names are generated in memory (seeded, no network).
+the Parquet cache (``$PRIVREC_CACHE`` or the user cache directory, never the working directory:
+see :mod:`privrec.data.cache`). Synthetic names are generated in memory (seeded, no network).
+
+Each :class:`DatasetInfo` declares its valid values: ``rating_range`` (a
+:class:`~privrec.data.loaders.RatingRange`, enforced by the loaders) and ``feedback``
+(``"explicit"`` ratings or ``"implicit"`` counts), for model defaults.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from privrec._validation import check_positive, check_random_state_seed
 from privrec.data import loaders
 from privrec.data.cache import cached_load
 from privrec.data.download import SOURCES, default_data_root, download_dataset
@@ -27,11 +34,18 @@ class DatasetInfo:
     companions: tuple[str, ...] = ()
     loader: Callable | None = None
     folders: tuple[str, ...] = ()  # folder names searched under a data root
+    rating_range: loaders.RatingRange | None = None  # declared valid values (enforced when loading)
+
+    @property
+    def feedback(self) -> str | None:
+        """``"explicit"`` (star ratings) or ``"implicit"`` (play counts); ``None`` if unknown."""
+        return None if self.rating_range is None else self.rating_range.feedback
 
 
 def _real(name, description, main_file, companions, loader, *extra_folders) -> DatasetInfo:
     folders = tuple(dict.fromkeys(((SOURCES[name].folder,) if name in SOURCES else ()) + (name,) + extra_folders))
-    return DatasetInfo(name, "real", description, main_file, companions, loader, folders)
+    return DatasetInfo(name, "real", description, main_file, companions, loader, folders,
+                       loaders.RATING_RANGES[name])
 
 
 DATASETS: dict[str, DatasetInfo] = {d.name: d for d in [
@@ -56,7 +70,9 @@ DATASETS: dict[str, DatasetInfo] = {d.name: d for d in [
 ]}
 for _name, _preset in PRESETS.items():
     DATASETS[_name] = DatasetInfo(_name, "synthetic", _preset.description + f" ({_preset.n_users:,} x "
-                                  f"{_preset.n_items:,}, {_preset.n_interactions:,})")
+                                  f"{_preset.n_items:,}, {_preset.n_interactions:,})",
+                                  rating_range=(loaders.HALF_STARS if _preset.values == "ratings"
+                                                else loaders.POSITIVE_COUNTS))
 ALIASES = {"hetrec2011-lastfm-2k": "lastfm-2k", "lastfm": "lastfm-2k", "ml-10m100k": "ml-10m", "msd-taste-profile": "msd"}
 
 
@@ -65,17 +81,25 @@ def dataset_names() -> list[str]:
 
 
 def resolve_name(name: str) -> DatasetInfo:
-    key = ALIASES.get(str(name).lower(), str(name).lower())
+    if not isinstance(name, str):
+        raise ValueError(f"dataset name must be a string, got {type(name).__name__}")
+    key = ALIASES.get(name.lower(), name.lower())
     if key not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
     return DATASETS[key]
+
+
+def _as_path(value, name: str) -> Path:
+    if not isinstance(value, (str, os.PathLike)):
+        raise ValueError(f"{name} must be a path (str or os.PathLike), got {type(value).__name__}")
+    return Path(value).expanduser()
 
 
 def find_dataset_folder(name: str, data_dir=None) -> Path | None:
     """Folder holding the main file of real dataset ``name``: ``data_dir`` itself or one of the
     dataset's folder names under it (or under the data root when ``data_dir`` is None)."""
     d = resolve_name(name)
-    roots = [Path(data_dir)] if data_dir is not None else [default_data_root()]
+    roots = [_as_path(data_dir, "data_dir")] if data_dir is not None else [default_data_root()]
     for root in roots:
         if (root / d.main_file).is_file():
             return root
@@ -93,11 +117,18 @@ def load_dataset(name: str, data_dir=None, download: bool = False, cache: bool =
     Real datasets: looked up in ``data_dir`` (the dataset folder or a parent of it), else in the
     data root; with ``download=True`` a missing dataset is fetched into ``data_dir`` (or the data
     root). A missing dataset raises an error naming the expected file and how to get it.
-    Synthetic presets take ``scale`` and ``random_state`` (see :func:`generate_preset`).
+    Synthetic presets take ``scale`` and ``random_state`` (see :func:`generate_preset`). Parsed
+    real data is cached under ``cache_dir`` (default: ``$PRIVREC_CACHE`` or the user cache dir).
     """
     d = resolve_name(name)
     if d.kind == "synthetic":
+        scale = check_positive(scale, "scale")
+        if scale > 1:
+            raise ValueError(f"scale must be in (0, 1], got {scale}")
+        random_state = check_random_state_seed(random_state, "random_state")
         return generate_preset(d.name, scale=scale, random_state=random_state).interactions
+    if cache_dir is not None:
+        cache_dir = _as_path(cache_dir, "cache_dir")
     folder = find_dataset_folder(d.name, data_dir)
     if folder is None:
         if not download:

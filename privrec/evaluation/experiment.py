@@ -187,7 +187,8 @@ def privacy_summary(model, delta: float | None = None, pld: bool = True) -> dict
         return {"epsilon_spent": "inf", "privacy_events": {"events": [], "epsilon": "inf", "note": "non-private"}}
     ledger = getattr(model, "ledger_", None)
     if not pld and ledger is not None:
-        report = ledger.report(delta if delta is not None else model.delta, include_pld=False)
+        report = ledger.report(delta if delta is not None else model.delta, include_pld=False,
+                               accountant=getattr(model, "accountant", "rdp"))
     else:
         report = fn()
     eps = report.get("epsilon", report.get("epsilon_rdp"))

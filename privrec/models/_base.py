@@ -12,8 +12,11 @@ and, where a model has them, ``global_mean_``, ``user_bias_``, ``item_bias_``. A
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +25,27 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 
 from .._io import atomic_path
-from .._validation import check_int
+from .._validation import check_csr_structure, check_int
 
 FORMAT_NAME = "privrec-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
+_FLOAT_DTYPES = ("float32", "float64")
+_MAX_META_BYTES = 256 << 20  # UTF-32 text of the metadata (privacy reports with many events)
+_MAX_JSON_DEPTH = 64
+_EPS_RTOL = 1e-6
 
 
 def as_user_items(user_items, name: str = "user_items", n_items: int | None = None) -> sp.csr_matrix:
     """Validate and normalise a users x items rating matrix (CSR, or an ``Interactions``).
 
-    Returns a float32 CSR with sorted, summed-duplicate int32 indices (a copy when needed).
-    Raises ``ValueError`` for dense / non-CSR input, NaN or infinite values, or a wrong item count.
+    Returns a float32 CSR with sorted int32 indices (a copy when needed). Every public entry that
+    takes ratings (``fit``, ``recommend``, ``transform``, ``recalculate_user``) goes through here.
+    Raises a one-line ``ValueError`` for dense / non-CSR input, a corrupt CSR (column index out of
+    range, inconsistent ``indptr``: see :func:`privrec._validation.check_csr_structure`), NaN or
+    infinite values, a wrong item count, or **duplicate (user, item) entries: they are rejected,
+    never summed** (the same policy as :class:`privrec.data.Interactions`; resolve them first with
+    ``matrix.sum_duplicates()`` or ``Interactions.from_arrays(..., duplicates=...)``).
     """
     matrix = getattr(user_items, "matrix", user_items)  # privrec.data.Interactions (duck-typed)
     if not sp.issparse(matrix):
@@ -46,23 +59,25 @@ def as_user_items(user_items, name: str = "user_items", n_items: int | None = No
         raise ValueError(f"{name} must be 2-D, got shape {matrix.shape}")
     if n_items is not None and matrix.shape[1] != n_items:
         raise ValueError(f"{name} has {matrix.shape[1]} item columns, but the model was fitted on {n_items} items")
+    is_sorted = check_csr_structure(matrix, name)
     data = np.asarray(matrix.data)
-    if data.dtype.kind not in "biuf":
-        raise ValueError(f"{name} must hold numeric ratings, got dtype {data.dtype}")
-    if data.size and not np.all(np.isfinite(data)):
-        bad = int(data.size - np.count_nonzero(np.isfinite(data)))
-        raise ValueError(f"{name} contains {bad} NaN or infinite rating(s)")
+    indices = np.asarray(matrix.indices)
+    indptr = np.asarray(matrix.indptr)
+    small = max(matrix.shape) < np.iinfo(np.int32).max and len(indices) < np.iinfo(np.int32).max
+    idx_dtype = np.int32 if small else np.int64
     out = sp.csr_matrix(
-        (data.astype(np.float32, copy=False), np.asarray(matrix.indices), np.asarray(matrix.indptr)),
+        (data.astype(np.float32, copy=False), indices.astype(idx_dtype, copy=False),
+         indptr.astype(idx_dtype, copy=False)),
         shape=matrix.shape,
         copy=False,
     )
-    if not out.has_canonical_format:
+    if not is_sorted:
         out = out.copy()
-        out.sum_duplicates()
-    if out.indices.dtype != np.int32 and max(out.shape) < np.iinfo(np.int32).max and out.nnz < np.iinfo(np.int32).max:
-        out.indices = out.indices.astype(np.int32)
-        out.indptr = out.indptr.astype(np.int32)
+        out.has_sorted_indices = False
+        out.sort_indices()
+    # checked above: sorted (now), no duplicates
+    out.has_sorted_indices = True
+    out.has_canonical_format = True
     return out
 
 
@@ -83,7 +98,8 @@ def check_ids(ids, n: int, name: str) -> tuple[np.ndarray, bool]:
     if arr.ndim != 1:
         raise ValueError(f"{name} must be an integer or a 1-D array of integers, got shape {arr.shape}")
     if arr.size and arr.dtype.kind not in "iu":
-        if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+        if (arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr))
+                and np.all(np.abs(arr) < 2.0**62)):
             arr = arr.astype(np.int64)
         else:
             raise ValueError(f"{name} must be integers, got dtype {arr.dtype}")
@@ -292,6 +308,33 @@ class FactorizationModel(BaseEstimator):
         return top, vals
 
     # ------------------------------------------------------------------ persistence
+    # Model file schema (FORMAT_VERSION 2; see docs/data-and-model-files.md). An .npz (zip) holding
+    # exactly: ``__meta__`` (0-d unicode array: the JSON metadata), optionally ``__sha256__`` (0-d
+    # unicode array: content hash of the metadata text and every array), and one member per saved
+    # array. On load only the arrays listed in the class's ``_saved_arrays`` (names ending in ``_``)
+    # are accepted, each with the dtype and number of dimensions of ``_array_schema``.
+    _array_schema: dict[str, tuple[int, tuple[str, ...]]] = {
+        "item_factors_": (2, _FLOAT_DTYPES),
+        "user_factors_": (2, _FLOAT_DTYPES),
+        "item_bias_": (1, _FLOAT_DTYPES),
+        "user_bias_": (1, _FLOAT_DTYPES),
+        "global_mean_": (0, _FLOAT_DTYPES),
+        "user_reg_norm_": (0, _FLOAT_DTYPES),
+    }
+
+    @classmethod
+    def _array_spec(cls, name) -> tuple[tuple[int, ...], tuple[str, ...]]:
+        """``(allowed ndims, allowed dtype names)`` of saved array ``name``; ``ValueError`` if ``name``
+        is not one of this class's saved arrays."""
+        if (not isinstance(name, str) or name not in cls._saved_arrays or not name.endswith("_")
+                or name.startswith("_")):
+            raise ValueError(f"array {str(name)[:60]!r} is not a saved array of {cls.__name__} "
+                             f"(expected some of {list(cls._saved_arrays)})")
+        spec = cls._array_schema.get(name)
+        if spec is None:  # a subclass added an array without a schema entry: float, at most 2-D
+            return (0, 1, 2), _FLOAT_DTYPES
+        return (spec[0],), tuple(spec[1])
+
     def _metadata(self) -> dict[str, Any]:
         return {}
 
@@ -305,77 +348,149 @@ class FactorizationModel(BaseEstimator):
     def save(self, path) -> None:
         """Write the fitted model to ``path`` (npz arrays + JSON metadata: class, params, privacy report).
 
-        The write is atomic: an interrupted save never leaves a truncated file at ``path``.
+        The write is atomic: an interrupted save never leaves a truncated file at ``path`` (its
+        temporary file, ``.privrec-<name>.<random>.tmp``, is removed by the next save into the same
+        folder once it is a day old). The file carries a SHA-256 of its content, checked on load.
         """
         self._check_fitted()
         arrays = {}
         for name in self._saved_arrays:
             val = getattr(self, name, None)
             if val is not None:
-                arrays[name] = np.asarray(val)
+                arr = _c_order(np.asarray(val))
+                ndims, dtypes = self._array_spec(name)
+                if arr.dtype.name not in dtypes or arr.ndim not in ndims:
+                    raise ValueError(f"cannot save {type(self).__name__}: {name} has dtype {arr.dtype} and "
+                                     f"{arr.ndim} dimension(s), the model file schema wants {'/'.join(dtypes)} "
+                                     f"with {'/'.join(map(str, ndims))}")
+                arrays[name] = arr
         params = {k: _jsonable(v) for k, v in self._saved_params().items()}
         meta = {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
             "class": type(self).__name__,
             "params": params,
-            "arrays": {k: list(v.shape) for k, v in arrays.items()},
+            "arrays": {k: {"shape": list(v.shape), "dtype": v.dtype.str} for k, v in arrays.items()},
             **self._metadata(),
         }
+        meta_text = json.dumps(meta)
+        digest = _content_hash(meta_text, arrays)
         with atomic_path(path) as tmp:
             with open(tmp, "wb") as fh:
-                np.savez(fh, __meta__=np.array(json.dumps(meta)), **arrays)
+                np.savez(fh, __meta__=np.array(meta_text), __sha256__=np.array(digest), **arrays)
 
     @classmethod
     def load(cls, path):
-        """Load a model written by :meth:`save`; ``ValueError`` for corrupt, truncated or mismatched files."""
+        """Load a model written by :meth:`save`; a one-line ``ValueError`` for anything else.
+
+        Checked (see docs/data-and-model-files.md): the zip members (only ``__meta__``,
+        ``__sha256__`` and the arrays this class saves), each array's dtype, dimensions, shape and
+        finiteness, the parameters (a dict of known names with plain JSON values), the content
+        hash, and a stored privacy report: its epsilons are recomputed from its events with
+        ``dp_accounting`` and must match. Version-1 files (no dtypes, no hash) are still read.
+        """
         path = Path(path)
         try:
-            with np.load(path, allow_pickle=False) as npz:
-                if "__meta__" not in npz.files:
-                    raise ValueError("no metadata record")
-                meta = json.loads(str(npz["__meta__"]))
-                arrays = {k: npz[k] for k in npz.files if k != "__meta__"}
-        except FileNotFoundError:
+            return cls._load_checked(path)
+        except (FileNotFoundError, PermissionError, IsADirectoryError):
             raise
-        except (zipfile.BadZipFile, EOFError, OSError, KeyError, json.JSONDecodeError, ValueError) as exc:
-            raise ValueError(f"{path}: not a readable privrec model file ({type(exc).__name__}: {exc})") from None
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-            raise ValueError(f"{path}: not a privrec model file (format tag missing)")
-        if meta.get("version") != FORMAT_VERSION:
-            raise ValueError(f"{path}: unsupported privrec model format version {meta.get('version')!r}")
-        from . import MODEL_CLASSES
+        except _BadModelFile as exc:
+            raise ValueError(f"{path}: {_one_line(exc)}") from None
+        except ValueError as exc:
+            msg = _one_line(exc)
+            raise ValueError(msg if msg.startswith(f"{path}:") else f"{path}: {msg}") from None
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, KeyError, TypeError, AttributeError, IndexError,
+                RecursionError, OverflowError, NotImplementedError, RuntimeError, MemoryError) as exc:
+            raise ValueError(f"{path}: not a readable privrec model file ({type(exc).__name__}: "
+                             f"{_one_line(exc)[:300]})") from None
 
-        name = meta.get("class")
-        target = MODEL_CLASSES.get(name)
-        if target is None:
-            raise ValueError(f"{path}: unknown model class {name!r}")
-        if cls is not FactorizationModel and not issubclass(target, cls):
-            raise ValueError(f"{path}: holds a {name}, not a {cls.__name__}")
-        declared = meta.get("arrays", {})
-        if set(declared) != set(arrays):
-            raise ValueError(f"{path}: arrays {sorted(arrays)} do not match the metadata {sorted(declared)}")
-        for k, shape in declared.items():
-            if list(arrays[k].shape) != list(shape):
-                raise ValueError(f"{path}: array {k} has shape {arrays[k].shape}, metadata says {tuple(shape)}")
-            if arrays[k].dtype.kind == "f" and not np.all(np.isfinite(arrays[k])):
-                raise ValueError(f"{path}: array {k} contains NaN or infinite values")
-        if "item_factors_" not in arrays or arrays["item_factors_"].ndim != 2:
-            raise ValueError(f"{path}: item_factors_ missing or not 2-D")
-        params = dict(meta.get("params", {}))
+    @classmethod
+    def _load_checked(cls, path: Path):
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+        if head.startswith(b"\x93NUMPY"):
+            raise _BadModelFile("is a single .npy array, not a privrec model file (an .npz written by save())")
+        if not head.startswith(b"PK"):
+            raise _BadModelFile("not a privrec model file (not an .npz archive)")
+        with zipfile.ZipFile(path) as zf:
+            members = _npz_members(zf)
+            if "__meta__" not in members:
+                raise _BadModelFile("not a privrec model file (no metadata record)")
+            meta_text = _read_text_member(zf, members["__meta__"], "__meta__", _MAX_META_BYTES)
+            meta = _parse_meta(meta_text)
+            version = meta.get("version")
+            if version not in _READABLE_VERSIONS:
+                raise _BadModelFile(f"unsupported privrec model format version {version!r} (this privrec reads "
+                                    f"{', '.join(map(str, _READABLE_VERSIONS))}); save the model again with a "
+                                    f"matching privrec version")
+            from . import MODEL_CLASSES
+
+            name = meta.get("class")
+            target = MODEL_CLASSES.get(name) if isinstance(name, str) else None
+            if target is None:
+                raise _BadModelFile(f"unknown model class {str(name)[:60]!r}")
+            if cls is not FactorizationModel and not issubclass(target, cls):
+                raise _BadModelFile(f"holds a {name}, not a {cls.__name__}")
+            declared = meta.get("arrays")
+            if not isinstance(declared, dict):
+                raise _BadModelFile("metadata 'arrays' must be an object of array name -> shape")
+            specs = {}
+            for k, entry in declared.items():
+                ndims, dtypes = target._array_spec(k)
+                if version == 1:
+                    shape, dtype = entry, None
+                else:
+                    if not isinstance(entry, dict) or set(entry) != {"shape", "dtype"}:
+                        raise _BadModelFile(f"metadata entry of array {k} must be {{'shape': [...], 'dtype': ...}}")
+                    shape, dtype = entry["shape"], entry["dtype"]
+                    if not isinstance(dtype, str) or dtype.lstrip("<>|=") not in ("f4", "f8"):
+                        raise _BadModelFile(f"array {k}: metadata dtype {str(dtype)[:20]!r} is not float32/float64")
+                if (not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                                                           for n in shape)):
+                    raise _BadModelFile(f"array {k}: metadata shape must be a list of non-negative integers")
+                specs[k] = (tuple(shape), dtype, ndims, dtypes)
+            allowed = {"__meta__"} | ({"__sha256__"} if version >= 2 else set())
+            extra = sorted(set(members) - allowed - set(specs))
+            if extra:
+                raise _BadModelFile(f"unexpected member(s) {[e[:40] for e in extra[:5]]} (not declared in the metadata)")
+            missing = sorted(set(specs) - set(members))
+            if missing:
+                raise _BadModelFile(f"arrays {missing} are declared in the metadata but missing from the file")
+            arrays = {}
+            for k, (shape, dtype, ndims, dtypes) in specs.items():
+                arrays[k] = _read_array_member(zf, members[k], k, shape, dtype, ndims, dtypes)
+            digest = None
+            if "__sha256__" in members:
+                digest = _read_text_member(zf, members["__sha256__"], "__sha256__", 1024)
+        if digest is not None and digest != _content_hash(meta_text, arrays):
+            raise _BadModelFile("content hash mismatch: the file is corrupt or was edited after save()")
+        if "item_factors_" not in arrays:
+            raise _BadModelFile("item_factors_ missing")
+        n_items, d = arrays["item_factors_"].shape
+        if n_items == 0:  # d = 0 is legal: a DPALS bias / popularity-only model
+            raise _BadModelFile(f"item_factors_ has no items (shape {arrays['item_factors_'].shape})")
+        params = _check_params(meta.get("params", {}), target)
+        if isinstance(params.get("factors"), int) and not isinstance(params["factors"], bool) \
+                and params["factors"] != d:
+            raise _BadModelFile(f"params say factors={params['factors']} but item_factors_ has {d} columns")
+        if "privacy_report" in meta:
+            _verify_privacy_report(meta["privacy_report"], params)
         if isinstance(params.get("dtype"), str):
             try:
                 params["dtype"] = np.dtype(params["dtype"]).type
             except TypeError:
-                raise ValueError(f"{path}: unknown dtype {params['dtype']!r}") from None
+                raise _BadModelFile(f"unknown dtype {params['dtype'][:20]!r}") from None
         try:
             model = target(**params)
         except TypeError as exc:
-            raise ValueError(f"{path}: parameters do not match {name}: {exc}") from None
+            raise _BadModelFile(f"parameters do not match {name}: {exc}") from None
         model._check_loaded_arrays(arrays, path)
         for k, v in arrays.items():
             setattr(model, k, v)
-        model._restore_metadata(meta)
+        try:
+            model._restore_metadata(meta)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise _BadModelFile(f"malformed {name} metadata ({type(exc).__name__}: {exc})") from None
         return model
 
     def _check_loaded_arrays(self, arrays: dict[str, np.ndarray], path) -> None:
@@ -386,6 +501,216 @@ class FactorizationModel(BaseEstimator):
             raise ValueError(f"{path}: item_bias_ has shape {arrays['item_bias_'].shape}, expected ({n_items},)")
         if "user_bias_" in arrays and "user_factors_" in arrays and arrays["user_bias_"].shape != arrays["user_factors_"].shape[:1]:
             raise ValueError(f"{path}: user_bias_ does not match user_factors_")
+
+
+# ---------------------------------------------------------------------- model file helpers
+
+class _BadModelFile(ValueError):
+    """A check of the model file failed (the message does not name the file; ``load`` adds it)."""
+
+
+def _c_order(a: np.ndarray) -> np.ndarray:
+    """C-contiguous copy if needed, keeping 0-d arrays 0-d (``np.ascontiguousarray`` makes them 1-d)."""
+    return a if a.flags.c_contiguous else a.copy(order="C")
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join((str(exc) or type(exc).__name__).split())
+
+
+def _content_hash(meta_text: str, arrays: dict[str, np.ndarray]) -> str:
+    """SHA-256 of the metadata text and every array (name, dtype, shape, C-order bytes)."""
+    h = hashlib.sha256()
+    h.update(b"privrec-model-content\0")
+    h.update(meta_text.encode("utf-8"))
+    for k in sorted(arrays):
+        a = _c_order(np.asarray(arrays[k]))
+        h.update(f"\0{k}\0{a.dtype.str}\0{list(a.shape)}\0".encode())
+        h.update(a.reshape(-1).view(np.uint8))
+    return h.hexdigest()
+
+
+def _npz_members(zf: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
+    members: dict[str, zipfile.ZipInfo] = {}
+    for info in zf.infolist():
+        fname = info.filename
+        if not fname.endswith(".npy") or "/" in fname or "\\" in fname:
+            raise _BadModelFile(f"unexpected member {fname[:60]!r} (a model file holds only .npy arrays)")
+        key = fname[:-4]
+        if key in members:
+            raise _BadModelFile(f"member {key[:60]!r} appears twice")
+        members[key] = info
+    return members
+
+
+def _read_header(fh, what: str):
+    try:
+        version = np.lib.format.read_magic(fh)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+        else:
+            raise _BadModelFile(f"member {what}: unsupported .npy version {version}")
+        return tuple(int(n) for n in shape), bool(fortran), np.dtype(dtype)
+    except _BadModelFile:
+        raise
+    except (zipfile.BadZipFile, zlib.error, EOFError):
+        raise
+    except Exception as exc:  # numpy parses the header with ast.literal_eval: SyntaxError, TokenError, ...
+        raise _BadModelFile(f"member {what} has a corrupt .npy header ({type(exc).__name__})") from None
+
+
+def _read_exact(fh, nbytes: int, what: str) -> np.ndarray:
+    buf = np.empty(nbytes, dtype=np.uint8)
+    view = memoryview(buf)
+    got = 0
+    while got < nbytes:
+        n = fh.readinto(view[got:])
+        if not n:
+            raise _BadModelFile(f"member {what} is truncated ({got} of {nbytes} data bytes)")
+        got += n
+    if fh.read(1):
+        raise _BadModelFile(f"member {what} has trailing data after its array")
+    return buf
+
+
+def _read_text_member(zf, info, what: str, max_bytes: int) -> str:
+    if info.file_size > max_bytes:
+        raise _BadModelFile(f"member {what} is too large ({info.file_size} bytes)")
+    with zf.open(info) as fh:
+        shape, fortran, dtype = _read_header(fh, what)
+        if shape != () or dtype.kind != "U":
+            raise _BadModelFile(f"member {what} must be a text scalar, got dtype {dtype} shape {shape}")
+        raw = _read_exact(fh, dtype.itemsize, what)
+    return str(raw.view(dtype)[0])
+
+
+def _read_array_member(zf, info, what, shape, dtype_str, ndims, dtypes) -> np.ndarray:
+    with zf.open(info) as fh:
+        fshape, fortran, dtype = _read_header(fh, what)
+        if dtype.name not in dtypes or dtype.hasobject or dtype.fields is not None:
+            raise _BadModelFile(f"array {what} has dtype {dtype}, expected {'/'.join(dtypes)}")
+        if dtype_str is not None and np.dtype(dtype_str) != dtype:
+            raise _BadModelFile(f"array {what} has dtype {dtype}, metadata says {dtype_str}")
+        if len(fshape) not in ndims:
+            raise _BadModelFile(f"array {what} has {len(fshape)} dimension(s), expected {'/'.join(map(str, ndims))}")
+        if fshape != shape:
+            raise _BadModelFile(f"array {what} has shape {fshape}, metadata says {shape}")
+        nbytes = int(np.prod(fshape, dtype=object)) * dtype.itemsize
+        if nbytes > info.file_size:
+            raise _BadModelFile(f"array {what} claims shape {fshape} but its member holds only {info.file_size} bytes")
+        raw = _read_exact(fh, nbytes, what)
+    arr = raw.view(dtype)
+    arr = arr.reshape(fshape[::-1]).T if fortran else arr.reshape(fshape)
+    arr = _c_order(arr)
+    if not np.all(np.isfinite(arr)):
+        raise _BadModelFile(f"array {what} contains NaN or infinite values")
+    return arr
+
+
+def _json_depth(obj) -> int:
+    depth, stack = 0, [(obj, 1)]
+    while stack:
+        o, d = stack.pop()
+        depth = max(depth, d)
+        if depth > _MAX_JSON_DEPTH:
+            break
+        if isinstance(o, dict):
+            stack.extend((v, d + 1) for v in o.values())
+        elif isinstance(o, list):
+            stack.extend((v, d + 1) for v in o)
+    return depth
+
+
+def _parse_meta(text: str) -> dict:
+    try:
+        meta = json.loads(text)
+    except RecursionError:
+        raise _BadModelFile(f"metadata is nested too deeply (more than {_MAX_JSON_DEPTH} levels)") from None
+    except json.JSONDecodeError as exc:
+        raise _BadModelFile(f"metadata is not valid JSON ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        raise _BadModelFile("not a privrec model file (format tag missing)")
+    if _json_depth(meta) > _MAX_JSON_DEPTH:
+        raise _BadModelFile(f"metadata is nested too deeply (more than {_MAX_JSON_DEPTH} levels)")
+    return meta
+
+
+def _scalar_param(v) -> bool:
+    return v is None or isinstance(v, (bool, int, float, str))
+
+
+def _check_params(params, target) -> dict:
+    if not isinstance(params, dict):
+        raise _BadModelFile(f"metadata 'params' must be an object, got {type(params).__name__}")
+    known = set(target._get_param_names())
+    for k, v in params.items():
+        if k not in known:
+            raise _BadModelFile(f"unknown parameter {k[:40]!r} for {target.__name__}")
+        if not (_scalar_param(v) or (isinstance(v, list) and all(_scalar_param(x) for x in v))):
+            raise _BadModelFile(f"parameter {k} must be a number, string, boolean, null or a list of those")
+    return dict(params)
+
+
+def _as_epsilon(value, what: str) -> float:
+    if value in ("inf", "Infinity"):
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
+        raise _BadModelFile(f"privacy report: {what} must be a non-negative number or 'inf', got {str(value)[:40]!r}")
+    return float(value)
+
+
+def _same_epsilon(a: float, b: float) -> bool:
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return math.isclose(a, b, rel_tol=_EPS_RTOL, abs_tol=1e-12)
+
+
+def _verify_privacy_report(report, params: dict) -> None:
+    """Recompute epsilon from the report's events; any disagreement means the file was edited."""
+    from ..privacy.ledger import epsilon_from_report
+
+    if not isinstance(report, dict):
+        raise _BadModelFile("privacy report must be an object")
+    events = report.get("events")
+    if not isinstance(events, list) or not all(isinstance(e, dict) and isinstance(e.get("event"), dict)
+                                               for e in events):
+        raise _BadModelFile("privacy report: 'events' must be a list of recorded events")
+    delta = report.get("delta")
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
+        raise _BadModelFile(f"privacy report: delta must be in (0, 1), got {str(delta)[:40]!r}")
+    if isinstance(params.get("delta"), (int, float)) and not math.isclose(params["delta"], delta, rel_tol=_EPS_RTOL):
+        raise _BadModelFile(f"privacy report delta {delta} differs from the model's delta {params['delta']}")
+    if "epsilon_rdp" not in report:
+        raise _BadModelFile("privacy report lacks epsilon_rdp")
+    claimed = {"rdp": _as_epsilon(report["epsilon_rdp"], "epsilon_rdp")}
+    if report.get("epsilon_pld") is not None:
+        claimed["pld"] = _as_epsilon(report["epsilon_pld"], "epsilon_pld")
+    accountant = report.get("accountant", "rdp")  # the accountant the noise was calibrated with
+    if accountant not in ("rdp", "pld"):
+        raise _BadModelFile(f"privacy report: unknown accountant {str(accountant)[:20]!r}")
+    if accountant not in claimed:
+        raise _BadModelFile(f"privacy report lacks epsilon_{accountant}, the value of its accountant")
+    if "epsilon" in report and not _same_epsilon(_as_epsilon(report["epsilon"], "epsilon"), claimed[accountant]):
+        raise _BadModelFile(f"privacy report: epsilon differs from epsilon_{accountant}")
+    target_eps = params.get("epsilon", report.get("target_epsilon"))
+    if "target_epsilon" in report and "epsilon" in params:
+        if not _same_epsilon(_as_epsilon(report["target_epsilon"], "target_epsilon"),
+                             _as_epsilon(params["epsilon"], "the epsilon parameter")):
+            raise _BadModelFile("privacy report: target_epsilon differs from the model's epsilon parameter")
+    private = target_eps is not None and not math.isinf(_as_epsilon(target_eps, "target epsilon"))
+    if private and not events and not math.isinf(claimed["rdp"]):
+        raise _BadModelFile("privacy report of a private model records no events (epsilon cannot be recomputed)")
+    for accountant, value in claimed.items():
+        try:
+            actual = epsilon_from_report(report, accountant)
+        except (KeyError, TypeError, ValueError, IndexError, RecursionError) as exc:
+            raise _BadModelFile(f"privacy report events are malformed ({type(exc).__name__}: "
+                                f"{_one_line(exc)[:200]})") from None
+        if not _same_epsilon(actual, value):
+            raise _BadModelFile(f"privacy report claims epsilon_{accountant} = {value:g} but its recorded events "
+                                f"give {actual:g}: the report was edited")
 
 
 def _jsonable(v):

@@ -22,7 +22,7 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
-from .._validation import check_int, check_positive
+from .._validation import check_int, check_memory, check_positive, check_random_state_seed
 from ..privacy import make_rng
 from ._base import FactorizationModel, check_fit_matrix
 from ._solve import _blas_single_thread, frequency_regularization, solve_rows
@@ -160,6 +160,7 @@ class ALS(FactorizationModel):
         check_int(self.iterations, "iterations", minimum=0)
         check_int(self.cg_steps, "cg_steps", minimum=1)
         check_positive(self.init_scale, "init_scale", allow_zero=True)
+        check_random_state_seed(self.random_state)
         if self.num_threads is not None:
             check_int(self.num_threads, "num_threads", minimum=1)
         if self.solver not in _SOLVERS:
@@ -178,6 +179,7 @@ class ALS(FactorizationModel):
         """Fit on a users x items rating matrix (CSR, or ``privrec.data.Interactions``)."""
         dtype = self._validate()
         R = check_fit_matrix(user_items)
+        check_memory(R.shape[0] + R.shape[1], self.factors + 1, dtype.itemsize, "ALS factor matrices")
         RT = R.T.tocsr()
         RT.sort_indices()
         n_users, n_items = R.shape

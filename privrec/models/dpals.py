@@ -38,6 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import allocation
+from .._validation import check_memory
 from .._validation import check_delta, check_epsilon, check_fraction, check_int, check_positive
 from ..privacy import (
     PrivacyLedger,
@@ -379,6 +380,7 @@ class DPALS(FactorizationModel):
         R_full = check_fit_matrix(user_items)
         n_users, n_items = R_full.shape
         cfg = self._settings((n_users, n_items))
+        check_memory(n_users + n_items, cfg["factors"] + 1, cfg["dtype"].itemsize, "DPALS factor matrices")
         if cfg["implicit"]:
             R_full = _binarised(R_full)
         dtype = cfg["dtype"]
