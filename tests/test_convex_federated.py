@@ -25,9 +25,9 @@ from privrec.convex.federated import (
     paper_one_pass_sigma2,
     paper_theory_sigma2,
     project_ball,
+    report_epsilon,
 )
 from privrec.convex.losses import LogisticLoss, SoftmaxLoss, SquaredLoss
-from privrec.privacy import epsilon_from_report
 
 logging.getLogger("absl").setLevel(logging.ERROR)  # dp_accounting's per-order convergence chatter
 
@@ -119,9 +119,11 @@ def test_accelerated_nonprivate_beats_plain_gd_on_ill_conditioned_quadratic():
 # ---------------------------------------------------------------- per-silo accounting
 def _check_reports(res, silos):
     for rep, eps, s in zip(res.reports, res.epsilons, silos):
-        assert epsilon_from_report(rep) == pytest.approx(eps, rel=1e-9)
+        assert report_epsilon(rep) == pytest.approx(eps, rel=1e-9)
         assert eps <= s.epsilon * (1 + 1e-12)
         assert rep["delta"] == s.delta
+        assert rep["neighboring"] == "replace_one"  # ISRL-DP (spec 002): one record replaced
+        assert rep["accountant"] in ("rdp", "pld")
 
 
 @pytest.mark.parametrize("algo", ["mb_sgd", "mb_sgd_paper", "local_sgd", "acc_erm", "acc_one_pass", "multistage"])
@@ -245,11 +247,12 @@ def test_estimators_end_to_end_with_per_silo_reports():
                                feature_bound=4.0, random_state=0).fit(X, y, silos=silo)
     assert reg.coef_.shape == (d,) and reg.score(X, y) > 0.85
     acc = FederatedDPRegressor(algorithm="accelerated", epsilon=3.0, rounds=12, batch_size=40, clip=4.0,
-                               random_state=0).fit(X, y, silos=silo)
+                               feature_bound=4.0, random_state=0).fit(X, y, silos=silo)
     assert acc.score(X, y) > 0.5 and max(acc.epsilons_) <= 3.0
     assert len(reg.privacy_reports_) == 3
     for rep, e in zip(reg.privacy_reports_, reg.epsilons_):
-        assert epsilon_from_report(rep) == pytest.approx(e) and e <= 3.0
+        assert report_epsilon(rep) == pytest.approx(e) and e <= 3.0
+        assert rep["neighboring"] == "replace_one"
     nonpriv = FederatedDPRegressor(algorithm="mb_sgd_nonprivate", rounds=40, batch_size=0.5, step_size=0.5).fit(
         X, y, silos=silo)
     assert nonpriv.score(X, y) > 0.95 and all(math.isinf(e) for e in nonpriv.epsilons_)
@@ -275,9 +278,10 @@ from hypothesis import strategies as st  # noqa: E402
 @given(seed=st.integers(0, 10**6), n=st.integers(2, 25), clip=st.floats(0.05, 5.0),
        scale=st.floats(0.1, 100.0), sampling=st.sampled_from(["poisson", "without_replacement"]))
 def test_private_message_moves_by_at_most_declared_sensitivity(seed, n, clip, scale, sampling):
-    # Same noise (same seed) on neighbouring batches: the difference of the released sums is the
-    # difference of clipped sums, bounded by the declared sensitivity (clip for add/remove,
-    # 2 clip for replace-one).
+    # Same noise (same seed) on neighbouring batches (one record replaced by another, the ISRL-DP
+    # relation): the released sums differ by the difference of clipped sums, at most 2 clip. That
+    # is the declared sensitivity of the RDP scheme; Poisson's PLD REPLACE_ONE convention declares
+    # the per-record bound clip and places the two records at +-clip (distance 2 clip).
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, 3)) * scale
     y = rng.standard_normal(n) * scale
@@ -287,13 +291,13 @@ def test_private_message_moves_by_at_most_declared_sensitivity(seed, n, clip, sc
     a = SiloChannel(silo, SquaredLoss(), clip, n, 1, sampling, rng=np.random.default_rng(seed))
     b = SiloChannel(silo, SquaredLoss(), clip, n, 1, sampling, rng=np.random.default_rng(seed))
     K = a.batch_size
-    if sampling == "poisson":  # add/remove one record
-        other = np.delete(idx, seed % n)
-        bound = clip
-    else:  # replace one record by another one of the silo
-        other = idx.copy()
-        other[seed % n] = (seed + 1) % n
-        bound = 2 * clip
-    assert a.sensitivity == bound
+    other = idx.copy()
+    other[seed % n] = (seed + 1) % n
+    bound = 2 * clip
+    assert a.sensitivity * (2 if sampling == "poisson" else 1) == bound
+    assert a.ledger.neighboring == "replace_one"
     diff = (a.clipped_mean(theta, idx) - b.clipped_mean(theta, other)) * K
     assert np.linalg.norm(diff) <= bound * (1 + 1e-9) + 1e-9
+    if sampling == "poisson":  # removing a record (the other half of a replacement) moves it by <= clip
+        part = (a.clipped_mean(theta, idx) - b.clipped_mean(theta, np.delete(idx, seed % n))) * K
+        assert np.linalg.norm(part) <= clip * (1 + 1e-9) + 1e-9

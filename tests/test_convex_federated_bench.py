@@ -23,6 +23,8 @@ def test_bench_srgd_quick(tmp_path):
     assert (tmp_path / "srgd_excess_risk_quick.md").exists()
     assert len(data["rows"]) == 3 * len(data["T_grid"]) == len(rec["rows"])
     assert all(r["epsilon"] <= data["epsilon"] and r["excess_risk"] > 0 for r in data["rows"])
+    assert data["neighboring"] == "replace_one"
+    assert all(r["epsilon_zero_out"] < r["epsilon"] for r in data["rows"])
     assert data["time_ratio_srgd_over_dpsgd"] > 0
 
 
@@ -37,6 +39,7 @@ def test_bench_federated_quick(tmp_path, monkeypatch):
     assert "digits" in results and (tmp_path / "federated_summary_quick.md").exists()
     for name, rec in results.items():
         assert (tmp_path / f"federated_{name}_quick.json").exists()
+        assert rec["neighboring"] == "replace_one"
         for row in rec["rows"]:
             assert math.isfinite(row["metric"])
             if row["max_silo_epsilon"] is not None:

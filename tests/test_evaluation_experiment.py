@@ -32,7 +32,7 @@ def test_make_model_rejects_unknown_methods_and_parameters():
         with pytest.raises(ValueError, match="epsilon"):
             X.make_model("ada-dpals")
         m = X.make_model("ada-dpals", 2.0, 1e-5, params={"mu": 0.5}, protocol="heldout-users")
-        assert (m.mu, m.center, m.item_frac) == (0.5, False, 0.1)
+        assert (m.mu, m.feedback, m.unobserved_weight) == (0.5, "implicit", 0.2)  # implicit, the rest automatic
 
 
 def test_json_safe_makes_strict_json():

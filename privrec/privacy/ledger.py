@@ -144,10 +144,13 @@ def epsilon_of_event(
     if accountant not in ("rdp", "pld"):
         raise ValueError(f"accountant must be 'rdp' or 'pld', got {accountant!r}")
     if accountant == "pld" and pld_discretization is None:
-        eps_rdp = epsilon_of_event(event, delta, "rdp", orders, neighboring)
-        if not math.isfinite(eps_rdp) or eps_rdp > PLD_MAX_EPSILON:
+        try:
+            eps_rdp = epsilon_of_event(event, delta, "rdp", orders, neighboring)
+        except Exception:  # e.g. Poisson-sampled events under replace-one: RDP cannot compose them
+            eps_rdp = None
+        if eps_rdp is not None and (not math.isfinite(eps_rdp) or eps_rdp > PLD_MAX_EPSILON):
             return eps_rdp
-        pld_discretization = pld_interval(eps_rdp)
+        pld_discretization = pld_interval(eps_rdp if eps_rdp is not None else 0.0)
     if accountant == "rdp":
         acc = rdp.RdpAccountant(orders=list(orders), neighboring_relation=relation)
     else:

@@ -5,8 +5,9 @@ multi-stage MB-SGD, Local SGD baselines) and ../shared/spec/001-dp-srgd.md (Acce
 with the binary-tree mechanism, DP-SGD / DP-FTRL baselines).
 
 Every message a silo sends goes through :class:`SiloChannel` (a privrec Gaussian mechanism on
-clipped gradients) and is recorded in that silo's own PrivacyLedger; results carry one JSON
-report per silo, recomputable with :func:`privrec.privacy.epsilon_from_report`.
+clipped gradients) and is recorded in that silo's own PrivacyLedger under the replace-one
+relation of ISRL-DP; results carry one JSON report per silo, recomputable with
+:func:`report_epsilon` (plain dp_accounting, with the accountant the report names).
 """
 
 from .accelerated import (
@@ -26,7 +27,7 @@ from .calibration import (
     paper_one_pass_sigma2,
     paper_theory_sigma2,
 )
-from .channel import SiloChannel
+from .channel import SiloChannel, ledger_report, report_epsilon
 from ._common import FederatedResult, federated_objective, project_ball
 from .mbsgd import local_sgd, mb_sgd
 from .moreau import AbsoluteLoss, HingeLoss, MoreauEnvelope
@@ -52,6 +53,7 @@ from .srgd import (
     interior_preset,
     recursive_gradients,
     tau,
+    zero_out_epsilon,
 )
 
 __all__ = [name for name in dir() if not name.startswith("_")]

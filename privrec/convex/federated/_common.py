@@ -18,9 +18,11 @@ from .silos import Availability, Silo, SiloSet
 class FederatedResult:
     """Output of a federated run: final parameters, per-silo privacy reports and a trace.
 
-    ``reports[i]`` is silo i's ledger report (recompute it with
-    :func:`privrec.privacy.epsilon_from_report`); ``epsilons[i]`` its epsilon at its delta_i;
-    ``history`` holds ``(round, objective)`` pairs when a trace was requested.
+    ``reports[i]`` is silo i's ledger report (replace-one relation; recompute it with
+    :func:`privrec.convex.federated.report_epsilon`); ``epsilons[i]`` its epsilon at its delta_i;
+    ``history`` holds ``(round, objective)`` pairs when a trace was requested. The trace is the
+    *exact* objective on the silos' data: a non-private diagnostic for experiments, not covered
+    by the reported epsilon (only ``coef`` and the messages are).
     """
 
     coef: np.ndarray
@@ -88,8 +90,9 @@ def make_channels(silos: SiloSet, loss, clip, batch: list[int], max_messages: in
     return chans
 
 
-def finish(theta, chans: list[SiloChannel], label: str, history=None, **info) -> FederatedResult:
-    reports = [c.close(label) for c in chans]
+def finish(theta, chans: list[SiloChannel], label: str, history=None, ledger_meta: dict | None = None,
+           **info) -> FederatedResult:
+    reports = [c.close(label, **(ledger_meta or {})) for c in chans]
     eps = [float(r["epsilon"]) for r in reports]  # "inf" (JSON-safe) -> math.inf
     info.setdefault("noise_std", [c.noise_std for c in chans])
     info.setdefault("noise_multiplier", [c.noise_multiplier for c in chans])

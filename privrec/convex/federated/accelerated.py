@@ -18,7 +18,11 @@ one Gaussian mechanism under replace-one, the paper's sigma^2 = 32 L^2 ln(1.25/d
 with ``noise="paper"``); convex losses are regularised with (lambda/2)||w - w0||^2 when
 ``prox_center_l2`` is set. ``"erm"``: batches are re-sampled every round. The paper samples with
 replacement; privrec samples by Poisson (default) or without replacement so the accountant has
-an exact event for it (same expected batch, sampling noise differs only at O(K/n)).
+an exact event for it (same expected batch, sampling noise differs only at O(K/n)); both are
+accounted under replace-one (Poisson with the PLD accountant, see ``calibration``).
+
+``smoothness`` must be a public constant (e.g. the loss's smoothness on a clipped feature ball):
+it sets every step size, so a value read off the private data would leak through the output.
 """
 
 from __future__ import annotations

@@ -5,26 +5,51 @@ moments accountant"), A3 (one-pass sigma^2), "Baselines" (ISRL-DP Local SGD), un
 
 privrec's default is the accountant: per silo, the smallest noise multiplier z whose composed
 events (one subsampled Gaussian per message, composed over every message the silo may send)
-meet the silo's (eps_i, delta_i), found by :func:`privrec.privacy.calibrate_noise_multiplier`.
+meet the silo's (eps_i, delta_i) under replace-one, found by bisection with the scheme's
+accountant (:func:`privrec.privacy.calibrate_noise_multiplier` for RDP, :func:`_calibrate_pld`).
 The closed forms below are exposed for reproduction and comparison; when an algorithm is asked
 for ``noise="paper"`` it uses ``max(paper sigma, accountant sigma)`` so the reported epsilon can
 never exceed the budget even where a closed form is too optimistic for the accountant.
 
-Sampling schemes and neighbouring relations (what the silo's ledger is declared with):
+Neighbouring relation. Spec 002 defines ISRL-DP with one record of a silo *replaced*
+(replace-one), so every sampling scheme below is calibrated and reported under replace-one;
+each silo's ledger is ``PrivacyLedger(neighboring="replace_one")`` and its report says so
+(``report["neighboring"]``). Replace-one epsilon can be about twice the add/remove epsilon of the
+same noise: privrec used to calibrate Poisson silos under add/remove, e.g. n = 250, K = 25,
+R = 35, eps = 1, delta = 1/n^2 got multiplier 2.72, whose replace-one epsilon is 1.66; it is
+now 4.30 (privacy audit, item 4).
 
-* ``"poisson"`` (default): every record joins the batch independently with probability K/n_i;
-  relation add-or-remove-one; the L2 sensitivity of the clipped gradient *sum* is ``clip``.
-* ``"without_replacement"``: a uniform K-subset; relation replace-one (the paper's ISRL-DP
-  relation; dp_accounting supports this sampling only under replace-one); sensitivity ``2 clip``.
+* ``"poisson"`` (default): every record joins the batch independently with probability K/n_i.
+  dp_accounting's RDP accountant does not support Poisson sampling under replace-one, so these
+  silos are calibrated and reported with its **PLD accountant** (``accountant="pld"``, pessimistic
+  discretisation), which models a replacement under Poisson sampling exactly as the pair
+  ``q N(+C) + (1-q) N(0)`` vs ``q N(-C) + (1-q) N(0)`` (the replaced and the replacing record
+  each contribute at most C = ``clip`` in L2, so their contributions differ by up to 2C).
+  The event's noise multiplier is therefore std / C (``sensitivity_factor = 1``) -- the PLD
+  convention, in which REPLACE_ONE doubles the offset. The PLD accountant is called directly
+  (:func:`pld_replace_one_epsilon`, grid :data:`PLD_INTERVAL`, pessimistic), never through an RDP
+  evaluation; recompute such a report with :func:`privrec.convex.federated.report_epsilon`.
+* ``"without_replacement"``: a uniform K-subset; RDP accountant (dp_accounting supports this
+  sampling only under replace-one); the noise multiplier is std / (2 clip), the replace-one L2
+  sensitivity of the clipped-gradient sum (``sensitivity_factor = 2``), the RDP convention.
 * ``"disjoint"`` (one pass): a random partition into batches of K, every record used once;
-  relation replace-one, sensitivity ``2 clip``; by parallel composition the whole pass costs one
-  Gaussian mechanism regardless of the number of rounds.
+  relation replace-one, sensitivity ``2 clip``, RDP; by parallel composition the whole pass
+  costs one Gaussian mechanism regardless of the number of rounds.
+
+(dp_accounting's two accountants read a plain ``GaussianDpEvent`` under REPLACE_ONE differently:
+RDP as std / (replace sensitivity), PLD as std / (half of it). privrec therefore fixes one
+accountant per scheme, states it in the report (``report["accountant"]``) and never mixes them;
+the other accountant could only over-state epsilon for the RDP schemes.)
 """
 
 from __future__ import annotations
 
 import math
 from functools import lru_cache
+
+import dp_accounting
+from dp_accounting import pld
+from dp_accounting.privacy_accountant import NeighboringRelation
 
 from ..._validation import check_delta, check_epsilon, check_int, check_positive
 from ...privacy import (
@@ -46,11 +71,75 @@ if not set(CALIBRATION_ORDERS) <= set(DEFAULT_RDP_ORDERS):  # pragma: no cover -
     raise RuntimeError("calibration orders must be a subset of the ledger's RDP orders")
 
 SAMPLING_SCHEMES = ("poisson", "without_replacement", "disjoint")
-NEIGHBORING = {"poisson": "add_or_remove_one", "without_replacement": "replace_one", "disjoint": "replace_one"}
+# ISRL-DP (spec 002) is record-level DP under replace-one for every scheme (see the module docstring).
+NEIGHBORING = {"poisson": "replace_one", "without_replacement": "replace_one", "disjoint": "replace_one"}
+# The accountant each scheme is calibrated and reported with: the RDP accountant cannot compose a
+# Poisson-sampled event under replace-one, the PLD accountant can.
+ACCOUNTANT = {"poisson": "pld", "without_replacement": "rdp", "disjoint": "rdp"}
+
+
+# Value-discretisation interval of the replace-one PLD accountant. dp_accounting's PLD is
+# pessimistic (losses are rounded up onto the grid), so the interval only loosens the bound.
+PLD_INTERVAL = 1e-3
+
+
+def pld_replace_one_epsilon(event: dp_accounting.DpEvent, delta: float, interval: float = PLD_INTERVAL) -> float:
+    """epsilon(delta) of ``event`` under replace-one with dp_accounting's PLD accountant (pessimistic).
+
+    Called directly (not through :func:`privrec.privacy.epsilon_of_event`) so that no RDP
+    evaluation is attempted first: RDP cannot compose Poisson-sampled events under replace-one.
+    """
+    delta = check_delta(delta)
+    acc = pld.PLDAccountant(neighboring_relation=NeighboringRelation.REPLACE_ONE,
+                            value_discretization_interval=float(interval))
+    acc.compose(event)
+    return float(acc.get_epsilon(delta))
+
+
+def _calibrate_pld(epsilon: float, delta: float, build, rtol: float = 0.005) -> float:
+    """Smallest multiplier z (bisection, relative tolerance ``rtol`` on epsilon) with
+    replace-one PLD epsilon(build(z)) <= epsilon; the result never exceeds the target."""
+    target = check_epsilon(epsilon)
+    if math.isinf(target):
+        return 0.0
+
+    def eps(z):
+        return pld_replace_one_epsilon(build(z), delta)
+
+    hi = 1.0
+    e_hi = eps(hi)
+    while e_hi > target:
+        hi *= 2.0
+        if hi > 1e8:
+            raise ValueError(f"cannot reach epsilon={target} at delta={delta}: noise multiplier would exceed 1e8")
+        e_hi = eps(hi)
+    lo = hi / 2.0
+    e_lo = eps(lo)
+    while e_lo <= target:
+        hi, e_hi = lo, e_lo
+        lo /= 2.0
+        if lo < 1e-6:
+            return hi
+        e_lo = eps(lo)
+    for _ in range(200):  # invariant: eps(lo) > target >= eps(hi)
+        if e_hi >= (1.0 - rtol) * target or hi - lo <= 1e-12 * hi:
+            break
+        mid = 0.5 * (lo + hi)
+        e_mid = eps(mid)
+        if e_mid > target:
+            lo = mid
+        else:
+            hi, e_hi = mid, e_mid
+    return hi
 
 
 def sensitivity_factor(sampling: str) -> float:
-    """L2 sensitivity of a clipped-gradient sum, in units of the clip norm, under the scheme's relation."""
+    """Noise-multiplier unit of a scheme's events, in clip norms (std = multiplier x factor x clip).
+
+    2 for the RDP schemes (the replace-one L2 sensitivity of a clipped-gradient sum); 1 for
+    ``"poisson"``, whose PLD REPLACE_ONE model already places the replaced and the replacing
+    record at +-clip (a replace-one distance of 2 clip).
+    """
     _check_sampling(sampling)
     return 1.0 if sampling == "poisson" else 2.0
 
@@ -73,12 +162,17 @@ def message_event(sampling: str, n: int, batch: int, noise_multiplier: float, st
 
 @lru_cache(maxsize=512)
 def accountant_multiplier(epsilon: float, delta: float, sampling: str, n: int, batch: int, steps: int) -> float:
-    """Smallest noise multiplier meeting (epsilon, delta) for ``steps`` messages (RDP accountant)."""
+    """Smallest noise multiplier meeting (epsilon, delta) under replace-one for ``steps`` messages.
+
+    RDP accountant (at :data:`CALIBRATION_ORDERS`) for the fixed-size schemes, PLD accountant for
+    ``"poisson"`` (see the module docstring); the same accountant reports the silo's epsilon.
+    """
     _check_sampling(sampling)
-    return calibrate_noise_multiplier(
-        epsilon, delta, lambda z: message_event(sampling, n, batch, z, steps), orders=CALIBRATION_ORDERS,
-        neighboring=NEIGHBORING[sampling],
-    )
+    build = lambda z: message_event(sampling, n, batch, z, steps)  # noqa: E731
+    if ACCOUNTANT[sampling] == "pld":
+        return _calibrate_pld(epsilon, delta, build)
+    return calibrate_noise_multiplier(epsilon, delta, build, accountant="rdp", orders=CALIBRATION_ORDERS,
+                                      neighboring=NEIGHBORING[sampling])
 
 
 # ------------------------------------------------------------------------------------------

@@ -11,19 +11,117 @@ message is released with :func:`privrec.privacy.gaussian_mechanism` on the clipp
 sum (sensitivity enforced by clipping here, not assumed); ``close()`` records the composition of
 the messages actually sent in the silo's :class:`~privrec.privacy.PrivacyLedger` (one entry per
 fit, labelled, with the message count in its metadata).
+
+Every ledger is declared ``neighboring="replace_one"`` (ISRL-DP replaces one record of the silo,
+spec 002) and every report names the accountant that produced its epsilon
+(``report["accountant"]``: ``"rdp"`` for the fixed-size schemes, ``"pld"`` for Poisson sampling,
+which dp_accounting's RDP accountant cannot compose under replace-one); recompute a report with
+:func:`report_epsilon`.
 """
 
 from __future__ import annotations
 
+import math
 
 import dp_accounting
 import numpy as np
 
-from ...privacy import PrivacyLedger
+from ...privacy import PrivacyLedger, epsilon_from_report, event_from_dict, event_to_dict
 from ...privacy import gaussian_mechanism, make_rng
 from ..losses import clip_gradients
-from .calibration import NEIGHBORING, accountant_multiplier, message_event, sensitivity_factor
+from .calibration import (
+    ACCOUNTANT,
+    NEIGHBORING,
+    PLD_INTERVAL,
+    accountant_multiplier,
+    message_event,
+    pld_replace_one_epsilon,
+    sensitivity_factor,
+)
 from .silos import Silo
+
+
+def ledger_epsilon(ledger: PrivacyLedger, delta: float, accountant: str = "rdp") -> float:
+    """epsilon(delta) of everything in ``ledger`` with ``accountant`` (PLD: replace-one, direct)."""
+    if accountant == "rdp":
+        return ledger.epsilon(delta)
+    if accountant != "pld":
+        raise ValueError(f"accountant must be 'rdp' or 'pld', got {accountant!r}")
+    if ledger.neighboring != "replace_one":
+        raise ValueError("privrec's federated PLD reports are replace-one only")
+    if not ledger.entries:
+        return 0.0
+    if any(_is_non_private(e) for e in ledger.events):
+        return math.inf
+    return pld_replace_one_epsilon(ledger.composed_event(), delta)
+
+
+def ledger_report(ledger: PrivacyLedger, delta: float, accountant: str = "rdp") -> dict:
+    """The ledger's JSON report with epsilon from ``accountant``, which the report names.
+
+    ``"rdp"`` is :meth:`PrivacyLedger.report` (without its PLD cross-check, which dp_accounting
+    scales differently under replace-one). ``"pld"`` builds the same schema with
+    ``epsilon = epsilon_pld`` (replace-one PLD accountant, grid ``pld_discretization``) and
+    ``epsilon_rdp = None`` (RDP cannot compose Poisson sampling under replace-one); recompute
+    either with :func:`report_epsilon`.
+    """
+    if accountant == "rdp":
+        out = ledger.report(delta, include_pld=False)
+        out["accountant"] = "rdp"
+        return out
+    eps = ledger_epsilon(ledger, delta, accountant)
+    out = {
+        "delta": float(delta),
+        "neighboring": ledger.neighboring,
+        "accountant": "pld",
+        "pld_discretization": PLD_INTERVAL,
+        "rdp_orders": list(ledger.orders),
+        "events": [
+            {"label": e.label, "event": event_to_dict(e.event), **({"meta": dict(e.meta)} if e.meta else {})}
+            for e in ledger.entries
+        ],
+        "epsilon_rdp": None,
+        "epsilon_rdp_error": f"dp_accounting's RDP accountant does not compose these events under {ledger.neighboring}",
+        "epsilon_pld": eps,
+        "epsilon": eps,
+    }
+    return _json_safe(out)
+
+
+def report_epsilon(report: dict) -> float:
+    """Recompute a federated report's epsilon with plain dp_accounting and the accountant it names."""
+    if report.get("accountant", "rdp") == "rdp":
+        return epsilon_from_report(report, "rdp")
+    events = [event_from_dict(e["event"]) for e in report["events"]]
+    if not events:
+        return 0.0
+    if report["neighboring"] != "replace_one":
+        raise ValueError("privrec's federated PLD reports are replace-one only")
+    if any(_is_non_private(e) for e in events):
+        return math.inf
+    return pld_replace_one_epsilon(dp_accounting.ComposedDpEvent(events), report["delta"],
+                                   report.get("pld_discretization", PLD_INTERVAL))
+
+
+def _is_non_private(event) -> bool:
+    if isinstance(event, dp_accounting.NonPrivateDpEvent):
+        return True
+    if isinstance(event, dp_accounting.ComposedDpEvent):
+        return any(_is_non_private(e) for e in event.events)
+    inner = getattr(event, "event", None)
+    return inner is not None and _is_non_private(inner)
+
+
+def _json_safe(obj):
+    if isinstance(obj, float) and math.isinf(obj):
+        return "inf" if obj > 0 else "-inf"
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
 
 
 class SiloChannel:
@@ -37,7 +135,8 @@ class SiloChannel:
         ``None`` only for non-private silos (no clipping).
     batch_size : K_i, the (expected) batch size of one message.
     max_messages : how many messages the silo may send (what the noise is calibrated for).
-    sampling : ``"poisson"``, ``"without_replacement"`` or ``"disjoint"`` (see ``calibration``).
+    sampling : ``"poisson"``, ``"without_replacement"`` or ``"disjoint"`` (see ``calibration``);
+        all are accounted under replace-one, Poisson with the PLD accountant, the others with RDP.
     paper_sigma : optional std of the paper's closed-form noise on the *mean* message; the noise
         used is then ``max(paper, accountant)``.
     rng : numpy Generator (OS entropy by default; a known seed voids the guarantee).
@@ -54,6 +153,7 @@ class SiloChannel:
         self.sampling = sampling
         self.rng = make_rng(rng)
         self.ledger = PrivacyLedger(neighboring=NEIGHBORING[sampling])
+        self.accountant = ACCOUNTANT[sampling]
         self.sent = 0
         self.private = silo.private
         if self.private:
@@ -138,12 +238,17 @@ class SiloChannel:
             return dp_accounting.NoOpDpEvent()
         return message_event(self.sampling, self.silo.n, self.batch_size, self.noise_multiplier, self.sent)
 
-    def close(self, label: str) -> dict:
-        """Record the messages sent in the silo's ledger; return its JSON report."""
+    def close(self, label: str, **meta) -> dict:
+        """Record the messages sent in the silo's ledger; return its JSON report.
+
+        ``meta`` adds context to the ledger entry (e.g. the shuffle model's separate guarantee).
+        """
+        unit = ("clip (PLD REPLACE_ONE convention)" if self.accountant == "pld"
+                else "2 clip (replace-one L2 sensitivity)")
         self.ledger.record(label, self.event(), messages=self.sent, sampling=self.sampling,
                            batch_size=self.batch_size, clip=self.clip, noise_multiplier=self.noise_multiplier,
-                           n_records=self.silo.n)
-        return self.ledger.report(self.silo.delta, include_pld=False)
+                           noise_multiplier_unit=unit, accountant=self.accountant, n_records=self.silo.n, **meta)
+        return ledger_report(self.ledger, self.silo.delta, self.accountant)
 
     def epsilon(self) -> float:
-        return self.ledger.epsilon(self.silo.delta)
+        return ledger_epsilon(self.ledger, self.silo.delta, self.accountant)

@@ -5,12 +5,24 @@ Spec: ../shared/spec/002-isrl-dp-federated.md (algorithms A1, A3, baselines); is
 ``FederatedDPRegressor`` (squared loss) and ``FederatedDPClassifier`` (logistic for two classes,
 softmax otherwise) fit on ``(X, y, silos)`` where ``silos`` assigns each row to its data owner.
 Each silo gets the budget ``(epsilon, delta)`` (``delta=None`` -> 1/n_i^2 per silo, the paper's
-choice); per-silo reports end up in ``privacy_reports_`` and ``epsilons_``. Feature rows are
-clipped to ``feature_bound`` when it is given (then the smoothness used by the accelerated method
-is data independent); otherwise the smoothness is taken from the data's largest row norm, a
-non-private tuning choice (as the paper's tuning, stated there as a caveat). The label set of a
-classifier is treated as public. ``random_state`` is for experiments: a known seed voids the
-privacy guarantee.
+choice); per-silo reports end up in ``privacy_reports_`` and ``epsilons_`` (replace-one
+neighbouring relation, as spec 002's ISRL-DP; ``report["neighboring"]`` and
+``report["accountant"]`` say how each epsilon was computed).
+
+Public constants only. Every constant that shapes a released output is a public input, never a
+statistic of the data: the accelerated algorithms take their smoothness (hence every step size)
+from ``feature_bound``, which is **required** for them and enforced by clipping every feature row
+to it (at fit and at predict time). privrec used to fall back on the data's largest row norm when
+``feature_bound`` was None; one record of norm 1e4 then drove the released coefficients to ~0,
+perfectly distinguishable from its neighbour (privacy audit, item 2). ``clip`` (the gradient
+bound the noise is scaled to), ``radius``, ``step_size`` and ``batch_size`` are public by
+construction; silo sizes n_i are public under replace-one. The label set of a classifier is
+treated as public.
+
+``random_state`` is None (OS entropy, the private setting) or an int seed for experiments (a
+known seed voids the privacy guarantee). A ``numpy.random.Generator`` / ``RandomState`` is
+rejected at fit time: ``sklearn.base.clone`` deep-copies it, so every clone would draw identical
+noise.
 
 Algorithms: ``"mb_sgd"`` (ISRL-DP MB-SGD), ``"accelerated"`` (AC-SA, ERM), ``"accelerated_one_pass"``,
 ``"local_sgd"`` (ISRL-DP Local SGD); the suffix ``"_nonprivate"`` (or ``epsilon=inf``) gives the
@@ -24,7 +36,7 @@ import math
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 
-from ...privacy import clip_rows
+from ...privacy import check_noise_random_state, clip_rows
 from ..losses import LogisticLoss, SoftmaxLoss, SquaredLoss
 from .accelerated import accelerated_mb_sgd
 from .mbsgd import local_sgd, mb_sgd
@@ -67,11 +79,18 @@ class _FederatedDP(BaseEstimator):
         return X
 
     def _fit(self, X, y, silos, loss):
+        check_noise_random_state(self.random_state, type(self).__name__)
         algo = self.algorithm
         private = not algo.endswith("_nonprivate") and math.isfinite(self.epsilon)
         base = algo[: -len("_nonprivate")] if algo.endswith("_nonprivate") else algo
         if base not in ALGORITHMS:
             raise ValueError(f"algorithm must be one of {ALGORITHMS} (optionally + '_nonprivate'), got {algo!r}")
+        if base.startswith("accelerated") and self.feature_bound is None:
+            raise ValueError(
+                f"algorithm {algo!r} needs a public feature_bound: its step sizes come from the loss's "
+                "smoothness on {||x|| <= feature_bound} (rows are clipped to it); a bound read off the data "
+                "would make the released coefficients depend on one record's norm"
+            )
         Xd = self._design(X)
         if silos is None:
             raise ValueError("silos (one silo label per row) is required: federated data has owners")
@@ -85,8 +104,9 @@ class _FederatedDP(BaseEstimator):
             res = local_sgd(fed, loss, rounds=self.rounds, local_steps=self.local_steps,
                             step_size=self.step_size, sampling=self.sampling, **kw)
         else:
-            xb = self.feature_bound if self.feature_bound is not None else float(np.linalg.norm(Xd, axis=1).max())
-            xb = math.sqrt(xb**2 + 1.0) if (self.fit_intercept and self.feature_bound is not None) else xb
+            # data independent: rows were clipped to feature_bound, plus the constant intercept column
+            xb = float(self.feature_bound)
+            xb = math.sqrt(xb**2 + 1.0) if self.fit_intercept else xb
             res = accelerated_mb_sgd(
                 fed, loss, batch_size=self.batch_size, smoothness=max(loss.smoothness(xb), 1e-12),
                 rounds=None if base == "accelerated_one_pass" else self.rounds,

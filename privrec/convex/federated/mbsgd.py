@@ -55,7 +55,8 @@ def mb_sgd(silos, loss, *, rounds: int, batch_size, step_size, clip: float | Non
     clip : per-example gradient clip L (required when private).
     radius : W = {||w|| <= radius}; ``None`` = unconstrained.
     n_available : M (fixed), ``(lo, hi)`` (random M_r), or ``None`` (all N).
-    sampling : ``"poisson"`` (add/remove relation) or ``"without_replacement"`` (replace-one).
+    sampling : ``"poisson"`` (PLD accountant) or ``"without_replacement"`` (RDP accountant); both are
+        calibrated and reported under replace-one, spec 002's ISRL-DP relation.
     noise : ``"accountant"`` (default) or ``"paper"`` (``max`` of the experiments' closed form
         8 L^2 ln(1/delta) R / (n^2 eps^2) and the accountant's sigma).
     averaging : ``"uniform"`` (gamma_r = 1/R), ``"strongly_convex"`` (gamma_r = (1 - mu eta)^-(r+1),

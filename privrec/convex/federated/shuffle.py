@@ -9,24 +9,44 @@ and adds N(0, (2 L z)^2 I) (a Gaussian local randomizer; 2L is the replace-one s
 A secure shuffler hands the server the multiset of the M messages (the simulation averages
 them, which only uses the multiset).
 
-The bound privrec uses, all steps conservative:
+The bound privrec uses, all steps conservative. It is **hand-derived** from the theorems below
+(dp_accounting has no shuffle-model event), so no accountant recomputes it; it is returned as
+``info["shuffle"]`` and written into every silo's ledger entry (``meta["shuffle"]``).
 
 1. Local randomizer: (eps0, delta0)-DP with eps0 the exact Gaussian-mechanism curve at delta0
    (:func:`gaussian_epsilon`; the RDP conversion cannot go below ~ln(1/delta0)/62 at privrec's
    orders, too loose here); the subsampling of one record per round is *not* credited.
-2. Per round (Feldman, McMillan, Talwar 2021, "Hiding among the clones", Thm 3.1 with the
-   approximate-DP extension Thm 3.8): if eps0 <= ln(M / (16 ln(2/delta_s))), the shuffled
-   messages are (eps_r, delta_s + (e^eps_r + 1)(1 + e^-eps0 / 2) M delta0)-DP with
-   eps_r = ln(1 + (e^eps0 - 1)/(e^eps0 + 1) (8 sqrt(e^eps0 ln(4/delta_s)) / sqrt(M) + 8 e^eps0 / M)).
+   Whatever a silo's records, its message has mean in the ball of radius L, so the randomizer
+   is (eps0, delta0)-DP with respect to the silo's whole data set: a local randomizer in FMT21's
+   sense, one message per available silo and round (FMT21's n is M).
+2. Per round: Feldman, McMillan, Talwar 2021 ("Hiding among the clones", FMT21), Theorem 3.1
+   in the closed form of the authors' reference implementation (``closedformanalysis`` in
+   apple/ml-shuffling-amplification), extended to approximate-DP randomizers by Theorem 3.8:
+   if eps0 <= ln(M / (16 ln(4/delta_s))), the shuffled messages are
+   (eps_r, delta_s + (e^eps_r + 1)(1 + e^-eps0 / 2) M delta0)-DP with
+
+       a = 8 sqrt(e^eps0 ln(4/delta_s) / M),  c = 8 e^eps0 / M,  e' = ln(1 + a + c),
+       eps_r = ln(1 + (1 - e^-eps0) / (1 + e^(-eps0 - e')) (a + c)).
+
    Otherwise no amplification is claimed: eps_r = eps0 (one message depends on the record).
-3. Over R rounds: advanced composition (Dwork, Rothblum, Vadhan 2010),
+   This form is never smaller than the one printed in the FOCS version of Theorem 3.1 and
+   restated in the spec-002 paper (Lowy-Razaviyayn, Thm D.5 eq. 21), eps_r =
+   ln(1 + (e^eps0 - 1)/(e^eps0 + 1) (a + c)) valid for eps0 <= ln(M / (16 ln(2/delta_s))): its
+   factor (1 - e^-eps0)/(1 + e^(-eps0 - e')) exceeds (e^eps0 - 1)/(e^eps0 + 1) and its validity
+   condition is stricter. privrec used the printed form until a privacy audit: at M = 1000 silos,
+   R = 100 rounds, (eps, delta) = (1, 1e-5) the noise it calibrated gives total eps 1.365 under
+   the reference form, not the 0.999 it reported. We take the larger of the two (safe whichever
+   is the corrected statement).
+3. Over R rounds: advanced composition (Dwork, Rothblum, Vadhan 2010; Dwork-Roth Thm 3.20),
    eps = sqrt(2 R ln(1/delta')) eps_r + R eps_r (e^eps_r - 1), delta = R delta_r + delta'.
+   (Not the optimal composition of Kairouz-Oh-Viswanath, which would be tighter.)
    delta is split as delta' = delta/2, delta_s = delta/(4R), delta0 = delta/(6 R M (e^eps + 1)),
    which keeps R delta_r + delta' <= delta whenever eps_r <= eps.
 
-The noise multiplier z is the smallest (bisection) meeting the target (eps, delta). Every silo's
-messages are also recorded in its own ledger (the local, un-amplified ISRL-DP guarantee of its
-transcript, which is much weaker); the shuffle-model guarantee is ``info["shuffle"]``.
+The neighbouring relation is replace-one (one record of one silo replaced), as FMT21's and the
+paper's shuffle-DP definition. The noise multiplier z is the smallest (bisection) meeting the
+target (eps, delta). Every silo's messages are also recorded in its own ledger (the local,
+un-amplified ISRL-DP guarantee of its transcript, replace-one, RDP accountant; much weaker).
 """
 
 from __future__ import annotations
@@ -43,16 +63,29 @@ from .channel import SiloChannel
 from .silos import Silo
 
 
+SHUFFLE_BOUND = ("FMT21 Thm 3.1 (closed form of the authors' reference implementation) with the approximate-DP "
+                 "extension Thm 3.8 per round + Dwork-Rothblum-Vadhan advanced composition over rounds")
+
+
 def fmt_shuffle_epsilon(eps0: float, n_messages: int, delta_s: float) -> float:
-    """Per-round amplified epsilon (FMT21 Thm 3.1); ``eps0`` when the theorem's condition fails."""
+    """Per-round amplified epsilon of ``n_messages`` shuffled eps0-DP local randomizers.
+
+    FMT21 Theorem 3.1 in the conservative closed form of the authors' reference implementation
+    (see the module docstring); returns ``eps0`` (no amplification claimed) outside its range
+    eps0 <= ln(n / (16 ln(4 / delta_s))).
+    """
     M = check_int(n_messages, "n_messages", minimum=1)
     delta_s = check_delta(delta_s, "delta_s")
-    threshold = M / (16.0 * math.log(2.0 / delta_s))
+    eps0 = check_positive(eps0, "eps0", allow_zero=True)
+    threshold = M / (16.0 * math.log(4.0 / delta_s))
     if threshold <= 1.0 or eps0 > math.log(threshold):
         return eps0  # outside the theorem's range: claim no amplification
     e = math.exp(eps0)
-    amp = math.log1p((e - 1.0) / (e + 1.0) * (8.0 * math.sqrt(e * math.log(4.0 / delta_s)) / math.sqrt(M) + 8.0 * e / M))
-    return min(eps0, amp)
+    a = 8.0 * math.sqrt(e * math.log(4.0 / delta_s) / M)
+    c = 8.0 * e / M
+    e_prime = math.log1p(a + c)
+    factor = -math.expm1(-eps0) / (1.0 + math.exp(-eps0 - e_prime))
+    return min(eps0, math.log1p(factor * (a + c)))
 
 
 def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
@@ -96,8 +129,8 @@ def shuffle_guarantee(noise_multiplier: float, n_messages: int, rounds: int, eps
     eps = advanced_composition(eps_r, R, delta_prime)
     delta_r = delta_s + (math.exp(min(eps_r, 700.0)) + 1.0) * (1.0 + math.exp(-eps0) / 2.0) * M * delta0
     return dict(epsilon=eps, delta=R * delta_r + delta_prime, eps0=eps0, delta0=delta0, eps_round=eps_r,
-                delta_round=delta_r, amplified=eps_r < eps0, rounds=R, n_messages=M,
-                bound="FMT21 Thm 3.1/3.8 per round + Dwork-Rothblum-Vadhan advanced composition")
+                delta_round=delta_r, amplified=eps_r < eps0, rounds=R, n_messages=M, neighboring="replace_one",
+                bound=SHUFFLE_BOUND, source="hand-derived closed forms (not computed by dp_accounting)")
 
 
 def calibrate_shuffle(epsilon: float, delta: float, n_messages: int, rounds: int) -> float:
@@ -157,5 +190,6 @@ def shuffled_mb_sgd(silos, loss, *, rounds: int, step_size, clip: float, epsilon
         if trace:
             history.append((r + 1, federated_objective(loss, avg, silos)))
     guarantee = shuffle_guarantee(z, M, R, eps, delta)
-    return finish(avg, chans, "shuffled MB-SGD: Gaussian local randomizer (local, un-amplified)", history,
+    return finish(avg, chans, "shuffled MB-SGD: Gaussian local randomizer (local, un-amplified; the "
+                  "shuffle-model guarantee is meta['shuffle'])", history, ledger_meta=dict(shuffle=guarantee),
                   algorithm="shuffled_mb_sgd", rounds=R, shuffle=guarantee)

@@ -15,16 +15,24 @@ One pass over n examples in a random order, T batch steps of size B (T B <= n; t
 with eta_t = t + 1, eta_{-1} = 0, tau_t = 2 / (t + 2); output y_T. The domain C is the ball of
 radius ``radius`` around 0.
 
-Privacy (example level, the spec's zero-out neighbouring relation: one example's contribution is
-replaced by zero; batch positions and the normaliser B are public). An example is in exactly one
-batch, so it changes exactly one leaf Delta_t / beta, by at most C / (B beta) in L2 (enforced by
-the clip); a Gaussian event's RDP is the same under this relation, and the ledger records it. The tree release is a
-Gaussian mechanism with multiplier ``node_std / (C/(B beta) sqrt(1 + ceil(log2 T)))``
-(:mod:`privrec.privacy.tree`), calibrated by the accountant to (eps, delta). With the default
-``noise_rule="max"`` privrec never uses less noise than the spec's
-sigma_req = (C/(B beta)) sqrt(1 + ceil(log2 T)) sqrt(2 ln(2.5/delta)) / eps either. The baselines
-use the same rule: single-epoch DP-SGD is one Gaussian mechanism on disjoint batches (parallel
-composition), DP-FTRL one tree release. ``random_state`` is for experiments only (a known seed
+Privacy (example level). The paper proves its guarantee under the zero-out relation (one
+example's contribution replaced by zero; batch positions and the normaliser B are public). That
+is *not* add/remove: adding an example shifts the batch positions of the others, so privrec no
+longer records these runs in an add/remove ledger (privacy audit, item 4). privrec's ledger can
+state replace-one, which implies zero-out at the same (eps, delta) (the zero contribution is one
+possible replacement of a clipped term), so all three methods are calibrated and reported under
+**replace-one**: an example is in exactly one batch, so replacing it changes exactly one leaf
+Delta_t / beta, by at most 2 C / (B beta) in L2 (enforced by the clip; each clipped term is at
+most C). The tree release is a Gaussian mechanism with multiplier
+``node_std / (2C/(B beta) sqrt(1 + ceil(log2 T)))`` (:mod:`privrec.privacy.tree`), calibrated by
+the RDP accountant to (eps, delta) and recorded in ``PrivacyLedger(neighboring="replace_one")``
+(``report["neighboring"]``). This is twice the noise of a zero-out calibration; the (smaller)
+epsilon under the paper's zero-out relation is reported as ``info["epsilon_zero_out"]`` (dp_accounting
+RDP with REPLACE_SPECIAL). With the default ``noise_rule="max"`` privrec never uses less noise than
+the spec's sigma_req = (C/(B beta)) sqrt(1 + ceil(log2 T)) sqrt(2 ln(2.5/delta)) / eps either (it
+uses at least twice it). The baselines use the same relation and rule: single-epoch DP-SGD is one
+Gaussian mechanism on disjoint batches with sensitivity 2C/B (parallel composition), DP-FTRL one
+tree release with leaf sensitivity 2C/B. ``random_state`` is for experiments only (a known seed
 voids the guarantee).
 """
 
@@ -36,7 +44,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..._validation import check_delta, check_epsilon, check_finite_array, check_int, check_positive
+import dp_accounting
+from dp_accounting import rdp
+from dp_accounting.privacy_accountant import NeighboringRelation
+
 from ...privacy import (
+    DEFAULT_RDP_ORDERS,
     PrivacyLedger,
     TreeAggregator,
     calibrate_noise_multiplier,
@@ -133,6 +146,8 @@ def interior_preset(n: int, lipschitz: float, radius: float, dim: int, epsilon: 
 def event_multiplier(epsilon: float, delta: float, noise_rule: str = "max") -> float:
     """Noise multiplier of the single Gaussian event the whole release must be (0 for eps = inf).
 
+    The multiplier is relative to the release's replace-one sensitivity (see the module docstring).
+
     ``"accountant"``: smallest z with RDP-epsilon <= eps; ``"max"`` (default): also at least the
     spec's sqrt(2 ln(2.5/delta)) / eps (mu-GDP with mu = eps / sqrt(2 ln(2.5/delta))).
     """
@@ -142,10 +157,30 @@ def event_multiplier(epsilon: float, delta: float, noise_rule: str = "max") -> f
         return 0.0
     if noise_rule not in ("max", "accountant"):
         raise ValueError(f"noise_rule must be 'max' or 'accountant', got {noise_rule!r}")
-    z = calibrate_noise_multiplier(eps, delta, gaussian_event)
+    z = calibrate_noise_multiplier(eps, delta, gaussian_event, neighboring=NEIGHBORING)
     if noise_rule == "max":
         z = max(z, math.sqrt(2 * math.log(2.5 / delta)) / eps)
     return z
+
+
+# The neighbouring relation the three single-epoch methods are calibrated and reported under.
+NEIGHBORING = "replace_one"
+# L2 sensitivity of one example's clipped term under replace-one, in units of the clip norm C.
+REPLACE_FACTOR = 2.0
+
+
+def zero_out_epsilon(event_noise_multiplier: float, delta: float) -> float:
+    """epsilon(delta) of the same release under the paper's zero-out relation (REPLACE_SPECIAL).
+
+    A zeroed-out example moves its leaf by C/(B beta), half the replace-one sensitivity, so the
+    release is a Gaussian with multiplier ``REPLACE_FACTOR * event_noise_multiplier`` for it.
+    """
+    z = check_positive(event_noise_multiplier, "noise_multiplier", allow_zero=True)
+    if z == 0:
+        return math.inf
+    acc = rdp.RdpAccountant(orders=list(DEFAULT_RDP_ORDERS), neighboring_relation=NeighboringRelation.REPLACE_SPECIAL)
+    acc.compose(dp_accounting.GaussianDpEvent(REPLACE_FACTOR * z))
+    return float(acc.get_epsilon(check_delta(delta)))
 
 
 @dataclass
@@ -188,6 +223,7 @@ def _clip(G, clip):
 
 def _finish(coef, iterates, ledger, delta, **info):
     report = ledger.report(delta, include_pld=False)
+    info["epsilon_zero_out"] = zero_out_epsilon(info["event_noise_multiplier"], delta)
     return SingleEpochResult(coef, iterates, ledger, report, ledger.epsilon(delta), info)
 
 
@@ -224,7 +260,7 @@ def accelerated_dp_srgd(X, y, loss, *, epsilon: float, delta: float, radius: flo
     y_out = x.copy()
     x_prev = None
     z_ev = event_multiplier(eps, delta, noise_rule)
-    sens = (clip if clip is not None else 1.0) / (B * beta)
+    sens = REPLACE_FACTOR * (clip if clip is not None else 1.0) / (B * beta)  # replace-one leaf sensitivity
     tree = TreeAggregator(x.shape, T, sens, node_multiplier_for(z_ev, T), rng, dtype=np.float64)
     l2 = getattr(loss, "l2", 0.0)
     iterates = []
@@ -242,7 +278,7 @@ def accelerated_dp_srgd(X, y, loss, *, epsilon: float, delta: float, radius: flo
         x_prev = x
         x = (1.0 - tau(t + 1)) * y_out + tau(t + 1) * z
         iterates.append(y_out.copy())
-    ledger = PrivacyLedger()
+    ledger = PrivacyLedger(neighboring=NEIGHBORING)
     tree.record(ledger, "Accelerated-DP-SRGD: tree-aggregated prefix sums of clipped gradient differences")
     return _finish(y_out, iterates, ledger, delta, steps=T, batch_size=B, beta=beta, clip=clip,
                    event_noise_multiplier=z_ev, node_noise_std=tree.noise_std, gradient_calls=2 * T * B - B)
@@ -253,8 +289,9 @@ def dp_sgd_single_epoch(X, y, loss, *, epsilon: float, delta: float, steps: int,
                         averaging: bool = True, theta0=None, random_state=None) -> SingleEpochResult:
     """Single-epoch DP-SGD on disjoint batches: x <- Proj(x - lr (mean clipped grad + N(0, s^2))).
 
-    Each example is in one batch, so the run is one Gaussian mechanism with sensitivity C/B
-    (parallel composition, also under adaptivity). Returns the average of the iterates by default.
+    Each example is in one batch, so the run is one Gaussian mechanism with replace-one
+    sensitivity 2C/B on the mean (parallel composition, also under adaptivity). Returns the
+    average of the iterates by default.
     """
     eps = check_epsilon(epsilon)
     X, y, T, B, rng, perm = _prepare(X, y, steps, batch_size, random_state)
@@ -268,13 +305,13 @@ def dp_sgd_single_epoch(X, y, loss, *, epsilon: float, delta: float, steps: int,
     for t in range(T):
         idx = perm[t]
         s = clip_gradients(loss.per_example_gradients(x, X[idx], y[idx]), C).sum(axis=0)
-        g = gaussian_mechanism(s, C, z_ev, rng, dtype=np.float64).value / B + l2 * x
+        g = gaussian_mechanism(s, REPLACE_FACTOR * C, z_ev, rng, dtype=np.float64).value / B + l2 * x
         x = project_ball(x - lr * g, radius)
         avg += (x - avg) / (t + 1)
         iterates.append((avg if averaging else x).copy())
-    ledger = PrivacyLedger()
+    ledger = PrivacyLedger(neighboring=NEIGHBORING)
     ledger.record("single-epoch DP-SGD: disjoint batches (parallel composition)", gaussian_event(z_ev),
-                  steps=T, batch_size=B, clip=C)
+                  steps=T, batch_size=B, clip=C, sensitivity=REPLACE_FACTOR * C)
     return _finish(avg if averaging else x, iterates, ledger, delta, steps=T, batch_size=B,
                    event_noise_multiplier=z_ev)
 
@@ -290,7 +327,7 @@ def dp_ftrl_single_epoch(X, y, loss, *, epsilon: float, delta: float, steps: int
     z_ev = event_multiplier(eps, delta, noise_rule)
     x0 = _theta0(loss, X.shape[1], theta0)
     x = x0.copy()
-    tree = TreeAggregator(x.shape, T, C / B, node_multiplier_for(z_ev, T), rng, dtype=np.float64)
+    tree = TreeAggregator(x.shape, T, REPLACE_FACTOR * C / B, node_multiplier_for(z_ev, T), rng, dtype=np.float64)
     l2 = getattr(loss, "l2", 0.0)
     ridge = np.zeros_like(x)
     avg = np.zeros_like(x)
@@ -303,7 +340,7 @@ def dp_ftrl_single_epoch(X, y, loss, *, epsilon: float, delta: float, steps: int
         x = project_ball(x0 - lr * (prefix + ridge), radius)
         avg += (x - avg) / (t + 1)
         iterates.append((avg if averaging else x).copy())
-    ledger = PrivacyLedger()
+    ledger = PrivacyLedger(neighboring=NEIGHBORING)
     tree.record(ledger, "single-epoch DP-FTRL: tree-aggregated gradient prefix sums")
     return _finish(avg if averaging else x, iterates, ledger, delta, steps=T, batch_size=B,
                    event_noise_multiplier=z_ev)
