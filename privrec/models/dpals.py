@@ -651,7 +651,7 @@ def auto_config(n_users: int, n_items: int, epsilon: float, delta: float, rating
         factors, iters, max_norm = 0, 1, 0.2 if epsilon <= 2 else 0.5
         reg = 40.0 if epsilon <= 2 else (20.0 if epsilon <= 10 else 5.0)
     else:
-        factors, iters, max_norm, reg = 8, (2 if signal < 500_000 else 4), 0.5, 40.0
+        factors, iters, max_norm, reg = 8, (2 if signal < 250_000 else 4), 0.5, 40.0
     # bias model: the 1-d "Gramian" is a weighted count, large for the items whose bias matters, so
     # its noise hurts less than the right-hand side's: twice the RHS multiplier (validation, ML-100K)
     return {"factors": factors, "iterations": iters, "budget": 100.0, "regularization": reg,
