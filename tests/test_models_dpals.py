@@ -286,3 +286,20 @@ def test_generator_random_state_is_rejected_for_private_fits():
     m = DPALS(epsilon=2.0, random_state=np.random.default_rng(0))
     with pytest.raises(ValueError, match="clone"):
         clone(m).fit(R)
+
+
+def test_rating_range_is_public_enforced_and_centres_the_mean():
+    """A 2-10 scale: without a declared range the clip at rating_bound is announced; with it, the
+    noisy mean lands near the data mean; data outside the declared range is an error."""
+    rng = np.random.default_rng(0)
+    R = sp.random(3000, 40, density=0.2, format="csr", random_state=1)
+    R.data = np.round(rng.uniform(2, 10, R.nnz))
+    with pytest.warns(UserWarning, match="rating_range"):
+        DPALS(epsilon=5.0, factors=0).fit(R)
+    m = DPALS(epsilon=5.0, rating_range=(2, 10), factors=0).fit(R)
+    assert abs(float(m.global_mean_) - R.data.mean()) < 0.3
+    assert m.config_["label_bound"] == 4.0 and m.config_["rating_bound"] == 10.0
+    with pytest.raises(ValueError, match="outside the declared rating_range"):
+        DPALS(epsilon=5.0, rating_range=(1, 5)).fit(R)
+    with pytest.raises(ValueError, match="rating_range"):
+        DPALS(epsilon=5.0, rating_range=(5, 1)).fit(R)

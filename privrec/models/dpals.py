@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 
 import numpy as np
 import scipy.sparse as sp
@@ -116,7 +117,12 @@ class DPALS(FactorizationModel):
         item counts divided by the (public) number of users -- free post-processing -- and
         recommendations rank items by prior + <u, v_i>; with ``factors = 0`` this is the private
         popularity ranker.
-    rating_bound : public bound on |rating| (clips ratings for the mean).
+    rating_bound : public bound on |rating| (clips ratings for the mean); used when ``rating_range``
+        is None, and then ratings beyond it are clipped with a warning.
+    rating_range : public ``(low, high)`` of valid ratings (e.g. ``(1, 5)`` for MovieLens 100K,
+        ``(0.5, 5)`` for ML-10M): ratings outside it are a ``ValueError``; it sets
+        ``rating_bound = max(|low|, |high|)`` and, when centering, the label clip ``(high - low) / 2``.
+        Public: it must come from the data's documentation, not from the data.
     label_bound : clip of (centered) labels in the item step; ``None`` -> rating_bound / 2 when
         centering, else rating_bound.
     item_frac : keep only the top fraction of items by noisy count (``None`` = all items). The
@@ -161,6 +167,7 @@ class DPALS(FactorizationModel):
         center: bool | None = None,
         feedback: str = "explicit",
         rating_bound: float = 5.0,
+        rating_range: tuple[float, float] | None = None,
         label_bound: float | None = None,
         item_frac: float | None = None,
         count_fraction: float | None = None,
@@ -194,6 +201,7 @@ class DPALS(FactorizationModel):
         self.center = center
         self.feedback = feedback
         self.rating_bound = rating_bound
+        self.rating_range = rating_range
         self.label_bound = label_bound
         self.item_frac = item_frac
         self.count_fraction = count_fraction
@@ -227,7 +235,11 @@ class DPALS(FactorizationModel):
         if implicit and center:
             raise ValueError("implicit feedback is binarised, not centred: use center=False (or None)")
         n_users, n_items = shape if shape is not None else (10_000, 1_000)
-        rating_bound = check_positive(self.rating_bound, "rating_bound")
+        rating_range = self._rating_range()
+        if rating_range is not None:
+            rating_bound = max(abs(rating_range[0]), abs(rating_range[1]))
+        else:
+            rating_bound = check_positive(self.rating_bound, "rating_bound")
         auto = auto_config(n_users, n_items, eps, delta, rating_bound, implicit=implicit)
         factors = auto["factors"] if self.factors is None else check_int(self.factors, "factors", minimum=0)
         if factors == 0 and not self.biases:
@@ -257,7 +269,12 @@ class DPALS(FactorizationModel):
         max_norm = auto["max_norm"] if self.max_norm is None else check_positive(self.max_norm, "max_norm")
         bias_scale = check_positive(self.bias_scale, "bias_scale")
         if self.label_bound is None:
-            label_bound = 1.0 if implicit else (rating_bound / 2.0 if center else rating_bound)
+            if implicit:
+                label_bound = 1.0
+            elif rating_range is not None and center:
+                label_bound = (rating_range[1] - rating_range[0]) / 2.0
+            else:
+                label_bound = rating_bound / 2.0 if center else rating_bound
         else:
             label_bound = check_positive(self.label_bound, "label_bound")
         item_frac = None if self.item_frac is None else check_fraction(self.item_frac, "item_frac")
@@ -291,6 +308,33 @@ class DPALS(FactorizationModel):
             "init_scale": check_positive(self.init_scale, "init_scale", allow_zero=True), "dtype": dt,
             "private": private, "accountant": self.accountant,
         }
+
+    def _rating_range(self):
+        if self.rating_range is None:
+            return None
+        try:
+            lo, hi = (float(v) for v in self.rating_range)
+        except (TypeError, ValueError):
+            raise ValueError(f"rating_range must be a (low, high) pair of numbers, got {self.rating_range!r}") from None
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+            raise ValueError(f"rating_range must be finite with low < high, got {self.rating_range!r}")
+        return lo, hi
+
+    def _check_ratings(self, R: sp.csr_matrix, cfg: dict) -> None:
+        """Ratings outside the declared range are an error; beyond ``rating_bound`` (no range
+        declared) they are clipped by the mechanisms, which is said once as a warning."""
+        if not R.nnz:
+            return
+        lo_v, hi_v = float(R.data.min()), float(R.data.max())
+        rng_ = self._rating_range()
+        if rng_ is not None:
+            if lo_v < rng_[0] or hi_v > rng_[1]:
+                raise ValueError(f"ratings span [{lo_v:g}, {hi_v:g}], outside the declared rating_range "
+                                 f"[{rng_[0]:g}, {rng_[1]:g}]; fix the data or declare the right range")
+        elif max(abs(lo_v), abs(hi_v)) > cfg["rating_bound"]:
+            warnings.warn(f"ratings span [{lo_v:g}, {hi_v:g}] beyond rating_bound={cfg['rating_bound']:g}: they are "
+                          "clipped in every private statistic; declare rating_range=(low, high) for this scale, "
+                          "or use feedback='implicit' for counts", UserWarning, stacklevel=3)
 
     @staticmethod
     def _feature_norm(cfg: dict) -> float:
@@ -383,6 +427,8 @@ class DPALS(FactorizationModel):
         check_memory(n_users + n_items, cfg["factors"] + 1, cfg["dtype"].itemsize, "DPALS factor matrices")
         if cfg["implicit"]:
             R_full = _binarised(R_full)
+        else:
+            self._check_ratings(R_full, cfg)
         dtype = cfg["dtype"]
         d = cfg["factors"]
         rng = make_rng(self.random_state)
@@ -402,9 +448,15 @@ class DPALS(FactorizationModel):
             stat.record(ledger)
             counts = np.asarray(stat.value, dtype=np.float64)
             if cfg["center"]:
-                mean_stat = allocation.private_global_mean(R_full, cfg["count_sample"], c_scale, cfg["rating_bound"], rng)
+                # with a declared range the mean is estimated around its midpoint: half the bound,
+                # half the sensitivity (the offset is public, so this is post-processing)
+                rr = self._rating_range()
+                mid, half = ((rr[0] + rr[1]) / 2.0, (rr[1] - rr[0]) / 2.0) if rr else (0.0, cfg["rating_bound"])
+                shifted = R_full if not mid else sp.csr_matrix((R_full.data - mid, R_full.indices, R_full.indptr),
+                                                               shape=R_full.shape)
+                mean_stat = allocation.private_global_mean(shifted, cfg["count_sample"], c_scale, half, rng)
                 mean_stat.record(ledger)
-                mu = float(mean_stat.value)
+                mu = float(mean_stat.value) + mid
             else:
                 mu = 0.0
         else:
