@@ -136,3 +136,44 @@ def test_simulate_runs_and_bad_input():
         AsyncDPLearner().fit(np.full_like(X, np.nan), y, owner)
     with pytest.raises(ValueError):
         cost_bound(10, 100, [])
+
+
+# ------------------------------------------------------------------ privacy audit fixes (A, B)
+def test_clone_with_generator_random_state_is_rejected():
+    from sklearn.base import clone
+
+    rng = np.random.default_rng(6)
+    X, y, owner = _data(rng, n=60)
+    twin = clone(AsyncDPLearner(n_steps=10, random_state=np.random.default_rng(0)))
+    with pytest.raises(ValueError, match="random_state"):
+        twin.fit(X, y, owner)
+    with pytest.raises(ValueError, match="random_state"):
+        twin.simulate(X, y, owner, 3)
+    a, b = clone(AsyncDPLearner(n_steps=10, rho=1.0)), clone(AsyncDPLearner(n_steps=10, rho=1.0))
+    assert not np.allclose(a.fit(X, y, owner).coef_, b.fit(X, y, owner).coef_)
+
+
+def test_simulate_records_every_noise_draw_in_per_owner_ledgers():
+    rng = np.random.default_rng(7)
+    X, y, owner = _data(rng, n=90, owners=3)
+    T, R = 40, 6
+    est = AsyncDPLearner(epsilon=[0.5, 1.0, math.inf], n_steps=T, rho=1e-3, random_state=11)
+    est.simulate(X, y, owner, R, [T])
+    answers = est.simulation_answers_
+    assert answers.shape == (R, 3) and answers.sum() == R * T
+    rep = est.simulation_report()
+    for j, eps in enumerate([0.5, 1.0]):
+        r = rep[j]
+        assert r["runs"] == R and r["answers_total"] == answers[:, j].sum()
+        assert len(r["events"]) == int(np.count_nonzero(answers[:, j]))  # one Laplace event per run
+        assert epsilon_from_report(r) == pytest.approx(r["epsilon"], rel=1e-9)
+        assert 0 < r["epsilon_per_run_max"] < r["epsilon"]  # publishing all runs composes
+    assert rep[2]["epsilon"] == "inf"  # an owner without noise is never reported as private
+    # one simulated run with the fit's seed: same owner sequence, same accountant epsilon as fit
+    fit = AsyncDPLearner(epsilon=[0.5, 1.0, 2.0], n_steps=T, rho=1e-3, random_state=5).fit(X, y, owner)
+    sim = AsyncDPLearner(epsilon=[0.5, 1.0, 2.0], n_steps=T, rho=1e-3, random_state=5)
+    sim.simulate(X, y, owner, 1)
+    for j in range(3):
+        assert sim.simulation_report(owner=j)["epsilon"] == pytest.approx(fit.privacy_report(owner=j)["epsilon"])
+    with pytest.raises(ValueError, match="simulate"):
+        AsyncDPLearner().simulation_report()

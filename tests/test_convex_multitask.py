@@ -220,3 +220,54 @@ def test_removing_a_user_leaves_every_other_users_weights_unchanged(mode, n_user
 def test_default_weight_mode_is_per_user():
     assert MultiTaskDPRegressor().weight_mode == "per_user"
     assert MultiTaskDPClassifier().weight_mode == "per_user"
+
+
+# ------------------------------------------------------------------ privacy audit fixes (A, B)
+@pytest.mark.parametrize("cls", [MultiTaskDPRegressor, MultiTaskDPClassifier])
+def test_clone_with_generator_random_state_is_rejected_at_fit(cls):
+    """sklearn.clone deep-copies a Generator: every clone would draw identical noise."""
+    from sklearn.base import clone
+
+    rng = np.random.default_rng(7)
+    prob, _ = _problem(rng, n_users=40)
+    prob = MultiTaskProblem(prob.tasks, prob.user_index, (prob.labels > 0).astype(float),
+                            user_features=prob.user_features, n_tasks=prob.n_tasks)
+    twin = clone(cls(epsilon=1.0, iterations=3, random_state=np.random.default_rng(0)))
+    with pytest.raises(ValueError, match="random_state"):
+        twin.fit(problem=prob)
+    with pytest.raises(ValueError, match="random_state"):
+        cls(random_state=np.random.RandomState(0)).fit(problem=prob)
+    # None (OS entropy) and int seeds are accepted; clones with None draw different noise
+    a, b = clone(cls(epsilon=1.0, iterations=3)), clone(cls(epsilon=1.0, iterations=3))
+    assert not np.allclose(a.fit(problem=prob).params_, b.fit(problem=prob).params_)
+    s1 = cls(epsilon=1.0, iterations=3, random_state=3).fit(problem=prob).params_
+    s2 = clone(cls(epsilon=1.0, iterations=3, random_state=3)).fit(problem=prob).params_
+    np.testing.assert_array_equal(s1, s2)
+
+
+@pytest.mark.parametrize("solver", ["ssp", "noisy_gd"])
+def test_solver_info_holds_no_private_spend(solver):
+    """The exact max per-user spend is a function of private data: only the declared budget is kept."""
+    rng = np.random.default_rng(8)
+    prob, _ = _problem(rng, n_users=60, per_example=True)
+    est = MultiTaskDPRegressor(solver=solver, epsilon=1.0, weight_mode="global", budget=1.7, iterations=5,
+                               random_state=0).fit(problem=prob)
+    spend = prob.user_spend(est.weights_)
+    assert spend.min() < spend.max() <= 1.7 * (1 + 1e-9)  # per-user spend is a statistic of the data
+    assert "unit_budget" not in est.solver_info_
+    assert set(est.solver_info_) <= {"solver", "iterations", "projected_tasks", "budget"}
+    assert est.solver_info_["budget"] == 1.7
+
+
+def test_fitted_attributes_are_documented_released_public_or_private():
+    """Every fitted attribute is in the module docstring's list (released / public / private)."""
+    import privrec.convex.multitask as M
+
+    rng = np.random.default_rng(9)
+    prob, _ = _problem(rng, n_users=40)
+    documented = {"params_", "task_counts_used_", "ledger_", "noise_multiplier_", "count_noise_multiplier_",
+                  "epsilon_target_", "delta_", "budget_", "counts_source_", "n_tasks_", "solver_info_", "weights_"}
+    est = MultiTaskDPRegressor(epsilon=1.0, random_state=0).fit(problem=prob)
+    fitted = {k for k in vars(est) if k.endswith("_") and not k.startswith("_")}
+    assert fitted <= documented, fitted - documented
+    assert all(f"``{name}``" in M.__doc__ for name in documented)

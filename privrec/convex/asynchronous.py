@@ -27,6 +27,20 @@ report's delta), and ``epsilon_pure`` is the basic-composition bound (answers / 
 ``add_or_remove_one`` does not change the numbers for the replace-one sensitivity used here).
 The owner sequence is data-independent randomness, so counting actual answers is valid.
 
+:meth:`AsyncDPLearner.simulate` (many independent runs at once, for benchmarks) accounts the same
+way: every run's answers of owner i are one Laplace event in owner i's
+``simulation_ledgers_[i]``, so :meth:`AsyncDPLearner.simulation_report` gives, from the
+accountant, both the cost of publishing *all* simulated runs (the composition over runs) and the
+largest single-run cost.
+
+Fitted attributes: ``coef_`` (the release), ``owner_models_`` (the learner's copies of the owner
+models, computed from the noisy answers only: post-processing), ``owner_sequence_`` (data-
+independent), ``owners_``, ``epsilons_``, ``laplace_scales_`` (functions of the public n_i: the
+neighbouring relation replaces a record, so the owners' sizes are public), ``ledgers_``. Nothing
+else about the records is stored. ``random_state``: ``None`` (OS entropy) or an int seed
+(experiments only); a ``numpy.random.Generator`` is rejected at fit time because
+``sklearn.clone`` would copy it into every clone (identical noise).
+
 Update (spec Algorithm 1; ``coefficient`` switches the learner's regulariser step between
 c = (N - 1) / N (eq. 7) and c = 1/2 (the proof and the authors' code, default)):
 
@@ -48,7 +62,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from .._validation import check_delta, check_finite_array, check_int, check_positive
-from ..privacy import PrivacyLedger, laplace_event, make_rng
+from ..privacy import PrivacyLedger, check_noise_random_state, epsilon_of_event, laplace_event, make_rng
 
 __all__ = [
     "AsyncDPLearner",
@@ -142,8 +156,9 @@ class AsyncDPLearner(BaseEstimator):
     l1_mode : ``"clip_l1"`` or ``"sqrt_p"`` (see module docstring).
     coefficient : ``"proof"`` (c = 1/2, default, as the authors' code) or ``"eq7"`` (c = (N-1)/N).
     delta : delta at which the per-owner accountant epsilon is reported.
-    random_state : ``None`` draws noise and the owner sequence from OS entropy. A fixed seed is for
-        experiments only and voids the guarantee for anyone who knows it.
+    random_state : ``None`` draws noise and the owner sequence from OS entropy. An int seed is for
+        experiments only and voids the guarantee for anyone who knows it; a Generator is rejected
+        at fit time (``sklearn.clone`` would give every clone the same noise).
     """
 
     def __init__(self, epsilon=1.0, n_steps: int = 1000, rho: float = 1.0, sigma: float = 1e-5,
@@ -163,6 +178,7 @@ class AsyncDPLearner(BaseEstimator):
 
     # ------------------------------------------------------------------------------------------
     def _prepare(self, X, y, owner):
+        check_noise_random_state(self.random_state, type(self).__name__)
         if self.l1_mode not in L1_MODES:
             raise ValueError(f"l1_mode must be one of {L1_MODES}, got {self.l1_mode!r}")
         if self.coefficient not in COEFFICIENTS:
@@ -253,6 +269,35 @@ class AsyncDPLearner(BaseEstimator):
         return theta_L, theta_O, sel, traj
 
     # ------------------------------------------------------------------------------------------
+    def _owner_ledgers(self, owners, eps, b, T, answers, label_runs: bool) -> list:
+        """One ledger per owner; ``answers`` (n_runs, N): each run's answers of an owner are one
+        ``SelfComposed(Laplace(T / eps_i), answers)`` event (multiplier 0 -> NonPrivate when eps = inf)."""
+        ledgers = []
+        for j in range(owners.size):
+            ledger = PrivacyLedger()
+            z = T / eps[j] if np.isfinite(eps[j]) else 0.0
+            for r in range(answers.shape[0]):
+                a = int(answers[r, j])
+                if a == 0:
+                    continue
+                event = laplace_event(z)
+                if a > 1:
+                    event = dp_accounting.SelfComposedDpEvent(event, a)
+                prefix = f"run {r}: " if label_runs else ""
+                ledger.record(f"{prefix}owner {owners[j]!r}: {a} Laplace gradient answers", event,
+                              laplace_scale=float(b[j]), l1_sensitivity=float(b[j] * eps[j] / T) if z else None,
+                              l1_mode=self.l1_mode)
+            ledgers.append(ledger)
+        return ledgers
+
+    @staticmethod
+    def _answers(sel: np.ndarray, n_owners: int) -> np.ndarray:
+        """(n_runs, N) number of answers of each owner in each run, from the (T, n_runs) sequence."""
+        runs = np.broadcast_to(np.arange(sel.shape[1]), sel.shape)
+        out = np.zeros((sel.shape[1], n_owners), dtype=np.int64)
+        np.add.at(out, (runs.ravel(), sel.ravel()), 1)
+        return out
+
     def fit(self, X, y, owner):
         """Run Algorithm 1 once; ``coef_`` is the learner's model theta_{L,T}."""
         Xs, ys, owners, counts, starts, eps, b, T = self._prepare(X, y, owner)
@@ -264,29 +309,64 @@ class AsyncDPLearner(BaseEstimator):
         self.owner_sequence_ = sel[:, 0]
         self.laplace_scales_ = b
         self.epsilons_ = eps
-        answers = np.bincount(self.owner_sequence_, minlength=owners.size)
-        self.ledgers_ = []
-        for j in range(owners.size):
-            ledger = PrivacyLedger()
-            if answers[j] > 0:
-                z = T / eps[j] if np.isfinite(eps[j]) else 0.0
-                event = laplace_event(z)
-                if answers[j] > 1:
-                    event = dp_accounting.SelfComposedDpEvent(event, int(answers[j]))
-                ledger.record(f"owner {owners[j]!r}: {answers[j]} Laplace gradient answers", event,
-                              laplace_scale=float(b[j]), l1_sensitivity=float(b[j] * eps[j] / T) if z else None,
-                              l1_mode=self.l1_mode)
-            self.ledgers_.append(ledger)
+        self.ledgers_ = self._owner_ledgers(owners, eps, b, T, self._answers(sel, owners.size), label_runs=False)
         return self
 
     def simulate(self, X, y, owner, n_runs: int = 100, checkpoints=None):
-        """Independent runs at once (for benchmarks): returns {k: (n_runs, p) learner models at step k}."""
+        """Independent runs at once (for benchmarks): returns {k: (n_runs, p) learner models at step k}.
+
+        Every noisy answer is accounted: ``simulation_ledgers_[i]`` holds one Laplace event per run
+        for owner i (see :meth:`simulation_report`); ``simulation_answers_`` is (n_runs, N).
+        """
         Xs, ys, owners, counts, starts, eps, b, T = self._prepare(X, y, owner)
         R = check_int(n_runs, "n_runs", minimum=1)
         rng = make_rng(self.random_state)
         checkpoints = [T] if checkpoints is None else list(checkpoints)
-        _, _, _, traj = self._run(Xs, ys, counts, starts, b, T, R, rng, checkpoints)
+        _, _, sel, traj = self._run(Xs, ys, counts, starts, b, T, R, rng, checkpoints)
+        answers = self._answers(sel, owners.size)
+        self.simulation_owners_ = owners
+        self.simulation_epsilons_ = eps
+        self.simulation_answers_ = answers
+        self.simulation_n_steps_ = T
+        self.simulation_ledgers_ = self._owner_ledgers(owners, eps, b, T, answers, label_runs=True)
         return traj
+
+    def simulation_report(self, owner=None) -> dict:
+        """Per-owner accounting of the last :meth:`simulate` call, every epsilon by the accountant.
+
+        ``epsilon``: the cost for owner i of publishing all simulated runs (RDP composition over
+        runs, at ``delta``); ``epsilon_per_run_max``: the largest single-run cost (the run in which
+        owner i answered most); ``answers_total``, ``runs``; ``events`` etc. as a ledger report.
+        """
+        if not hasattr(self, "simulation_ledgers_"):
+            raise ValueError("call simulate before simulation_report")
+        T = self.simulation_n_steps_
+        out = {}
+        for j, ledger in enumerate(self.simulation_ledgers_):
+            key = self.simulation_owners_[j].item() if hasattr(self.simulation_owners_[j], "item") \
+                else self.simulation_owners_[j]
+            if owner is not None and key != owner:
+                continue
+            rep = ledger.report(self.delta, include_pld=False)
+            a = self.simulation_answers_[:, j]
+            rep["runs"] = int(a.size)
+            rep["answers_total"] = int(a.sum())
+            e = self.simulation_epsilons_[j]
+            if a.max(initial=0) == 0:
+                rep["epsilon_per_run_max"] = 0.0
+            elif not np.isfinite(e):
+                rep["epsilon_per_run_max"] = rep["epsilon"] = "inf"
+            else:
+                event = laplace_event(T / e)
+                if a.max() > 1:
+                    event = dp_accounting.SelfComposedDpEvent(event, int(a.max()))
+                rep["epsilon_per_run_max"] = epsilon_of_event(event, self.delta, orders=ledger.orders)
+            out[key] = rep
+        if owner is not None:
+            if not out:
+                raise ValueError(f"unknown owner {owner!r}")
+            return next(iter(out.values()))
+        return out
 
     def predict(self, X):
         if not hasattr(self, "coef_"):

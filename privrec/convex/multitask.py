@@ -29,8 +29,24 @@ The noise scales of (1) and (3) come from :func:`privrec.privacy.calibrate_with_
 exact events the fit records (the count share defaults to the paper's, spec 004 §5), so the
 reported epsilon (``privacy_report()``) is the accountant's and never exceeds ``epsilon``.
 
-``random_state=None`` draws all noise from OS entropy; a fixed seed is for experiments only and
-voids the guarantee for anyone who knows it.
+``random_state=None`` draws all noise from OS entropy; an integer seed is for experiments only and
+voids the guarantee for anyone who knows it. A ``numpy.random.Generator`` / ``RandomState`` is
+rejected at fit time (:func:`privrec.privacy.check_noise_random_state`): ``sklearn.clone``
+deep-copies it, so every clone would draw the same noise.
+
+Fitted attributes (what may leave the process):
+
+* released: ``params_`` (the model), ``task_counts_used_`` (the released noisy counts, or the
+  counts the caller declared public), ``ledger_`` / :meth:`privacy_report`;
+* public configuration: ``noise_multiplier_``, ``count_noise_multiplier_`` (calibrated from
+  epsilon, delta and public settings only), ``epsilon_target_``, ``delta_``, ``budget_``,
+  ``counts_source_``, ``n_tasks_`` (the task universe is treated as public: give
+  ``MultiTaskProblem(n_tasks=...)`` when ``max(tasks) + 1`` itself is not), ``solver_info_``
+  (solver name, iteration count, the *declared* budget and, for SSP, the number of tasks whose
+  *noisy* Gramian needed the PSD projection -- post-processing of the release);
+* PRIVATE diagnostic, never to be published: ``weights_`` (per-example weights: they reveal which
+  tasks each user contributed to). The exact per-user spend (``max_j sum_i w_ij^2``, a function of
+  the private data) is checked during the fit but not stored.
 """
 
 from __future__ import annotations
@@ -47,6 +63,7 @@ from ..allocation import adaptive_task_weights, adaptive_weights, private_item_c
 from ..privacy import (
     PrivacyLedger,
     calibrate_with_split,
+    check_noise_random_state,
     clip_rows,
     default_count_fraction,
     gaussian_event,
@@ -195,6 +212,19 @@ def _as_problem(X, y, tasks, users, problem) -> MultiTaskProblem:
     return MultiTaskProblem(tasks, users, y, features=X)
 
 
+#: solver diagnostics that are public: configuration, or post-processing of the noisy release
+#: (``projected_tasks`` counts the tasks whose *noisy* Gramian was not positive definite).
+_PUBLIC_SOLVER_INFO = ("solver", "iterations", "projected_tasks")
+
+
+def _public_solver_info(info: dict, budget: float) -> dict:
+    """Whitelist of a solver's ``info``: the exact per-unit spend (``unit_budget``, a function of
+    the private data) and any future private diagnostic are dropped; the *declared* budget is kept."""
+    out = {k: info[k] for k in _PUBLIC_SOLVER_INFO if k in info}
+    out["budget"] = float(budget)
+    return out
+
+
 def _store_params(est, params: dict) -> None:
     """scikit-learn convention: constructor arguments stored unchanged under their own names."""
     for name, value in params.items():
@@ -206,6 +236,7 @@ class _MultiTaskDPBase(BaseEstimator):
     """Shared pipeline: counts -> weights -> calibrated private solve (see module docstring)."""
 
     def _validate_common(self):
+        check_noise_random_state(self.random_state, type(self).__name__)
         self.delta_ = check_delta(self.delta)
         self.epsilon_target_ = check_epsilon(self.epsilon)
         self.budget_ = check_positive(self.budget, "budget")
@@ -322,7 +353,10 @@ class MultiTaskDPRegressor(_MultiTaskDPBase):
     max_norm, label_bound : Gamma_x and the label clip (enforced by the solvers).
     reg : public ridge added after the noise (see ``SSPSolver``).
     iterations, radius, schedule, strong_convexity : noisy-GD settings (see ``NoisyGDSolver``).
-    random_state : ``None`` = OS entropy; a fixed seed voids the guarantee if known.
+    random_state : ``None`` = OS entropy; an int seed voids the guarantee if known (a Generator is
+        rejected at fit time, see the module docstring).
+
+    Fitted attributes: see the module docstring (``weights_`` is a private diagnostic).
     """
 
     def __init__(self, solver: str = "ssp", epsilon: float = 1.0, delta: float = 1e-5,
@@ -360,7 +394,7 @@ class MultiTaskDPRegressor(_MultiTaskDPBase):
             batch = problem.task_batch(weights, task_sizes=counts, task_weights=omega)
             result = self._make_solver(z).solve(batch, rng)
             result.record(ledger)
-            self.solver_info_ = result.info
+            self.solver_info_ = _public_solver_info(result.info, self.budget_)
             return result.params
 
         return self._fit_pipeline(problem, build_train_event, solve)
@@ -388,7 +422,8 @@ class MultiTaskDPClassifier(_MultiTaskDPBase):
     Gaussian mechanism with multiplier z (std = z sqrt(beta) Gamma_x), T steps
     ``SelfComposed(Gaussian(z), T)``. The step eta_i = learning_rate / (Gamma_x^2 omega_i nhat_i / 4 + reg)
     is 1/smoothness of task i's weighted loss, from public counts and weights only.
-    Labels must be 0/1. Other parameters as :class:`MultiTaskDPRegressor`.
+    Labels must be 0/1. Other parameters (and the fitted attributes, ``weights_`` being a private
+    diagnostic) as :class:`MultiTaskDPRegressor`.
     """
 
     def __init__(self, epsilon: float = 1.0, delta: float = 1e-5, weight_exponent: float = 0.5,
