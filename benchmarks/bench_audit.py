@@ -107,12 +107,12 @@ def dpals_case(method: str, epsilon: float = EPSILON, label: str | None = None) 
     DPALS, used, dropped = _dpals_settings()
 
     def fit_release(data, seed):  # seed unused: all randomness (noise, init, sampling) is OS entropy
-        model = DPALS(method=method, epsilon=epsilon, delta=DELTA, random_state=None, **used).fit(data)
+        model = DPALS(method=method, epsilon=epsilon, delta=DELTA, random_state=None, **used).fit(data, show_progress=False)
         return float(np.linalg.norm(np.asarray(model.item_factors_, dtype=np.float64).sum(axis=0)))
 
     def reported():
         model = DPALS(method=method, epsilon=epsilon, delta=DELTA, random_state=None, **used)
-        return float(model.fit(_dpals_data(canary=True)).privacy_report()["epsilon"])
+        return float(model.fit(_dpals_data(canary=True), show_progress=False).privacy_report()["epsilon"])
 
     return dict(name=label or f"DPALS {method}", family="dpals", epsilon=epsilon, fit_release=fit_release,
                 d0=_dpals_data(), d1=_dpals_data(canary=True), reported=reported, neighbouring="add/remove one user",

@@ -167,7 +167,7 @@ def tune_als(split, ridges=ALS_RIDGES, gravities=ALS_GRAVITIES, seed: int = 0, d
             params = {"regularization": float(r), "unobserved_weight": float(g)}
             model = X.make_model("als", params={**(base_params or {}), **params}, seed=seed, protocol=split.protocol)
             t0 = time.perf_counter()
-            model.fit(split.train)
+            model.fit(split.train, show_progress=False)
             fit_s = time.perf_counter() - t0
             ev = evaluate_heldout(model, split.train, split.validation_history, split.validation_targets, k=20)
             row = {**params, "val_recall@20": ev["metrics"]["recall@20"], "val_ndcg@20": ev["metrics"]["ndcg@20"],
@@ -665,11 +665,11 @@ def plots(results: dict, out_dir: Path, tag: str = "") -> list[str]:
             continue
         # trade-off
         fig, ax = plt.subplots(figsize=(6, 4))
-        for fam, ms in FAMILIES.items():
-            for m, style in zip(ms, (":", "--", "-")):
+        for fam, ms in FAMILIES.items():  # colour = allocation, line style = family
+            for m, colour, marker in zip(ms, ("C0", "C1", "C2"), ("o", "s", "^")):
                 ys = [e["by_epsilon"][str(x)]["overall"].get(m) for x in eps_list]
-                ax.plot(eps_list, [math.nan if y is None else y for y in ys], style, marker="o",
-                        color="C0" if fam == "dpals" else "C1", label=m)
+                ax.plot(eps_list, [math.nan if y is None else y for y in ys], "-" if fam == "dpals" else "--",
+                        marker=marker, color=colour, label=m)
         if e["als"] is not None:
             ax.axhline(e["als"], color="k", lw=1, label="ALS (non-private)")
         ax.set_xscale("log")

@@ -90,7 +90,7 @@ def _score(model, split) -> float:
     return float(X.evaluate_split(model, split)["metrics"][_metric(split)])
 
 
-def run_dataset(spec: str, seeds: int, epsilons, quiet: bool) -> dict | None:
+def run_dataset(spec: str, seeds: int, epsilons, quiet: bool, allocations: bool = False) -> dict | None:
     split = load_split(spec)
     if split is None:
         C.log(f"{spec}: dataset files not found, skipped", quiet)
@@ -104,24 +104,27 @@ def run_dataset(spec: str, seeds: int, epsilons, quiet: bool) -> dict | None:
     trivial = (Popularity() if implicit else GlobalMean()).fit(split.train)
     out["yardsticks"]["trivial"] = _score(trivial, split)
     t0 = time.perf_counter()
-    als = X.make_model("als", protocol=split.protocol, seed=0).fit(split.train)
+    als = X.make_model("als", protocol=split.protocol, seed=0).fit(split.train, show_progress=False)
     out["yardsticks"]["als"] = _score(als, split)
     C.log(f"{spec}: trivial {out['yardsticks']['trivial']:.4f}  als {out['yardsticks']['als']:.4f} "
           f"({time.perf_counter() - t0:.1f}s)", quiet)
     for eps in epsilons:
-        for name in ("default", "private-bias", "ref-dpals"):
+        names = ["default", "private-bias", "ref-dpals"] + (["default:dpals-uniform", "default:dpals-tail"]
+                                                            if allocations else [])
+        for name in names:
             vals, spent = [], []
             t1 = time.perf_counter()
             for s in range(seeds):
-                if name == "default":
-                    model = X.make_model("ada-dpals", eps, delta, seed=1000 + s, protocol=split.protocol)
+                if name.startswith("default"):  # "default" = ada-dpals; "default:<method>" same rule
+                    method = name.partition(":")[2] or "ada-dpals"
+                    model = X.make_model(method, eps, delta, seed=1000 + s, protocol=split.protocol)
                 elif name == "private-bias":
                     model = PrivateBias(eps, delta, explicit=not implicit, random_state=1000 + s)
                 else:
                     from privrec.models import DPALS
 
                     model = DPALS(epsilon=eps, delta=delta, random_state=1000 + s, **_ref_params(eps, implicit))
-                model.fit(split.train)
+                model.fit(split.train, **({} if name == "private-bias" else {"show_progress": False}))
                 vals.append(_score(model, split))
                 spent.append(model.epsilon_spent() if name == "private-bias" else model.privacy_report()["epsilon"])
             cell = {"epsilon": eps, "model": name, "mean": float(np.mean(vals)), "std": float(np.std(vals)),
@@ -161,6 +164,13 @@ def to_markdown(results: list[dict], command: str) -> str:
             row = {c["model"]: c for c in r["cells"] if c["epsilon"] == eps}
             lines.append(f"| {eps:g} | " + " | ".join(
                 f"{row[m]['mean']:.4f} ± {row[m]['std']:.4f}" for m in ("default", "private-bias", "ref-dpals")) + " |")
+        extra = sorted({c["model"] for c in r["cells"]} - {"default", "private-bias", "ref-dpals"})
+        if extra:
+            lines += ["", "Allocations under the same automatic configuration (ada-dpals is `default`):", "",
+                      "| epsilon | " + " | ".join(extra) + " |", "|---" * (len(extra) + 1) + "|"]
+            for eps in sorted({c["epsilon"] for c in r["cells"]}):
+                row = {c["model"]: c for c in r["cells"] if c["epsilon"] == eps}
+                lines.append(f"| {eps:g} | " + " | ".join(f"{row[m]['mean']:.4f} ± {row[m]['std']:.4f}" for m in extra) + " |")
         lines += [""] + [f"- {v}" for v in verdicts(r)] + [""]
     return "\n".join(lines)
 
@@ -196,6 +206,8 @@ def main(argv=None) -> int:
     p.add_argument("--datasets", nargs="+", default=None, help="dataset[@scale] list")
     p.add_argument("--seeds", type=int, default=None)
     p.add_argument("--out", default=None, help="output folder (default benchmarks/results)")
+    p.add_argument("--allocations", action="store_true",
+                   help="also run dpals-uniform and dpals-tail under the default automatic configuration")
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
     datasets = a.datasets or (["synthetic-skew@0.2"] if a.quick else list(DEFAULT_DATASETS))
@@ -203,7 +215,7 @@ def main(argv=None) -> int:
     epsilons = (1.0, 20.0) if a.quick else EPSILONS
     out_dir = Path(a.out) if a.out else C.RESULTS
     out_dir.mkdir(parents=True, exist_ok=True)
-    results = [r for r in (run_dataset(d, seeds, epsilons, a.quiet) for d in datasets) if r is not None]
+    results = [r for r in (run_dataset(d, seeds, epsilons, a.quiet, a.allocations) for d in datasets) if r is not None]
     suffix = "_quick" if a.quick else ""
     command = "python benchmarks/bench_utility.py " + " ".join(argv if argv is not None else sys.argv[1:])
     C.write_json(out_dir / f"utility{suffix}.json", {"environment": C.environment(), "command": command,

@@ -92,12 +92,6 @@ def test_prepare_fills_cache(tmp_path, capsys):
     assert main(["datasets", "prepare", "synthetic-skew"]) == 0
 
 
-def test_missing_command_module_is_skipped(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ["datasets", "no_such_module"])
-    assert main(["datasets", "list", "--json"]) == 0
-    assert "warning" not in capsys.readouterr().err
-
-
 @pytest.mark.skipif(not (SHARED / "ml-100k" / "u.data").is_file(), reason="shared datasets not present")
 def test_done_when_real_data_via_shim(tmp_path, capsys):
     env = dict(os.environ, PRIVREC_CACHE=str(tmp_path / "c"))

@@ -1,7 +1,9 @@
-"""End-to-end CLI: ``privrec fit/evaluate/recommend/similar`` on small generated data (issue 5).
+"""End-to-end CLI: ``privrec fit/evaluate/recommend/similar`` on small generated data.
 
 Uses the embedded generated default (``synthetic-skew``) shrunk with ``--scale`` so each call
-takes a second or two; ``--json`` output is parsed and checked field by field.
+takes a second or two; ``--json`` output is parsed and checked field by field. Covers the
+self-explaining output: baselines next to every metric, the plain-language privacy summary,
+warnings for ignored options and a large delta, ``--ratings`` files and ``--plot``.
 """
 
 import json
@@ -10,16 +12,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from privrec import models
 from privrec.cli import main
+from privrec.commands import models as M
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--scale", "0.2", "--quiet"]
 FAST = ["--iterations", "2", "--factors", "4"]
+HELDOUT = ["--protocol", "heldout-users", "--heldout-users", "60"]
 REQUIRED = {"dataset", "method", "epsilon", "delta", "epsilon_spent", "privacy_events", "metrics", "sliced",
-            "fit_seconds"}
+            "fit_seconds", "baselines", "privacy_summary", "warnings"}
 has_dpals = pytest.mark.skipif(not hasattr(models, "DPALS"), reason="privrec.models.DPALS not available")
 
 
@@ -40,8 +45,10 @@ def test_fit_als_json_random_protocol_on_default_dataset(capsys):
     rmse = res["metrics"]["rmse"]
     assert 0 < rmse < 3
     assert len(res["sliced"]["rmse"]) == 5 and sum(res["bucket_items"]) == res["n_items"]
-    # the union of the buckets' squared errors is the overall RMSE (same test pairs)
     assert res["fit_seconds"] >= 0
+    # a non-private fit is not compared with itself; the trivial yardstick is always there
+    assert res["baselines"]["als"] is None and res["baselines"]["trivial"]["metrics"]["rmse"] > 0
+    assert res["privacy_summary"].startswith("None: this is a non-private model")
 
 
 @has_dpals
@@ -58,11 +65,74 @@ def test_fit_private_json_reports_ledger_epsilon_within_target(capsys):
     report = res["privacy_events"]
     assert epsilon_from_report(report, report["accountant"]) == pytest.approx(spent, rel=1e-6)
     assert math.isfinite(res["metrics"]["rmse"])
+    assert res["warnings"] == []  # delta 1e-5 < 1/n_users, nothing ignored
+
+
+@has_dpals
+def test_private_fit_is_compared_with_trivial_and_als_on_the_same_split(capsys):
+    res = run_json(capsys, ["fit", "--json", *SMALL, *FAST])
+    triv, als = res["baselines"]["trivial"], res["baselines"]["als"]
+    assert triv["name"] == "training global mean" and triv["private"] is False
+    assert als is not None and als["private"] is False and als["params"] == {"factors": 4, "iterations": 2}
+    for b in (triv, als):
+        assert b["metrics"]["n_test"] == res["metrics"]["n_test"]  # same test pairs
+        assert len(b["sliced"]["rmse"]) == len(res["sliced"]["rmse"])
+        assert 0 < b["metrics"]["rmse"] < 3
+
+
+def test_trivial_rating_baseline_is_the_training_global_mean(capsys):
+    """Independent check: RMSE of predicting the training mean on the random split's test pairs."""
+    from privrec.evaluation import experiment as X
+
+    res = run_json(capsys, ["fit", "--method", "als", "--json", "--seed", "3", *SMALL, *FAST])
+    split = X.make_split(X.load_data("synthetic-skew", scale=0.2, seed=3), "random", seed=3)
+    mean = split.train.data.astype(np.float64).mean()
+    expected = math.sqrt(np.mean((split.test.data.astype(np.float64) - mean) ** 2))
+    assert res["baselines"]["trivial"]["metrics"]["rmse"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_trivial_heldout_baseline_is_exact_popularity(capsys):
+    """Independent check: Recall@20 of ranking unseen items by exact training counts."""
+    from privrec.evaluation import experiment as X
+
+    res = run_json(capsys, ["fit", "--method", "als", "--json", *HELDOUT, *SMALL, *FAST])
+    triv = res["baselines"]["trivial"]
+    assert triv["name"].startswith("popularity")
+    split = X.make_split(X.load_data("synthetic-skew", scale=0.2, seed=0), "heldout-users", seed=0, heldout_users=60)
+    counts = np.diff(split.train.tocsc().indptr).astype(float)
+    recalls = []
+    for u in range(split.targets.shape[0]):
+        t = set(split.targets[u].indices)
+        if not t:
+            continue
+        score = counts.copy()
+        score[split.history[u].indices] = -np.inf
+        top = np.argsort(-score, kind="stable")[:20]
+        recalls.append(len(t & set(top)) / min(20, len(t)))
+    assert triv["metrics"]["recall@20"] == pytest.approx(np.mean(recalls), abs=0.02)  # ties may order differently
+
+
+@has_dpals
+def test_no_compare_als_skips_the_reference_and_compare_als_forces_it(capsys, monkeypatch):
+    res = run_json(capsys, ["fit", "--json", "--no-compare-als", *SMALL, *FAST])
+    assert res["baselines"]["als"] is None and "als_skipped" not in res["baselines"]
+    monkeypatch.setattr(M, "ALS_COMPARISON_MAX_NNZ", 10)  # "large" data: skipped by default, with a hint
+    res = run_json(capsys, ["fit", "--json", *SMALL, *FAST])
+    assert res["baselines"]["als"] is None and "--compare-als" in res["baselines"]["als_skipped"]
+    res = run_json(capsys, ["fit", "--json", "--compare-als", *SMALL, *FAST])
+    assert res["baselines"]["als"] is not None
+
+
+@pytest.mark.parametrize("method", ["als", "ada-dpals"])
+def test_json_fit_keeps_stderr_clean(method, capsys):
+    """No progress bars (the models' own fit bars included) or stray output around the JSON."""
+    assert main(["fit", "--method", method, "--json", *SMALL, *FAST]) == 0
+    cap = capsys.readouterr()
+    assert cap.err == "" and json.loads(cap.out)["baselines"]["trivial"]
 
 
 def test_fit_heldout_protocol_reports_recall_and_ndcg(capsys):
-    res = run_json(capsys, ["fit", "--method", "als", "--protocol", "heldout-users", "--heldout-users", "60",
-                            "--json", *SMALL, *FAST])
+    res = run_json(capsys, ["fit", "--method", "als", *HELDOUT, "--json", *SMALL, *FAST])
     m = res["metrics"]
     assert res["protocol"] == "heldout-users"
     assert 0 <= m["recall@20"] <= 1 and 0 <= m["ndcg@20"] <= 1 and m["n_users"] > 0
@@ -74,25 +144,251 @@ def test_fit_save_then_evaluate_recommend_similar(tmp_path, capsys):
     fit = run_json(capsys, ["fit", "--method", "als", "--output", str(path), "--evaluate", "--json", *SMALL, *FAST])
     assert path.is_file() and fit["output"] == str(path)
     ev = run_json(capsys, ["evaluate", "--model", str(path), "--json", *SMALL])
-    # same split, same model -> same RMSE as the fit's own evaluation
+    # same split, same model -> same RMSE as the fit's own evaluation, same trivial baseline
     assert ev["metrics"]["rmse"] == pytest.approx(fit["metrics"]["rmse"], rel=1e-5)
+    assert ev["baselines"]["trivial"]["metrics"]["rmse"] == pytest.approx(
+        fit["baselines"]["trivial"]["metrics"]["rmse"], rel=1e-6)
     rec = run_json(capsys, ["recommend", "--model", str(path), "--user", "0", "-n", "5", "--json", *SMALL])
     assert len(rec["items"]) == 5
     scores = [r["score"] for r in rec["items"]]
     assert scores == sorted(scores, reverse=True)
     sim = run_json(capsys, ["similar", "--model", str(path), "--item", "3", "-n", "4", "--json", *SMALL])
     assert len(sim["items"]) == 4 and all(str(r["item"]) != "3" for r in sim["items"])
-    # human-readable output has the per-bucket table
+    # human-readable output has the comparison and the per-bucket table
     assert main(["evaluate", "--model", str(path), *SMALL]) == 0
-    assert "rmse" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "rmse" in out and "trivial baseline: training global mean" in out and "privacy" in out
 
 
-def test_readable_fit_output_has_bucket_table_and_privacy_line(capsys):
+@has_dpals
+def test_evaluate_private_model_prints_its_privacy_summary(tmp_path, capsys):
+    path = tmp_path / "dp.npz"
+    fit = run_json(capsys, ["fit", "--output", str(path), "--json", "--no-compare-als", *SMALL, *FAST])
+    assert "metrics" not in fit  # --output alone skips the evaluation
+    ev = run_json(capsys, ["evaluate", "--model", str(path), "--json", "--no-compare-als", *SMALL])
+    assert ev["method"] == "ada-dpals" and "user level" in ev["privacy_summary"]
+    assert f"e^{float(ev['epsilon_spent']):.3g}" in ev["privacy_summary"]
+
+
+@has_dpals
+def test_readable_fit_output_has_comparison_bucket_table_and_privacy_paragraph(capsys):
+    assert main(["fit", *SMALL, *FAST]) == 0
+    out = capsys.readouterr().out
+    assert "per-popularity bucket" in out and "0 (tail)" in out
+    assert "trivial baseline: training global mean" in out and "non-private" in out
+    assert "trivial rmse" in out and "ALS rmse" in out  # baselines per bucket too
+    text = " ".join(out.split("privacy\n", 1)[1].split())
+    for needle in ("user level", "removing all of one user's ratings", "at most a factor e^",
+                   "except with probability delta", "PLD (privacy loss distribution) accountant",
+                   "User embeddings are never released"):
+        assert needle in text, needle
+
+
+def test_readable_als_output_says_non_private(capsys):
     assert main(["fit", "--method", "als", *SMALL, *FAST]) == 0
     out = capsys.readouterr().out
     assert "per-popularity bucket" in out and "0 (tail)" in out and "privacy" in out
+    assert "non-private model" in out
 
 
+# ------------------------------------------------------------------------------- warnings
+def test_epsilon_and_delta_with_als_warn_that_they_are_ignored(capsys):
+    rc = main(["fit", "--method", "als", "--epsilon", "1", "--delta", "1e-6", "--json", *SMALL, *FAST])
+    cap = capsys.readouterr()
+    assert rc == 0
+    err = cap.err.splitlines()
+    assert "privrec fit: warning: ε (--epsilon) is ignored by the non-private method als" in err
+    assert any("(--delta) is ignored by the non-private method als" in line for line in err)
+    assert len(json.loads(cap.out)["warnings"]) == 2
+
+
+@has_dpals
+def test_weight_exponent_is_ignored_by_non_adaptive_methods(capsys):
+    assert main(["fit", "--method", "dpals-uniform", "--weight-exponent", "0.5", "--json", "--no-compare-als",
+                 *SMALL, *FAST]) == 0
+    cap = capsys.readouterr()
+    assert any("--weight-exponent (mu) is ignored by dpals-uniform" in w for w in json.loads(cap.out)["warnings"])
+    assert cap.err.startswith("privrec fit: warning: --weight-exponent (mu) is ignored by dpals-uniform")
+
+
+@has_dpals
+def test_heldout_default_delta_warns_and_explains_the_paper_convention(capsys):
+    assert main(["fit", *HELDOUT, "--json", "--no-compare-als", *SMALL, *FAST]) == 0
+    cap = capsys.readouterr()
+    res = json.loads(cap.out)
+    assert res["delta"] == pytest.approx(1.0 / res["n_users"])
+    (msg,) = res["warnings"]
+    assert "1/n_users" in msg and "paper's convention" in msg and "--delta" in msg
+    err = cap.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("privrec fit: warning: delta =")
+    res = run_json(capsys, ["fit", *HELDOUT, "--delta", "1e-7", "--json", "--no-compare-als", *SMALL, *FAST])
+    assert res["warnings"] == [] and capsys.readouterr().err == ""
+
+
+def test_delta_warning_text():
+    assert M._delta_warning(1e-5, 1000, "random", True) is None
+    msg = M._delta_warning(1e-3, 1000, "random", True)
+    assert "1/1,000" in msg and "paper" not in msg and "--delta 1e-05" in msg
+    assert "paper's convention" in M._delta_warning(1e-3, 1000, "heldout-users", False)
+
+
+@has_dpals
+def test_known_noise_seed_is_called_out_in_the_summary(capsys):
+    res = run_json(capsys, ["fit", "--noise-seed", "7", "--json", "--no-compare-als", *SMALL, *FAST])
+    assert "--noise-seed 7" in res["privacy_summary"] and "no privacy guarantee" in res["privacy_summary"]
+
+
+def test_privacy_paragraph_reads_the_report():
+    report = {"events": [{}, {}, {}], "epsilon": 0.92, "epsilon_rdp": 1.0, "epsilon_pld": 0.92, "delta": 1e-6,
+              "accountant": "pld", "target_epsilon": 1.0, "neighboring": "add_or_remove_one"}
+    text = M.privacy_paragraph(report, width=None)
+    assert "(0.92, 1e-06)-differentially private at the user level" in text
+    assert f"e^0.92 = {math.exp(0.92):.3g}" in text and "delta = 1e-06" in text
+    assert "PLD (privacy loss distribution) accountant over the 3 recorded noise events" in text
+    assert "RDP accountant gives 1" in text and "\n" not in text
+    rdp = M.privacy_paragraph({**report, "accountant": "rdp", "epsilon": 1.0}, feedback="implicit")
+    flat = " ".join(rdp.split())
+    assert "RDP (Renyi differential privacy) accountant" in flat and "one user's interactions" in flat
+    assert max(len(line) for line in rdp.splitlines()) <= 100
+    assert M.privacy_paragraph(None).startswith("None")
+
+
+# ------------------------------------------------------------------------------- --ratings files
+@pytest.fixture(scope="module")
+def ratings_files(tmp_path_factory):
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    n = 4000
+    df = pd.DataFrame({"uid": rng.integers(0, 300, n), "mid": rng.integers(0, 150, n) * 7,
+                       "stars": rng.integers(1, 6, n)}).drop_duplicates(["uid", "mid"])
+    folder = tmp_path_factory.mktemp("ratings")
+    df.to_csv(folder / "r.csv", index=False)
+    df.to_parquet(folder / "r.parquet", index=False)
+    df[["uid", "mid"]].to_csv(folder / "plays.csv", index=False)
+    return folder, df
+
+
+@pytest.fixture(params=["fallback", "frames"])
+def readers(request, monkeypatch):
+    """Run with the CLI's own reader and, when present, privrec.data.from_pandas / from_parquet."""
+    import privrec.data as D
+
+    if request.param == "frames":
+        frames = pytest.importorskip("privrec.data.frames")
+        monkeypatch.setattr(D, "from_pandas", frames.from_pandas, raising=False)
+        monkeypatch.setattr(D, "from_parquet", frames.from_parquet, raising=False)
+    else:
+        monkeypatch.delattr(D, "from_pandas", raising=False)
+        monkeypatch.delattr(D, "from_parquet", raising=False)
+    return request.param
+
+
+def test_fit_on_own_csv_and_parquet_files(ratings_files, readers, capsys):
+    folder, df = ratings_files
+    cols = ["--user-col", "uid", "--item-col", "mid", "--rating-col", "stars", "--json", "-q", *FAST]
+    a = run_json(capsys, ["fit", "--method", "als", "--ratings", str(folder / "r.csv"), *cols])
+    b = run_json(capsys, ["fit", "--method", "als", "--ratings", str(folder / "r.parquet"), *cols])
+    assert a["dataset"] == "r.csv" and b["dataset"] == "r.parquet"
+    for res in (a, b):
+        assert res["protocol"] == "random" and res["n_items"] <= df["mid"].nunique()
+    assert a["n_train"] == b["n_train"] and a["baselines"]["trivial"]["metrics"]["rmse"] == pytest.approx(
+        b["baselines"]["trivial"]["metrics"]["rmse"])
+
+
+def test_duplicate_rows_are_rejected_unless_a_policy_is_given(ratings_files, readers, tmp_path, capsys):
+    folder, df = ratings_files
+    path = tmp_path / "dup.csv"
+    import pandas as pd
+
+    pd.concat([df, df.iloc[:3]]).to_csv(path, index=False)
+    cols = ["--ratings", str(path), "--user-col", "uid", "--item-col", "mid", "--rating-col", "stars", "-q"]
+    assert main(["fit", "--method", "als", *cols, *FAST]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "duplicate" in err and len(err.splitlines()) == 1
+    assert main(["fit", "--method", "als", "--duplicates", "last", "--json", *cols, *FAST]) == 0
+    cap = capsys.readouterr()
+    assert json.loads(cap.out)["n_train"] > 0 and "privrec fit: warning: 3 duplicate" in cap.err
+
+
+def test_fit_on_file_without_ratings_uses_heldout_users(ratings_files, readers, capsys):
+    folder, _ = ratings_files
+    res = run_json(capsys, ["fit", "--method", "als", "--ratings", str(folder / "plays.csv"), "--user-col", "uid",
+                            "--item-col", "mid", "--rating-col", "", "--json", "-q", *FAST])
+    assert res["protocol"] == "heldout-users" and res["n_train"] > 1000  # nothing binarised away
+    assert 0 <= res["metrics"]["recall@20"] <= 1
+
+
+def test_recommend_from_own_file(ratings_files, tmp_path, capsys):
+    folder, df = ratings_files
+    data = ["--ratings", str(folder / "r.csv"), "--user-col", "uid", "--item-col", "mid", "--rating-col", "stars"]
+    path = tmp_path / "m.npz"
+    assert main(["fit", "--method", "als", "--output", str(path), "-q", *data, *FAST]) == 0
+    capsys.readouterr()
+    user = str(df["uid"].iloc[0])
+    rec = run_json(capsys, ["recommend", "--model", str(path), "--user", user, "-n", "3", "--json", *data])
+    seen = set(df.loc[df["uid"] == int(user), "mid"])
+    assert len(rec["items"]) == 3 and not seen & {int(r["item"]) for r in rec["items"]}
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--rating-col", "rating"], "no column 'rating' (--rating-col); its columns are: uid, mid, stars"),
+        (["--rating-col", "stars", "--dataset", "ml-100k"], "either --dataset or --ratings"),
+        (["--rating-col", "stars", "--scale", "0.5"], "--scale applies to the generated datasets only"),
+    ],
+)
+def test_bad_ratings_options_are_one_line_errors(ratings_files, readers, extra, needle, capsys):
+    folder, _ = ratings_files
+    rc = main(["fit", "--ratings", str(folder / "r.csv"), "--user-col", "uid", "--item-col", "mid", *extra, "-q"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and needle in err and len(err.splitlines()) == 1
+
+
+def test_missing_ratings_file_and_unknown_type(tmp_path, capsys):
+    assert main(["fit", "--ratings", str(tmp_path / "nope.csv")]) == 2
+    assert "not found" in capsys.readouterr().err
+    (tmp_path / "x.xlsx").write_text("a")
+    assert main(["fit", "--ratings", str(tmp_path / "x.xlsx")]) == 2
+    assert ".csv" in capsys.readouterr().err
+
+
+def test_column_flags_without_ratings_warn(capsys):
+    res = run_json(capsys, ["fit", "--method", "als", "--user-col", "u", "--json", *SMALL, *FAST])
+    assert res["warnings"] == ["--user-col only applies to --ratings; ignored"]
+
+
+# ------------------------------------------------------------------------------- --plot
+def test_plot_writes_a_bucket_chart(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "buckets.png"
+    res = run_json(capsys, ["fit", "--method", "als", "--plot", str(out), "--json", *SMALL, *FAST])
+    assert res["plot"] == str(out) and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # --plot implies the evaluation even with --output
+    out2 = tmp_path / "b.svg"
+    res = run_json(capsys, ["fit", "--method", "als", "--plot", str(out2), "--output", str(tmp_path / "m.npz"),
+                            "--json", *SMALL, *FAST])
+    assert "metrics" in res and out2.read_text().lstrip().startswith("<?xml")
+
+
+@pytest.mark.parametrize("name, needle", [("plot.nope", "unknown image type"), ("no/such/dir/p.png", "does not exist")])
+def test_bad_plot_path_fails_before_fitting(tmp_path, name, needle, capsys):
+    pytest.importorskip("matplotlib")
+    assert main(["fit", "--method", "als", "--plot", str(tmp_path / name), *SMALL]) == 2
+    cap = capsys.readouterr()
+    assert needle in cap.err and cap.out == ""
+
+
+def test_plot_without_matplotlib_is_a_one_line_error(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    assert main(["fit", "--method", "als", "--plot", str(tmp_path / "p.png"), *SMALL]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "privrec[plots]" in err and len(err.splitlines()) == 1
+
+
+# ------------------------------------------------------------------------------- errors
 @pytest.mark.parametrize(
     "argv, needle",
     [
@@ -100,18 +396,23 @@ def test_readable_fit_output_has_bucket_table_and_privacy_line(capsys):
         (["fit", "--delta", "2", "--method", "ada-dpals"], "delta"),
         (["fit", "--dataset", "no-such-dataset", "--method", "als"], "no-such-dataset"),
         (["evaluate", "--model", "/nonexistent/model.npz"], "error"),
-        (["fit", "--method", "als", "--weight-exponent", "0.5"], "mu"),
+        (["fit", "--method", "als", "--weight-exponent", "0.5"], "--weight-exponent (mu) does not apply"),
+        (["fit", "--method", "als", "--budget", "5"], "--budget (budget) does not apply"),
+        (["fit", "--method", "als", "--factors", "0"], "--factors must be >= 1"),
+        (["fit", "--heldout-users", "0"], "--heldout-users must be >= 1"),
+        (["fit", "--epsilon", "abc"], "invalid float value"),
+        (["recommend", "--model", "m.npz", "--user", "1", "-n", "0"], "-n must be >= 1"),
     ],
 )
-def test_bad_arguments_exit_nonzero_with_one_line_error(argv, needle, capsys):
+def test_bad_arguments_exit_2_with_one_line_error(argv, needle, capsys):
     rc = main(argv + ["--quiet"])
     err = capsys.readouterr().err.strip()
-    assert rc != 0
-    assert needle in err and len(err.splitlines()) == 1
+    assert rc == 2
+    assert needle in err and len(err.splitlines()) == 1, err
 
 
 def test_unknown_method_and_user_exit_nonzero(tmp_path, capsys):
-    assert main(["fit", "--method", "bogus"]) != 0
+    assert main(["fit", "--method", "bogus"]) == 2
     assert "invalid choice" in capsys.readouterr().err
     path = tmp_path / "m.npz"
     assert main(["fit", "--method", "als", "--output", str(path), *SMALL, *FAST]) == 0
@@ -128,7 +429,7 @@ def test_python_cli_py_subprocess_json():
     assert REQUIRED <= set(res) and res["metrics"]["rmse"] > 0
     bad = subprocess.run([sys.executable, str(ROOT / "cli.py"), "fit", "--method", "nope"],
                          capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert bad.returncode != 0 and "invalid choice" in bad.stderr
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
 
 @has_dpals

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
 
 from privrec.data import Interactions
 from privrec.models import ALS, DPALS, ImplicitALS, load_model
@@ -119,11 +120,15 @@ def test_save_load_round_trip_dpals_releases_only_items(dpals, R, tmp_path):
     assert m.random_state is None
     np.testing.assert_array_equal(m.item_factors_, dpals.item_factors_)
     assert m.privacy_report()["epsilon"] == dpals.privacy_report()["epsilon"]
-    with pytest.raises(ValueError, match="recalculate_user=True"):
-        m.recommend(0, R[0])
+    # a loaded private model has no user factors: the given rows are projected automatically (free)
+    np.testing.assert_array_equal(m.recommend(0, R[0])[0], dpals.recommend(0, R[0], recalculate_user=True)[0])
+    with pytest.raises(ValueError, match="user_items"):
+        m.recommend(0, None, filter_already_liked_items=False)
     a, _ = m.recommend(np.arange(3), R[:3], N=4, recalculate_user=True)
     b, _ = dpals.recommend(np.arange(3), R[:3], N=4, recalculate_user=True)
     np.testing.assert_array_equal(a, b)
+    c, _ = m.recommend(np.arange(3), R, N=4)  # the full matrix: rows userid are taken
+    np.testing.assert_array_equal(a, c)
 
 
 def test_save_load_round_trip_implicit_wrapper(R, tmp_path):
@@ -166,18 +171,24 @@ def test_corrupt_truncated_and_mismatched_files_rejected(als, dpals, tmp_path):
 @pytest.mark.parametrize("model", [ALS(factors=2, iterations=1), DPALS(epsilon=2.0, factors=2, iterations=1, budget=3)])
 def test_bad_fit_input(model):
     R = _ratings(10, 8)
+    with pytest.raises(ValueError, match="2-D"):
+        model.fit(R.toarray()[0])
     with pytest.raises(ValueError, match="CSR"):
-        model.fit(R.toarray())
-    with pytest.raises(ValueError, match="CSR"):
-        model.fit(R.tocoo())
+        model.fit(None)
+    with pytest.raises(ValueError, match="duplicate"):  # COO duplicates are rejected, not summed
+        model.fit(sp.coo_matrix((np.ones(2), ([0, 0], [1, 1])), shape=(2, 3)))
+    with pytest.raises(ValueError, match="infinite"):
+        model.fit(np.full((3, 3), np.inf))
     bad = R.copy()
     bad.data[0] = np.nan
     with pytest.raises(ValueError, match="NaN"):
         model.fit(bad)
     with pytest.raises(ValueError, match="no ratings"):
         model.fit(sp.csr_matrix((5, 4), dtype=np.float32))
-    with pytest.raises(ValueError, match="no users or no items"):
+    with pytest.raises(ValueError, match="no users"):
         model.fit(sp.csr_matrix((0, 4), dtype=np.float32))
+    with pytest.raises(ValueError, match="no items"):
+        model.fit(sp.csr_matrix((4, 0), dtype=np.float32))
 
 
 def test_bad_query_input(als, R):
@@ -197,3 +208,80 @@ def test_bad_query_input(als, R):
         als.recommend(0, R[0], N=0)
     with pytest.raises(ValueError, match="not fitted"):
         ALS().recommend(0, R[0])
+    with pytest.raises(NotFittedError):
+        DPALS().similar_items(0)
+    with pytest.raises(AttributeError):  # NotFittedError is also an AttributeError (old callers keep working)
+        ALS().transform(R)
+
+
+# ---------------------------------------------------------------------- issue 13: implicit / sklearn parity
+
+def test_factor_properties_are_implicit_aliases(als):
+    assert als.item_factors is als.item_factors_ and als.user_factors is als.user_factors_
+    m = clone(als)
+    assert m.item_factors is None and m.user_factors is None  # implicit: None before fit
+    m.item_factors = als.item_factors_.copy()
+    m.user_factors = als.user_factors_.copy()
+    np.testing.assert_array_equal(m.user_factors_, als.user_factors_)
+
+
+def test_similar_users_is_cosine_of_user_factors(als):
+    ids, scores = als.similar_users(4, N=6)
+    U = als.user_factors_ / np.linalg.norm(als.user_factors_, axis=1, keepdims=True)
+    np.testing.assert_allclose(scores, U[ids] @ U[4], rtol=1e-5)
+    assert ids[0] == 4 and np.all(np.diff(scores) <= 1e-6)
+    ids, _ = als.similar_users(4, N=6, filter_users=[4, 5])
+    assert not {4, 5} & set(ids.tolist())
+    ids, _ = als.similar_users([1, 2], N=3, users=np.arange(10, 20))
+    assert ids.shape == (2, 3) and np.all((ids >= 10) & (ids < 20))
+
+
+def test_rank_items_returns_every_selected_item_sorted(als, R):
+    sel = np.array([3, 9, 1, 20, 11, 12, 13, 14, 15, 16, 17, 18])  # more than implicit's N=10 cap
+    ids, scores = als.rank_items(0, R[0], sel)
+    assert sorted(ids.tolist()) == sorted(sel.tolist()) and np.all(np.diff(scores) <= 0)
+    np.testing.assert_allclose(scores, als.predict(np.zeros(len(ids), int), ids), rtol=1e-5)
+
+
+def test_partial_fit_users_is_the_billboard_projection(R):
+    m = ALS(factors=3, iterations=2, random_state=0).fit(R, show_progress=False)
+    U, b = m._project_users(R[[2, 7]])
+    m.partial_fit_users([2, R.shape[0] + 2], R[[2, 7]])
+    np.testing.assert_allclose(m.user_factors_[[2, R.shape[0] + 2]], U, rtol=1e-6)
+    np.testing.assert_allclose(m.user_bias_[[2, R.shape[0] + 2]], b, rtol=1e-6)
+    assert m.user_factors_.shape[0] == m.user_bias_.shape[0] == R.shape[0] + 3
+    np.testing.assert_array_equal(m.user_factors_[R.shape[0]], 0.0)
+    with pytest.raises(ValueError, match="1 row for every user"):
+        m.partial_fit_users([0, 1], R[[0]])
+    with pytest.raises(ValueError, match="repeated"):
+        m.partial_fit_users([0, 0], R[[0, 1]])
+
+
+def test_partial_fits_cannot_grow_an_id_vocabulary(R):
+    users, items = R.nonzero()
+    x = Interactions.from_arrays(np.array([f"u{u}" for u in users]), items + 100, np.asarray(R[users, items]).ravel())
+    m = ALS(factors=2, iterations=1, random_state=0).fit(x, show_progress=False)
+    m.partial_fit_users([0], R[[0]])  # an existing user: fine
+    with pytest.raises(ValueError, match="user ids"):
+        m.partial_fit_users([x.n_users], R[[0]])
+    with pytest.raises(ValueError, match="item ids"):
+        m.partial_fit_items([x.n_items], R.T.tocsr()[[0]])
+
+
+def test_fit_accepts_sklearn_y_and_returns_self(R):
+    m = ALS(factors=2, iterations=1, random_state=0)
+    assert m.fit(R, None) is m
+    assert m.fit(R, np.zeros(R.shape[0])) is m  # y is ignored (ratings are in X)
+    a = m.item_factors_.copy()
+    assert m.fit(R, y=np.ones(3)) is m
+    np.testing.assert_array_equal(m.item_factors_, a)
+
+
+def test_corrupt_csc_and_coo_are_rejected_before_conversion():
+    csc = sp.csc_matrix((np.ones(3, dtype=np.float32), np.array([0, 7, 1]), np.array([0, 1, 2, 3])), shape=(2, 3))
+    with pytest.raises(ValueError, match="CSC"):
+        ALS(factors=2, iterations=1).fit(csc)
+    coo = sp.coo_matrix((np.ones(2), (np.array([0, 1]), np.array([0, 1]))), shape=(2, 3))
+    coo.col[1] = 9
+    with pytest.raises(ValueError, match="outside its shape"):
+        ALS(factors=2, iterations=1).fit(coo)

@@ -1,10 +1,10 @@
-"""``privrec benchmark {tradeoff,mu,sliced,speed,synthetic} [script options]`` (issue 5).
+"""``privrec benchmark {tradeoff,mu,sliced,speed,synthetic} [script options]``.
 
 Dispatches to the scripts in the checkout's ``benchmarks/`` folder (they are not part of the
 installed package): ``tradeoff`` / ``mu`` / ``sliced`` run ``bench_tradeoff.py`` with the matching
-``--part``; ``speed`` runs ``bench_speed.py``; ``synthetic`` runs ``bench_appendix_c.py`` (spec 004
-§7 Appendix C). Remaining options go to the script unchanged, e.g.
-``privrec benchmark tradeoff --quick``. Results land in ``benchmarks/results/``.
+``--part``; ``speed`` runs ``bench_speed.py``; ``synthetic`` runs ``bench_appendix_c.py`` (the
+synthetic experiment of Krichene et al. 2023, Appendix C). Remaining options go to the script
+unchanged, e.g. ``privrec benchmark tradeoff --quick``. Results land in ``benchmarks/results/``.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import argparse
 import importlib.util
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 _SCRIPTS = {
@@ -24,9 +25,29 @@ _SCRIPTS = {
 }
 
 
+DESCRIPTION = """\
+Run a reproduction benchmark from the checkout's benchmarks/ folder.
+
+  tradeoff   privacy-utility trade-off of the six private methods and ALS
+  mu         sweep of the adaptive-weight exponent mu
+  sliced     metrics per item-popularity bucket
+  speed      fit and evaluation speed against the implicit library
+  synthetic  the synthetic multi-task experiment (Krichene et al. 2023, Appendix C)
+
+Options after the benchmark name go to the script unchanged; every script has
+--quick (seconds) and --help. Results are written to benchmarks/results/. The
+scripts are not installed with the package: run from a privrec checkout or set
+PRIVREC_BENCHMARKS to the benchmarks folder.
+
+Examples:
+  privrec benchmark tradeoff --quick
+  privrec benchmark speed --help
+"""
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("benchmark", help="run a reproduction benchmark from benchmarks/",
-                              description=__doc__.split("\n\n")[0])
+                              description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("which", choices=sorted(_SCRIPTS), help="benchmark to run")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="options passed to the script (e.g. --quick)")
     p.set_defaults(func=cmd_benchmark)
@@ -61,12 +82,28 @@ def load_script(name: str):
     return mod
 
 
+@contextmanager
+def _one_line_argparse_errors(name: str):
+    """While a script runs, its argparse errors are one line (``privrec benchmark NAME: error: ...``)."""
+    original = argparse.ArgumentParser.error
+
+    def error(self, message):
+        text = " ".join(str(message).split())
+        self.exit(2, f"privrec benchmark {name}: error: {text} (see 'privrec benchmark {name} --help')\n")
+
+    argparse.ArgumentParser.error = error
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.error = original
+
+
 def cmd_benchmark(args) -> int:
     script, extra = _SCRIPTS[args.which]
     try:
         mod = load_script(script)
     except (FileNotFoundError, ImportError) as exc:
-        print(f"privrec benchmark: error: {exc}", file=sys.stderr)
+        print(f"privrec benchmark: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     main = getattr(mod, "main", None)
     if main is None:
@@ -74,11 +111,16 @@ def cmd_benchmark(args) -> int:
         return 2
     rest = [a for a in args.script_args if a != "--"]
     try:
-        rc = main(extra + rest)
-    except SystemExit as exc:  # argparse inside the script
+        with _one_line_argparse_errors(args.which):
+            rc = main(extra + rest)
+    except SystemExit as exc:  # argparse inside the script (--help: 0, bad option: 2)
         rc = exc.code if isinstance(exc.code, int) else 2
-    except ValueError as exc:
-        print(f"privrec benchmark: error: {exc}", file=sys.stderr)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"privrec benchmark: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     # scripts return an exit status or their results (a dict): anything but an int means success
     return rc if isinstance(rc, int) and not isinstance(rc, bool) else 0
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__

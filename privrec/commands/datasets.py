@@ -1,4 +1,4 @@
-"""``privrec datasets list | info NAME | prepare NAME`` (issue 2; spec 004 §7 datasets).
+"""``privrec datasets list | info NAME | prepare NAME``: find, inspect and prepare datasets.
 
 * ``list``: every dataset name (real and synthetic) and whether a real one is found locally.
 * ``info NAME [--data-dir DIR] [--json]``: users, items, interactions, density, share of the
@@ -15,7 +15,12 @@ line on stderr and exit status 2 (1 for operating-system I/O failures such as a 
 warnings (e.g. a corrupt cache entry being rebuilt) are one line each.
 """
 
+
 from __future__ import annotations
+
+DESCRIPTION = ("List known datasets, show statistics of one (users, items, interactions, skew), or prepare "
+               "one: find it locally or download it from its official source, parse it once and cache it.")
+
 
 import argparse
 import functools
@@ -36,7 +41,7 @@ from privrec.data.stats import dataset_stats
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("datasets", help="list, describe and prepare datasets",
-                              description=__doc__.split("\n\n")[0],
+                              description=DESCRIPTION,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="datasets_command", metavar="SUBCOMMAND", required=True)
 

@@ -1,25 +1,33 @@
-"""``privrec fit | evaluate | recommend | similar`` (issue 5; spec 004 §6-§8).
+"""``privrec fit | evaluate | recommend | similar``: fit, evaluate and query recommenders.
 
-* ``fit``: load (default: the embedded generated ``synthetic-skew``) -> split by protocol -> fit a
-  method (non-private ALS or one of the six private methods) -> evaluate -> print metrics, a
-  per-popularity-bucket table and the epsilon spent (from the accountant). ``--json`` prints one
-  JSON object instead. ``--output`` saves the model (item factors + privacy report).
-* ``evaluate``: evaluate a saved model on the same split (same ``--dataset``/``--protocol``/``--seed``).
+* ``fit``: load a dataset (default: the embedded generated ``synthetic-skew``; ``--ratings FILE``
+  for the user's own CSV / Parquet file) -> split by protocol -> fit a method (non-private ALS or
+  one of the six private methods) -> evaluate -> print the metrics next to two yardsticks (the
+  trivial baseline and, when cheap, non-private ALS), a per-popularity-bucket table and a
+  plain-language privacy summary with the epsilon computed by the accountant. ``--json`` prints
+  one JSON object instead; ``--output`` saves the model; ``--plot`` draws the bucket table.
+* ``evaluate``: evaluate a saved model on the same split (same data options and ``--seed``).
 * ``recommend`` / ``similar``: top-N items for a user (projected from their own history: the
   billboard model, no privacy cost) or the items most similar to an item, with titles when the
   dataset has metadata.
 
-Errors print one line ``privrec <command>: error: ...`` to stderr and exit with status 2.
+Errors a user can cause print one line ``privrec <command>: error: ...`` to stderr and exit
+with status 2; warnings (ignored options, a large delta) are one line each on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+import textwrap
+import warnings
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 from ..evaluation import experiment as X
 
@@ -33,47 +41,121 @@ _MODEL_FLAGS = {
     "max_norm": "max_norm",
     "unobserved_weight": "unobserved_weight",
 }
+_FLAG_NAMES = {k: "--" + k.replace("_", "-") for k in _MODEL_FLAGS}
+#: training matrices with fewer stored ratings than this get the non-private ALS comparison by default
+ALS_COMPARISON_MAX_NNZ = 2_000_000
+#: default target epsilon of the private methods
+DEFAULT_EPSILON = 5.0
+_ADAPTIVE = ("ada-dpals", "ada-dpsgd")
+_WIDTH = 100
+
+FIT_DESCRIPTION = """\
+Fit a recommender, evaluate it on held-out data and explain the result.
+
+By default privrec fits the private model ada-dpals at epsilon 5 on a small
+generated dataset (synthetic-skew, no download). Use --dataset NAME for a known
+dataset (see 'privrec datasets list') or --ratings FILE for your own CSV or
+Parquet file with one row per (user, item, rating).
+
+Every metric is printed next to two yardsticks: the trivial baseline (the
+training global mean for rating prediction, the exact popularity ranking for
+held-out users; both non-private) and non-private ALS, which is fitted when the
+training data has fewer than 2,000,000 ratings or with --compare-als. A private
+model is only worth its noise if it beats the trivial baseline.
+
+The privacy summary says what the guarantee means for this run: removing all of
+one user's ratings changes the probability of any released item factors by at
+most a factor e^epsilon, except with probability delta. User embeddings are never
+released; each user recomputes their own from the item factors.
+
+Examples:
+  privrec fit
+  privrec fit --epsilon 1 --output model.npz --plot buckets.png
+  privrec fit --dataset ml-100k --data-dir ~/data/ml-100k --epsilon 1
+  privrec fit --ratings ratings.csv --user-col user_id --item-col movie_id --rating-col stars
+  privrec fit --method als --json
+"""
+
+EVALUATE_DESCRIPTION = """\
+Evaluate a model saved by 'privrec fit --output' on the same split of the same
+data (pass the same data options and --seed as for the fit). Prints the metrics
+next to the trivial baseline and, when cheap, non-private ALS, and the model's
+privacy summary.
+
+Example:
+  privrec evaluate --model model.npz --dataset ml-100k --data-dir ~/data/ml-100k
+"""
+
+RECOMMEND_DESCRIPTION = """\
+Top-N items for one user of the dataset. The user's embedding is recomputed
+from the saved item factors and the user's own history only, so recommending
+costs no privacy. Items the user already has are not recommended.
+
+Example:
+  privrec recommend --model model.npz --dataset ml-100k --data-dir ~/data/ml-100k --user 42
+"""
+
+SIMILAR_DESCRIPTION = """\
+The items most similar to an item (cosine similarity of the saved item factors).
+
+Example:
+  privrec similar --model model.npz --dataset ml-100k --data-dir ~/data/ml-100k --item 50
+"""
 
 
 def register(subparsers) -> None:
     """Add the four model subcommands to the top-level ``privrec`` parser."""
-    p = subparsers.add_parser("fit", help="fit a (private) model, optionally evaluate and save it",
-                              description=__doc__.split("\n\n")[1].strip() if __doc__ else None)
+    p = subparsers.add_parser("fit", help="fit a (private) model, evaluate it and explain the result",
+                              description=FIT_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     _data_args(p)
-    p.add_argument("--method", choices=X.METHODS, default="ada-dpals",
-                   help="model to fit (default: ada-dpals; 'als' is non-private)")
-    p.add_argument("--epsilon", type=float, default=5.0, help="target epsilon for private methods (default 5)")
-    p.add_argument("--delta", type=float, default=None,
-                   help="target delta (default: 1e-5 for the random protocol, 1/n for held-out users)")
-    p.add_argument("--factors", type=int, help="embedding dimension")
-    p.add_argument("--iterations", type=int, help="ALS sweeps")
-    p.add_argument("--regularization", type=float, help="ridge strength")
-    p.add_argument("--weight-exponent", dest="weight_exponent", type=float,
-                   help="adaptive-weight exponent mu (ada-* methods)")
-    p.add_argument("--budget", type=float, help="per-user budget (items per user / sum of squared weights)")
-    p.add_argument("--max-norm", dest="max_norm", type=float, help="clipping norm of user embeddings")
-    p.add_argument("--unobserved-weight", dest="unobserved_weight", type=float, help="gravity alpha_0")
-    p.add_argument("--noise-seed", dest="noise_seed", type=int, default=None,
+    g = p.add_argument_group("model and privacy")
+    g.add_argument("--method", choices=X.METHODS, default="ada-dpals",
+                   help="model to fit (default: ada-dpals; 'als' is the non-private reference)")
+    g.add_argument("--epsilon", type=float, default=None,
+                   help=f"target epsilon of a private method (default {DEFAULT_EPSILON:g}); smaller is more private")
+    g.add_argument("--delta", type=float, default=None,
+                   help="target delta (default: 1e-5 for the random protocol, 1/n_users for held-out users, the "
+                        "papers' convention; choose delta much smaller than 1/n_users for real use)")
+    g.add_argument("--factors", type=int, help="embedding dimension (default: automatic for private methods)")
+    g.add_argument("--iterations", type=int, help="ALS sweeps (default: automatic for private methods)")
+    g.add_argument("--regularization", type=float, help="ridge strength")
+    g.add_argument("--weight-exponent", dest="weight_exponent", type=float,
+                   help="adaptive-weight exponent mu (ada-dpals and ada-dpsgd only)")
+    g.add_argument("--budget", type=float, help="per-user budget (items per user / sum of squared weights)")
+    g.add_argument("--max-norm", dest="max_norm", type=float, help="clipping norm of user embeddings")
+    g.add_argument("--unobserved-weight", dest="unobserved_weight", type=float,
+                   help="weight of unobserved (user, item) pairs (gravity)")
+    g.add_argument("--noise-seed", dest="noise_seed", type=int, default=None,
                    help="seed of the initialisation and the privacy noise, for reproducible experiments only: "
-                        "anyone who knows it can subtract the noise, so a known seed VOIDS the DP guarantee "
-                        "(default: OS entropy)")
-    p.add_argument("--output", "-o", help="save the fitted model to this file")
-    p.add_argument("--evaluate", action="store_true",
-                   help="evaluate on the held-out part (always done when no --output is given)")
-    _out_args(p)
+                        "anyone who knows it can subtract the noise, so a known seed VOIDS the privacy "
+                        "guarantee (default: fresh randomness from the operating system)")
+    g = p.add_argument_group("output")
+    g.add_argument("--output", "-o", help="save the fitted model to this file")
+    g.add_argument("--evaluate", action="store_true",
+                   help="evaluate on the held-out part (always done without --output)")
+    g.add_argument("--plot", metavar="FILE", default=None,
+                   help="save a per-popularity-bucket bar chart (PNG, PDF or SVG by extension; needs matplotlib, "
+                        "the 'plots' extra)")
+    _compare_args(g)
+    _out_args(g)
     p.set_defaults(func=cmd_fit)
 
-    p = subparsers.add_parser("evaluate", help="evaluate a saved model on a dataset split")
+    p = subparsers.add_parser("evaluate", help="evaluate a saved model on a dataset split",
+                              description=EVALUATE_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="model file written by 'privrec fit --output'")
     _data_args(p)
-    _out_args(p)
+    g = p.add_argument_group("output")
+    _compare_args(g)
+    _out_args(g)
     p.set_defaults(func=cmd_evaluate)
 
-    for name, key, helptext, func in (
-        ("recommend", "--user", "top-N items for one user of a dataset", cmd_recommend),
-        ("similar", "--item", "items most similar to an item (cosine of item factors)", cmd_similar),
+    for name, key, helptext, desc, func in (
+        ("recommend", "--user", "top-N items for one user of a dataset", RECOMMEND_DESCRIPTION, cmd_recommend),
+        ("similar", "--item", "items most similar to an item (cosine of item factors)", SIMILAR_DESCRIPTION,
+         cmd_similar),
     ):
-        p = subparsers.add_parser(name, help=helptext)
+        p = subparsers.add_parser(name, help=helptext, description=desc,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
         p.add_argument("--model", required=True, help="model file written by 'privrec fit --output'")
         p.add_argument(key, required=True, help=f"{key[2:]} id as in the dataset")
         p.add_argument("-n", "--n", dest="n", type=int, default=10, help="number of items (default 10)")
@@ -83,16 +165,34 @@ def register(subparsers) -> None:
 
 
 def _data_args(p, split: bool = True) -> None:
-    p.add_argument("--dataset", default=None, help=f"dataset name (default: embedded {X.DEFAULT_DATASET})")
-    p.add_argument("--data-dir", dest="data_dir", default=None, help="local folder holding the dataset files")
-    p.add_argument("--scale", type=float, default=None, help="shrink a synthetic preset (e.g. 0.1)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="seed of the synthetic data and of the train/test split (public; default 0)")
+    g = p.add_argument_group("data")
+    g.add_argument("--dataset", default=None, help=f"dataset name (default: the generated {X.DEFAULT_DATASET})")
+    g.add_argument("--data-dir", dest="data_dir", default=None, help="local folder holding the dataset files")
+    g.add_argument("--ratings", default=None, metavar="FILE",
+                   help="your own interactions: a .csv or .parquet file with one row per (user, item, rating)")
+    g.add_argument("--user-col", dest="user_col", default=None, help="user id column of --ratings (default 'user')")
+    g.add_argument("--item-col", dest="item_col", default=None, help="item id column of --ratings (default 'item')")
+    g.add_argument("--rating-col", dest="rating_col", default=None,
+                   help="rating column of --ratings (default 'rating'); an empty string means every row is a "
+                        "positive interaction (implicit feedback)")
+    g.add_argument("--duplicates", choices=("error", "last", "first", "sum", "max"), default=None,
+                   help="what to do with repeated (user, item) rows in --ratings: error (default), keep the last / "
+                        "first / largest, or sum them (play counts)")
+    g.add_argument("--scale", type=float, default=None, help="shrink a generated dataset (e.g. 0.1)")
+    g.add_argument("--seed", type=int, default=0,
+                   help="seed of the generated data and of the train/test split (public; default 0)")
     if split:
-        p.add_argument("--protocol", choices=X.PROTOCOLS, default=None,
-                       help="random (RMSE) or heldout-users (Recall@20); default: the dataset's paper protocol")
-        p.add_argument("--heldout-users", dest="heldout_users", type=int, default=None,
+        g.add_argument("--protocol", choices=X.PROTOCOLS, default=None,
+                       help="random (rating prediction, RMSE) or heldout-users (top-k, Recall@20); default: the "
+                            "dataset's usual protocol")
+        g.add_argument("--heldout-users", dest="heldout_users", type=int, default=None,
                        help="number of held-out test users (heldout-users protocol)")
+
+
+def _compare_args(g) -> None:
+    g.add_argument("--compare-als", dest="compare_als", action=argparse.BooleanOptionalAction, default=None,
+                   help="also fit non-private ALS as a reference (default: only when the training data has fewer "
+                        f"than {ALS_COMPARISON_MAX_NNZ:,} ratings)")
 
 
 def _out_args(p) -> None:
@@ -105,28 +205,49 @@ class CommandError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
 
 
+class _Exit(Exception):
+    pass
+
+
 @contextmanager
 def _errors(name: str):
     try:
         yield
+    except BrokenPipeError:  # handled quietly by privrec.cli.main
+        raise
     except (ValueError, FileNotFoundError, KeyError, OSError, CommandError) as exc:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        msg = _one_line(exc)
         if isinstance(exc, KeyError):
             msg = f"not found: {msg}"
         raise _Exit(f"privrec {name}: error: {msg}") from None
 
 
-class _Exit(Exception):
-    pass
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return " ".join(text.split()) if text else type(exc).__name__
 
 
 def _run(name, fn, args) -> int:
+    """Run ``fn(args)``: user errors -> one line and status 2; warnings -> one line each."""
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"privrec {name}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+
     try:
-        with _errors(name):
-            return fn(args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            warnings.showwarning = show
+            with _errors(name):
+                return fn(args)
     except _Exit as e:
         print(str(e), file=sys.stderr)
         return 2
+
+
+def _warn(args, message: str) -> None:
+    """One-line warning on stderr, also kept for the JSON output."""
+    args._warnings.append(message)
+    print(f"privrec {args.command}: warning: {message}", file=sys.stderr)
 
 
 class _Stages:
@@ -162,49 +283,426 @@ def _noise_seed(args):
     return getattr(args, "noise_seed", None)
 
 
+# ---------------------------------------------------------------------------------------- data
+def _check_data_args(args) -> None:
+    """Reject contradictory data options; warn about ignored ones."""
+    if not hasattr(args, "_warnings"):
+        args._warnings = []
+    if args.ratings is not None:
+        if args.dataset is not None:
+            raise CommandError("use either --dataset or --ratings, not both")
+        if args.scale is not None:
+            raise CommandError("--scale applies to the generated datasets only, not to a --ratings file")
+        if args.data_dir is not None:
+            _warn(args, "--data-dir is ignored with --ratings")
+    else:
+        given = [f for f in ("user_col", "item_col", "rating_col", "duplicates") if getattr(args, f) is not None]
+        if given:
+            flags = ", ".join("--" + f.replace("_", "-") for f in given)
+            _warn(args, f"{flags} only appl{'y' if len(given) > 1 else 'ies'} to --ratings; ignored")
+    if getattr(args, "heldout_users", None) is not None:
+        if args.heldout_users < 1:
+            raise CommandError(f"--heldout-users must be >= 1, got {args.heldout_users}")
+
+
 def _load(args):
+    """``(name, Interactions)`` from ``--ratings`` or ``--dataset``."""
+    if args.ratings is not None:
+        return Path(args.ratings).name, load_ratings_file(args.ratings, args.user_col or "user",
+                                                          args.item_col or "item",
+                                                          "rating" if args.rating_col is None else args.rating_col,
+                                                          duplicates=args.duplicates or "error")
     name = args.dataset or X.DEFAULT_DATASET
     return name, X.load_data(name, args.data_dir, args.scale, seed=args.seed)
 
 
+def load_ratings_file(path, user_col: str = "user", item_col: str = "item", rating_col: str | None = "rating",
+                      duplicates: str = "error"):
+    """Read a CSV or Parquet file of (user, item[, rating]) rows as ``Interactions``.
+
+    ``rating_col`` empty or ``None``: every row is a positive interaction (value 1).
+    ``duplicates``: policy for repeated (user, item) rows (``"error"`` rejects them). Uses
+    ``privrec.data.from_parquet`` / ``from_pandas`` when the installed privrec has them, else
+    ``Interactions.from_arrays``.
+    """
+    from .. import data as D
+
+    path = Path(path)
+    if not path.is_file():
+        raise CommandError(f"--ratings file not found: {path}")
+    rating_col = rating_col or None
+    wanted = [c for c in (user_col, item_col, rating_col) if c]
+    suffix = path.suffix.lower()
+    if suffix not in (".parquet", ".pq", ".csv", ".tsv", ".txt"):
+        raise CommandError(f"--ratings must be a .csv, .tsv or .parquet file, got {path.name!r}")
+    import pandas as pd
+
+    if suffix in (".parquet", ".pq"):
+        import pyarrow.parquet as pq
+
+        try:
+            columns = list(pq.read_schema(path).names)
+        except Exception as exc:  # Arrow errors are not ValueErrors
+            raise CommandError(f"cannot read {path.name} as Parquet: {_one_line(exc)}") from None
+        _check_columns(columns, wanted, path)
+        from_parquet = getattr(D, "from_parquet", None)
+        if from_parquet is not None:
+            return from_parquet(path, user_col=user_col, item_col=item_col, rating_col=rating_col,
+                                duplicates=duplicates, name=path.stem)
+        df = pd.read_parquet(path, columns=wanted)
+    else:
+        sep = "\t" if suffix == ".tsv" else ","
+        try:
+            header = list(pd.read_csv(path, sep=sep, nrows=0).columns)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raise CommandError(f"cannot read {path.name} as CSV: {_one_line(exc)}") from None
+        _check_columns(header, wanted, path)
+        try:
+            df = pd.read_csv(path, sep=sep, usecols=wanted)
+        except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+            raise CommandError(f"cannot read {path.name} as CSV: {_one_line(exc)}") from None
+    from_pandas = getattr(D, "from_pandas", None)
+    if from_pandas is not None:
+        return from_pandas(df, user_col=user_col, item_col=item_col, rating_col=rating_col, duplicates=duplicates,
+                           name=path.stem)
+    if df[[user_col, item_col]].isna().any().any():
+        raise CommandError(f"{path.name}: missing user or item ids")
+    values = None
+    if rating_col:
+        values = pd.to_numeric(df[rating_col], errors="coerce").to_numpy()
+        if np.isnan(values).any():
+            raise CommandError(f"{path.name}: column {rating_col!r} has missing or non-numeric values")
+    return D.Interactions.from_arrays(df[user_col].to_numpy(), df[item_col].to_numpy(), values,
+                                      duplicates=duplicates, name=path.stem)
+
+
+def _check_columns(columns, wanted, path) -> None:
+    missing = [c for c in wanted if c not in columns]
+    if missing:
+        flag = {0: "--user-col", 1: "--item-col", 2: "--rating-col"}
+        hint = ", ".join(f"{c!r} ({flag[wanted.index(c)]})" for c in missing)
+        raise CommandError(f"{path.name} has no column {hint}; its columns are: {', '.join(map(str, columns))}")
+
+
+def _protocol(args, name) -> str:
+    if args.protocol:
+        return args.protocol
+    if args.ratings is not None:
+        return "heldout-users" if args.rating_col == "" else "random"
+    return X.default_protocol(name)
+
+
 def _split(args, data, name):
-    protocol = args.protocol or X.default_protocol(name)
+    protocol = _protocol(args, name)
+    if protocol == "random" and args.heldout_users is not None:
+        _warn(args, "--heldout-users is ignored by the random protocol")
+    if protocol == "heldout-users" and args.ratings is not None and args.rating_col == "":
+        return _implicit_heldout_split(data, args.seed, args.heldout_users)
     return X.make_split(data, protocol, seed=args.seed, heldout_users=args.heldout_users)
 
 
+def _implicit_heldout_split(data, seed: int, heldout_users: int | None):
+    """Held-out-users split of a file without ratings: every row is a positive, nothing binarised away.
+
+    (``make_split`` binarises small integer values at 3.5, which would drop every implicit 1.)
+    """
+    from ..data.splits import heldout_users_split
+
+    n_held = heldout_users if heldout_users is not None else max(1, min(10_000, data.n_users // 10))
+    parts = heldout_users_split(data, n_held, binarize_threshold=0.0, random_state=seed)
+    tr = parts.train
+
+    def m(x):
+        return sp.csr_matrix(x.matrix)
+
+    return X.Split("heldout-users", m(tr), history=m(parts.test.history), targets=m(parts.test.targets),
+                   validation_history=m(parts.validation.history), validation_targets=m(parts.validation.targets),
+                   item_ids=tr.item_ids, user_ids=tr.user_ids, item_metadata=tr.item_metadata,
+                   info={"n_heldout": n_held, "binarize_threshold": 0.0})
+
+
+# ---------------------------------------------------------------------------------------- baselines
+class _Trivial:
+    """Non-private yardstick read by the evaluation protocols: no factors, only offsets.
+
+    Ratings: the training global mean. Held-out users: items ranked by exact training counts.
+    """
+
+    def __init__(self, train: sp.csr_matrix, protocol: str):
+        n_users, n_items = train.shape
+        self.item_factors_ = np.zeros((n_items, 0), dtype=np.float32)
+        if protocol == "random":
+            self.name = "training global mean"
+            self.global_mean_ = float(np.mean(train.data)) if train.nnz else 0.0
+            self.item_bias_ = None
+        else:
+            self.name = "popularity (exact training counts)"
+            self.global_mean_ = 0.0
+            self.item_bias_ = (np.diff(sp.csc_matrix(train).indptr) / max(1, n_users)).astype(np.float32)
+
+    def _project_users(self, rows):
+        return np.zeros((rows.shape[0], 0), dtype=np.float32), None
+
+
+def _fit_model(split, method, epsilon, delta, params, seed, show_progress: bool):
+    """``(model, fit seconds)`` for ``run_experiment(fitted=...)``: progress bars only when asked
+    (models whose ``fit`` shows progress by default, as implicit's, stay quiet under --json / -q)."""
+    import inspect
+    import time
+
+    model = X.make_model(method, epsilon, delta, params, seed, split.protocol)
+    kwargs = {"show_progress": bool(show_progress)} if "show_progress" in inspect.signature(model.fit).parameters \
+        else {}
+    t0 = time.perf_counter()
+    model.fit(split.train, **kwargs)
+    return model, time.perf_counter() - t0
+
+
+def _want_als(args, method: str | None, nnz: int) -> bool:
+    if method == "als":
+        return False
+    if args.compare_als is not None:
+        return bool(args.compare_als)
+    return nnz < ALS_COMPARISON_MAX_NNZ
+
+
+def _baselines(args, split, name, method, params) -> dict:
+    """Trivial baseline (always) and non-private ALS (when wanted) on the same split."""
+    triv = _Trivial(split.train, split.protocol)
+    ev = X.evaluate_split(triv, split)
+    out = {"trivial": {"name": triv.name, "private": False, "metrics": ev["metrics"], "sliced": ev["sliced"]},
+           "als": None}
+    if _want_als(args, method, split.train.nnz):
+        als_params = {k: params[k] for k in ("factors", "iterations") if k in params}
+        fitted = _fit_model(split, "als", None, None, als_params, _noise_seed(args), False)
+        _, res = X.run_experiment(split, "als", params=als_params, seed=_noise_seed(args), dataset=name,
+                                  fitted=fitted)
+        out["als"] = {"name": "ALS" + (" (same factors, iterations)" if als_params else ""),
+                      "private": False, "params": als_params, "metrics": res["metrics"], "sliced": res["sliced"],
+                      "fit_seconds": res["fit_seconds"]}
+    elif method != "als" and args.compare_als is None:
+        out["als_skipped"] = (f"training data has {split.train.nnz:,} ratings (>= {ALS_COMPARISON_MAX_NNZ:,}); "
+                              "pass --compare-als to fit it anyway")
+    return out
+
+
+def _primary(protocol: str) -> tuple[str, str, str]:
+    """(overall metric, sliced metric, direction) of a protocol."""
+    if protocol == "random":
+        return "rmse", "rmse", "lower is better"
+    return "recall@20", "recall", "higher is better"
+
+
+# ---------------------------------------------------------------------------------------- privacy text
+def privacy_paragraph(report: dict | None, feedback: str = "explicit", noise_seed=None,
+                      width: int | None = _WIDTH) -> str:
+    """A plain-language summary of a privacy report (``model.privacy_report()``).
+
+    What epsilon, delta and "user-level" mean for the release, which accountant computed epsilon,
+    what is released and what is treated as public. ``report=None`` describes a non-private model.
+    ``width=None`` returns one unwrapped line.
+    """
+    fill = (lambda text: textwrap.fill(text, width)) if width else (lambda text: text)
+    if not report or not report.get("events"):
+        return fill("None: this is a non-private model. Its item factors are fitted on the exact data and can "
+                    "reveal individual users' ratings; use it as a reference, not as a release.")
+    eps = _as_float(report.get("epsilon"))
+    delta = _as_float(report.get("delta"))
+    if not math.isfinite(eps):
+        return fill("None: epsilon is infinite (privacy switched off), so the released item factors "
+                    "carry no guarantee.")
+    unit = "interactions" if feedback == "implicit" else "ratings"
+    acc = str(report.get("accountant", "rdp")).lower()
+    acc_name = {"pld": "PLD (privacy loss distribution)", "rdp": "RDP (Renyi differential privacy)"}.get(acc, acc)
+    other_key, other_name = ("epsilon_rdp", "RDP") if acc == "pld" else ("epsilon_pld", "PLD")
+    other = _as_float(report.get(other_key))
+    target = _as_float(report.get("target_epsilon"))
+    n_events = len(report.get("events", []))
+    factor = math.exp(eps) if eps < 700 else math.inf
+    parts = [
+        f"This release is ({eps:.3g}, {delta:.3g})-differentially private at the user level.",
+        f"User-level means the protected unit is everything one user contributed: removing all of one user's {unit} "
+        f"changes the probability of any released item factors by at most a factor e^{eps:.3g} = {factor:.3g}, "
+        f"except with probability delta = {delta:.3g}.",
+        f"epsilon = {eps:.4g}" + (f" (target {target:g})" if math.isfinite(target) else "")
+        + f" was computed by the {acc_name} accountant over the {n_events} recorded noise events of the fit"
+        + (f" (the {other_name} accountant gives {other:.4g} for the same noise)." if math.isfinite(other) else "."),
+        ("Covered by it: the item factors and the popularity prior (the noisy item counts divided by the number "
+         "of users)." if feedback == "implicit" else
+         "Covered by it: the item factors and item biases, and the intermediate noisy statistics listed in the "
+         "report (item counts and, when centering, the global mean).")
+        + " User embeddings are never released: each user's embedding is recomputed from the released item side "
+        "and that user's own history, at no privacy cost. The numbers of users and items are treated as public.",
+    ]
+    if noise_seed is not None:
+        parts.append(f"WARNING: --noise-seed {noise_seed} fixed the noise; anyone who knows the seed can regenerate "
+                     "and subtract it, so this run has no privacy guarantee (experiments only).")
+    return fill(" ".join(parts))
+
+
+def _as_float(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _delta_warning(delta: float, n_users: int, protocol: str, user_chose: bool) -> str | None:
+    """Warning text when delta >= 1/n_users (``None`` otherwise)."""
+    if delta is None or not n_users or delta < 1.0 / n_users:
+        return None
+    suggest = 10.0 ** math.floor(math.log10(0.01 / n_users))
+    text = (f"delta = {delta:.3g} is not smaller than 1/n_users = 1/{n_users:,}: with delta >= 1/n a mechanism that "
+            "publishes the full data of one randomly chosen user meets the definition.")
+    if protocol == "heldout-users" and not user_chose:
+        text += (" The held-out-users protocol uses delta = 1/n by the paper's convention (Krichene et al. 2023) "
+                 "so that results are comparable with it.")
+    return text + f" For real use choose delta much smaller than 1/n_users, e.g. --delta {suggest:.0e}."
+
+
+# ---------------------------------------------------------------------------------------- printing
 def _fmt(v) -> str:
     if isinstance(v, float):
         return "nan" if v != v else f"{v:.4f}"
     return str(v)
 
 
+def _table(header, rows, indent="  ") -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    lines = [indent + "  ".join(h.ljust(w) for h, w in zip(header, widths))]
+    lines += [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return [line.rstrip() for line in lines]
+
+
+def _model_label(res: dict) -> tuple[str, str]:
+    """(name, privacy) of the fitted model for the tables."""
+    if res.get("method") == "als" or not res.get("privacy_events", {}).get("events"):
+        return str(res.get("method", "model")), "non-private"
+    return str(res["method"]), f"private, eps {_fmt_eps(res.get('epsilon_spent'))}"
+
+
+def _fmt_eps(v) -> str:
+    f = _as_float(v)
+    return f"{f:.3g}" if math.isfinite(f) else str(v)
+
+
+def _rows(res: dict) -> list[tuple[str, str, dict, dict]]:
+    """(name, privacy, metrics, sliced) of the model and of each baseline present."""
+    rows = [(*_model_label(res), res["metrics"], res["sliced"])]
+    for key in ("trivial", "als"):
+        b = (res.get("baselines") or {}).get(key)
+        if b:
+            rows.append((("trivial baseline: " if key == "trivial" else "") + b["name"], "non-private",
+                         b["metrics"], b["sliced"]))
+    return rows
+
+
+def _print_comparison(res: dict) -> None:
+    """Overall metric of the model next to the baselines, then the per-bucket table."""
+    overall, sliced_key, direction = _primary(res["protocol"])
+    base = res.get("baselines") or {}
+    rows = _rows(res)
+    other = [k for k in res["metrics"] if k not in (overall, "n_users", "n_test")]
+    header = ["model", "privacy", overall] + other
+    table = [[name, priv, _fmt(m.get(overall))] + [_fmt(m.get(k)) for k in other] for name, priv, m, _ in rows]
+    print(f"metrics   {overall} ({direction}) on {res['metrics'].get('n_users', '?')} test users")
+    for line in _table(header, table):
+        print(line)
+    if base.get("als_skipped"):
+        print(f"  (non-private ALS not fitted: {base['als_skipped']})")
+    verdict = _verdict(res)
+    if verdict:
+        print(textwrap.fill(verdict, _WIDTH, initial_indent="  note: ", subsequent_indent="  "))
+    sliced = res["sliced"]
+    keys = [k for k in sliced if k != "k"]
+    nb = len(sliced[keys[0]]) if keys else 0
+    short = {"trivial": "trivial", "als": "ALS"}
+    extra = [(short[k], base[k]["sliced"].get(sliced_key)) for k in ("trivial", "als") if base.get(k)]
+    header = ["bucket", "items"] + (["k"] if "k" in sliced else []) + keys + [f"{n} {sliced_key}" for n, _ in extra]
+    table = []
+    for b in range(nb):
+        label = f"{b}" + (" (tail)" if b == 0 else " (head)" if b == nb - 1 else "")
+        row = [label, str(res["bucket_items"][b])] + ([str(sliced["k"][b])] if "k" in sliced else [])
+        row += [_fmt(sliced[k][b]) for k in keys]
+        row += [_fmt(vals[b]) if vals is not None else "" for _, vals in extra]
+        table.append(row)
+    print("per-popularity bucket (0 = least popular items):")
+    for line in _table(header, table):
+        print(line)
+
+
+def _verdict(res: dict) -> str | None:
+    """A plain sentence when a private model does not beat the trivial baseline."""
+    if _model_label(res)[1] == "non-private":
+        return None
+    triv = (res.get("baselines") or {}).get("trivial")
+    overall, _, _ = _primary(res["protocol"])
+    if not triv:
+        return None
+    mine, ref = _as_float(res["metrics"].get(overall)), _as_float(triv["metrics"].get(overall))
+    if not (math.isfinite(mine) and math.isfinite(ref)):
+        return None
+    worse = mine > ref if overall == "rmse" else mine < ref
+    if not worse:
+        return None
+    return (f"at this epsilon and data size the private model does not beat the trivial baseline ({overall} "
+            f"{mine:.4f} vs {ref:.4f}); more users or a larger epsilon help, and the trivial model itself may be "
+            "the better choice.")
+
+
 def _print_result(res: dict) -> None:
     print(f"dataset   {res.get('dataset')}  ({res['n_users']} users x {res['n_items']} items, "
           f"{res['n_train']} training interactions, protocol {res['protocol']})")
-    print(f"method    {res['method']}")
-    if res["method"] == "als":
-        print("privacy   none (non-private reference)")
-    else:
-        print(f"privacy   target epsilon {res['epsilon']}, delta {res['delta']:.3g}; "
-              f"epsilon spent (RDP accountant) {_fmt(res['epsilon_spent'])} over "
-              f"{len(res['privacy_events'].get('events', []))} recorded events")
+    print(f"method    {res['method']}" + ("  (non-private reference)" if res["method"] == "als" else ""))
     print(f"fit       {res['fit_seconds']:.2f} s")
     if "metrics" in res:
-        print("metrics   " + "  ".join(f"{k} {_fmt(v)}" for k, v in res["metrics"].items()))
-        sliced = res["sliced"]
-        keys = [k for k in sliced if k != "k"]
-        nb = len(sliced[keys[0]]) if keys else 0
-        header = ["bucket", "items"] + (["k"] if "k" in sliced else []) + keys
-        rows = []
-        for b in range(nb):
-            label = f"{b}" + (" (tail)" if b == 0 else " (head)" if b == nb - 1 else "")
-            row = [label, str(res["bucket_items"][b])] + ([str(sliced["k"][b])] if "k" in sliced else [])
-            rows.append(row + [_fmt(sliced[k][b]) for k in keys])
-        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-        print("per-popularity bucket (0 = least popular items):")
-        print("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths)))
-        for r in rows:
-            print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)))
+        _print_comparison(res)
+    print("privacy")
+    print(textwrap.fill(res["privacy_summary"], _WIDTH, initial_indent="  ", subsequent_indent="  "))
+
+
+# ---------------------------------------------------------------------------------------- plot
+def _check_plot(path) -> None:
+    """Fail before fitting when --plot cannot be written."""
+    if path is None:
+        return
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise CommandError("--plot needs matplotlib: pip install 'privrec[plots]'") from None
+    path = Path(path)
+    ext = path.suffix.lower().lstrip(".")
+    supported = Figure().canvas.get_supported_filetypes()
+    if ext not in supported:
+        raise CommandError(f"--plot {path.name}: unknown image type {path.suffix!r}; use one of "
+                           f"{', '.join('.' + e for e in sorted(supported))}")
+    if not path.parent.is_dir():
+        raise CommandError(f"--plot: folder {path.parent} does not exist")
+
+
+def save_bucket_plot(res: dict, path) -> str:
+    """Grouped bar chart of the primary metric per popularity bucket: the model and its baselines."""
+    from matplotlib.figure import Figure
+
+    _, key, direction = _primary(res["protocol"])
+    series = [(f"{name} ({priv})", sliced.get(key)) for name, priv, _, sliced in _rows(res)]
+    series = [(label, vals) for label, vals in series if vals is not None]
+    nb = len(series[0][1])
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
+    w = 0.8 / len(series)
+    for j, (label, vals) in enumerate(series):
+        ax.bar([b + j * w for b in range(nb)], [math.nan if v is None else v for v in vals], w, label=label,
+               color=f"C{j}")
+    ax.set_xticks([b + 0.4 - w / 2 for b in range(nb)])
+    ax.set_xticklabels([f"{b}" + (" (tail)" if b == 0 else " (head)" if b == nb - 1 else "") for b in range(nb)])
+    ax.set_xlabel("item popularity bucket (0 = least popular)")
+    ax.set_ylabel(f"{key} ({direction})")
+    ax.set_title(f"{res.get('dataset')}: {key} per popularity bucket")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    return str(path)
 
 
 # ---------------------------------------------------------------------------------------- commands
@@ -212,38 +710,86 @@ def cmd_fit(args) -> int:
     return _run("fit", _fit, args)
 
 
-def _fit(args) -> int:
+def _check_fit_args(args) -> dict:
+    """Validate options, warn about ignored ones; return the estimator parameters."""
+    _check_data_args(args)
+    private = args.method != "als"
     if args.epsilon is not None and not args.epsilon > 0:
         raise CommandError(f"--epsilon must be > 0, got {args.epsilon}")
     if args.delta is not None and not 0 < args.delta < 1:
         raise CommandError(f"--delta must be in (0, 1), got {args.delta}")
-    params = {_MODEL_FLAGS[k]: getattr(args, k) for k in _MODEL_FLAGS if getattr(args, k) is not None}
-    evaluate = args.evaluate or not args.output
-    stages = _Stages(["load", "split", "fit"] + (["evaluate"] if evaluate else []), _progress_enabled(args))
+    if not private:
+        if args.epsilon is not None:
+            _warn(args, "ε (--epsilon) is ignored by the non-private method als")
+        if args.delta is not None:
+            _warn(args, "δ (--delta) is ignored by the non-private method als")
+        for flag in ("weight_exponent", "budget", "max_norm"):
+            if getattr(args, flag) is not None:
+                raise CommandError(f"{_FLAG_NAMES[flag]} ({_MODEL_FLAGS[flag]}) does not apply to the non-private "
+                                   "method als; it is a private-method option")
+    elif args.weight_exponent is not None and args.method not in _ADAPTIVE:
+        _warn(args, f"--weight-exponent (mu) is ignored by {args.method}; only the adaptive methods "
+                    f"({', '.join(_ADAPTIVE)}) use it")
+    if args.compare_als and not private:
+        _warn(args, "--compare-als is ignored: the fitted model is already non-private ALS")
+    for flag in ("factors", "iterations"):
+        v = getattr(args, flag)
+        if v is not None and v < (0 if flag == "factors" and private else 1):
+            raise CommandError(f"{_FLAG_NAMES[flag]} must be >= {0 if flag == 'factors' and private else 1}, got {v}")
+    _check_plot(args.plot)
+    return {_MODEL_FLAGS[k]: getattr(args, k) for k in _MODEL_FLAGS if getattr(args, k) is not None}
+
+
+def _fit(args) -> int:
+    args._warnings = []
+    params = _check_fit_args(args)
+    private = args.method != "als"
+    epsilon = (DEFAULT_EPSILON if args.epsilon is None else args.epsilon) if private else None
+    evaluate = args.evaluate or not args.output or args.plot is not None
+    stages = _Stages(["load", "split", "fit"] + (["evaluate", "baselines"] if evaluate else []),
+                     _progress_enabled(args))
     try:
         name, data = _load(args)
         stages.next()
         split = _split(args, data, name)
         stages.next()
-        model, res = X.run_experiment(split, args.method, epsilon=args.epsilon, delta=args.delta,
+        delta = args.delta
+        if private:
+            delta = X.default_delta(split) if delta is None else delta
+            msg = _delta_warning(delta, split.train.shape[0], split.protocol, args.delta is not None)
+            if msg:
+                _warn(args, msg)
+        fitted = _fit_model(split, args.method, epsilon, delta if private else None, params, _noise_seed(args),
+                            _progress_enabled(args))
+        model, res = X.run_experiment(split, args.method, epsilon=epsilon, delta=delta if private else None,
                                       params=params, seed=_noise_seed(args), evaluate=evaluate, dataset=name,
-                                      show_progress=_progress_enabled(args))
+                                      fitted=fitted)
         stages.next()
         if evaluate:
+            stages.next()
+            res["baselines"] = _baselines(args, split, name, args.method, params)
             stages.next()
     finally:
         stages.close()
     res["seed"] = args.seed
     res["noise_seed"] = _noise_seed(args)
+    feedback = getattr(model, "feedback", "explicit")
+    report = res["privacy_events"] if private else None
+    res["privacy_summary"] = privacy_paragraph(report, feedback, _noise_seed(args) if private else None, width=None)
+    res["warnings"] = list(args._warnings)
     if args.output:
         model.save(args.output)
         res["output"] = str(args.output)
+    if args.plot is not None:
+        res["plot"] = save_bucket_plot(res, args.plot)
     if args.json:
         print(json.dumps(X.json_safe(res)))
     else:
         _print_result(res)
         if args.output:
             print(f"saved     {args.output}")
+        if args.plot is not None:
+            print(f"plot      {args.plot}")
     return 0
 
 
@@ -258,6 +804,8 @@ def _load_model(path):
 
 
 def _evaluate(args) -> int:
+    args._warnings = []
+    _check_data_args(args)
     model = _load_model(args.model)
     name, data = _load(args)
     split = _split(args, data, name)
@@ -265,16 +813,21 @@ def _evaluate(args) -> int:
         raise CommandError(f"model has {model.item_factors_.shape[0]} items but dataset {name} has "
                            f"{split.train.shape[1]}; evaluate on the dataset it was fitted on")
     ev = X.evaluate_split(model, split)
-    res = {"dataset": name, "model": str(args.model), "protocol": split.protocol,
-           **X.privacy_summary(model, None), **ev}
+    method = getattr(model, "method", None) if hasattr(model, "privacy_report") else "als"
+    res = {"dataset": name, "model": str(args.model), "method": method or type(model).__name__.lower(),
+           "protocol": split.protocol, "n_users": int(split.train.shape[0]), "n_items": int(split.train.shape[1]),
+           "n_train": int(split.train.nnz), **X.privacy_summary(model, None), **ev}
+    res["baselines"] = _baselines(args, split, name, res["method"], {})
+    report = res["privacy_events"] if res["privacy_events"].get("events") else None
+    res["privacy_summary"] = privacy_paragraph(report, getattr(model, "feedback", "explicit"), width=None)
+    res["warnings"] = list(args._warnings)
     if args.json:
         print(json.dumps(X.json_safe(res)))
     else:
-        print(f"model     {args.model} on {name} ({split.protocol})")
-        print(f"privacy   epsilon spent {_fmt(res['epsilon_spent'])}")
-        print("metrics   " + "  ".join(f"{k} {_fmt(v)}" for k, v in ev["metrics"].items()))
-        for k, vals in ev["sliced"].items():
-            print(f"  {k:<22}" + "  ".join(_fmt(v) for v in vals))
+        print(f"model     {args.model} on {name} ({split.protocol} protocol)")
+        _print_comparison(res)
+        print("privacy")
+        print(textwrap.fill(res["privacy_summary"], _WIDTH, initial_indent="  ", subsequent_indent="  "))
     return 0
 
 
@@ -319,8 +872,10 @@ def cmd_recommend(args) -> int:
 
 def _model_and_data(args):
     """Validate -n, load the saved model and the dataset it must match."""
+    args._warnings = []
     if args.n < 1:
         raise CommandError(f"-n must be >= 1, got {args.n}")
+    _check_data_args(args)
     model = _load_model(args.model)
     name, data = _load(args)
     _check_model_matches(model, data, name)
@@ -352,7 +907,7 @@ def _similar(args) -> int:
 
 
 def main(argv=None) -> int:
-    """Stand-alone entry (tests / debugging) when ``privrec.cli`` is not available."""
+    """Stand-alone entry (tests / debugging); ``privrec.cli.main`` is the real entry point."""
     parser = argparse.ArgumentParser(prog="privrec")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

@@ -1,8 +1,10 @@
-"""Data layer: ``Interactions`` container, loaders, downloads, Parquet cache, splits, generators.
+"""Data layer: ``Interactions`` container, loaders, long-format tables (``from_pandas`` /
+``from_parquet``, ``RatingSplitCV``), downloads, Parquet cache, splits, generators.
 
 See CONTRIBUTING.md ("privrec.data.Interactions") and spec 004 §7 for the datasets and protocols.
 """
 
+from privrec.data.frames import ITEM_COL, RATING_COL, USER_COL, RatingSplitCV, from_pandas, from_parquet
 from privrec.data.interactions import DUPLICATE_POLICIES, Interactions
 from privrec.data.loaders import (DatasetNotFoundError, load_lastfm_hetrec, load_movielens_100k, load_movielens_csv,
                                   load_movielens_dat, load_msd_taste_profile)
@@ -16,4 +18,5 @@ __all__ = ["DUPLICATE_POLICIES", "Interactions", "DatasetNotFoundError", "load_l
            "load_movielens_csv", "load_movielens_dat", "load_msd_taste_profile", "DATASETS", "dataset_names",
            "find_dataset_folder", "load_dataset", "PRESETS", "generate_preset", "low_rank_interactions",
            "multitask_regression", "FoldIn", "HeldOutSplit", "RandomSplit", "heldout_users_split",
-           "msd_heldout_users_split", "random_split", "dataset_stats", "top_share"]
+           "msd_heldout_users_split", "random_split", "dataset_stats", "top_share", "from_pandas", "from_parquet",
+           "RatingSplitCV", "USER_COL", "ITEM_COL", "RATING_COL"]

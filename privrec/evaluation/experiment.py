@@ -223,8 +223,8 @@ def run_experiment(split: Split, method: str, epsilon=None, delta=None, params=N
     else:
         model = make_model(method, epsilon, delta, params, seed, split.protocol)
         t0 = time.perf_counter()
-        if show_progress and "show_progress" in inspect.signature(model.fit).parameters:
-            model.fit(split.train, show_progress=True)  # the model's own tqdm bar over its sweeps
+        if "show_progress" in inspect.signature(model.fit).parameters:
+            model.fit(split.train, show_progress=bool(show_progress))  # the model's own tqdm bar over its sweeps
         else:
             model.fit(split.train)
         fit_s = time.perf_counter() - t0

@@ -1,19 +1,22 @@
 """Factorisation models: non-private ALS, an ``implicit`` wrapper and DPALS (spec 004 §6).
 
-All share :class:`FactorizationModel`'s scikit-learn / implicit-style API. ``load_model(path)``
+All share :class:`FactorizationModel`'s scikit-learn / implicit-style API (a drop-in for implicit
+0.7's ``AlternatingLeastSquares``: see ``tests/test_implicit_dropin.py``). ``load_model(path)``
 reads any model written by ``save``.
 """
 
-from ._base import FactorizationModel
+from ._base import FactorizationModel, NotFittedError, PrivateReleaseError, RatingRangeWarning
 from .als import ALS, ImplicitALS
 from .dpals import METHODS, DPALS
 
 MODEL_CLASSES = {"ALS": ALS, "ImplicitALS": ImplicitALS, "DPALS": DPALS}
 
 
-def load_model(path):
-    """Load any privrec model written by ``save`` (class read from the file's metadata)."""
-    return FactorizationModel.load(path)
+def load_model(fileobj_or_path):
+    """Load any privrec model written by ``save`` (a path or binary file object; class read from the
+    file's metadata)."""
+    return FactorizationModel.load(fileobj_or_path)
 
 
-__all__ = ["ALS", "ImplicitALS", "DPALS", "METHODS", "FactorizationModel", "MODEL_CLASSES", "load_model"]
+__all__ = ["ALS", "ImplicitALS", "DPALS", "METHODS", "FactorizationModel", "MODEL_CLASSES", "load_model",
+           "NotFittedError", "PrivateReleaseError", "RatingRangeWarning"]

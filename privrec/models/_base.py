@@ -1,20 +1,46 @@
 """Shared estimator API for privrec's factorisation models (spec 004 §6, Remark D.1 for projection).
 
 The API follows scikit-learn (hyper-parameters in ``__init__`` only, learned state with a trailing
-underscore, ``get_params`` / ``set_params`` / ``sklearn.base.clone``) and ``implicit`` 0.7
-(``fit(user_items)``, ``recommend``, ``similar_items``, ``recalculate_user`` returning
-``(ids, scores)`` arrays, batched over arrays of ids).
+underscore, ``get_params`` / ``set_params`` / ``sklearn.base.clone``, ``NotFittedError``,
+``score``) and ``implicit`` 0.7 (``fit(user_items, show_progress, callback)``, ``recommend``,
+``similar_items``, ``similar_users``, ``recalculate_user`` / ``recalculate_item``,
+``partial_fit_users`` / ``partial_fit_items``, ``rank_items``, ``user_factors`` / ``item_factors``,
+``save`` / ``load`` of a path or file object; ids and scores returned as ``(ids, scores)`` arrays,
+batched over arrays of ids), so a script written for ``implicit`` runs after swapping the import.
 
 Learned state common to all models: ``item_factors_`` (n_items, d), ``user_factors_`` (n_users, d)
 and, where a model has them, ``global_mean_``, ``user_bias_``, ``item_bias_``. A prediction is
-``global_mean_ + user_bias_[u] + item_bias_[i] + <user_factors_[u], item_factors_[i]>``.
+``global_mean_ + user_bias_[u] + item_bias_[i] + <user_factors_[u], item_factors_[i]>``. A model
+fitted from data with ids (a pandas DataFrame or an ``Interactions``) also holds ``user_ids_`` /
+``item_ids_`` (index -> original id; ``None`` when fitted from a bare matrix) and recommends by id
+(``recommend_ids``, ``similar_items_ids``).
+
+Inputs of ``fit`` (handled once here, for every subclass: ``FactorizationModel.__init_subclass__``
+wraps each subclass's ``fit`` so it receives a checked CSR): a scipy sparse users x items matrix
+(CSR, CSC or COO; duplicates rejected), a :class:`privrec.data.Interactions`, or a long-format
+pandas DataFrame with columns ``user`` / ``item`` / ``rating`` (the module defaults of
+:mod:`privrec.data.frames`; build the ``Interactions`` with :func:`privrec.data.from_pandas` for
+other column names or a public item vocabulary), or a dense array in which NaN marks an unrated
+entry (0 is a rating). scikit-learn's ``fit(X, y)`` calling convention is accepted too: a ``y``
+(``None`` or an array) in the ``show_progress`` position is ignored and the fit is quiet.
+
+Private models (``epsilon`` finite) refuse operations that would compute something new from
+*other* users' data after the release (``recalculate_item``, ``partial_fit_items``): those would be
+releases no privacy ledger accounts for, so they raise :class:`PrivateReleaseError`. Operations on
+a user's *own* data are free (billboard projection, spec 004 Remark D.1): ``recalculate_user``,
+``partial_fit_users``, ``transform``, and ``recommend`` on a loaded model without user factors,
+which projects the given ``user_items`` rows automatically.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import io
 import json
 import math
+import numbers
+import warnings
 import zipfile
 import zlib
 from pathlib import Path
@@ -23,9 +49,11 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.validation import check_is_fitted
 
 from .._io import atomic_path
-from .._validation import check_csr_structure, check_int
+from .._validation import check_csr_structure, check_int, check_memory
 
 FORMAT_NAME = "privrec-model"
 FORMAT_VERSION = 2
@@ -35,30 +63,114 @@ _MAX_META_BYTES = 256 << 20  # UTF-32 text of the metadata (privacy reports with
 _MAX_JSON_DEPTH = 64
 _EPS_RTOL = 1e-6
 
+__all__ = ["FactorizationModel", "PrivateReleaseError", "RatingRangeWarning", "NotFittedError", "as_user_items",
+           "check_fit_matrix", "check_ids", "check_rating_range", "fit_input"]
 
-def as_user_items(user_items, name: str = "user_items", n_items: int | None = None) -> sp.csr_matrix:
-    """Validate and normalise a users x items rating matrix (CSR, or an ``Interactions``).
+
+class PrivateReleaseError(ValueError, NotImplementedError):
+    """The operation would compute a new function of other users' private training data after the
+    release (e.g. re-solving an item from its ratings): a release that the model's privacy ledger
+    does not account for. Subclasses both ``ValueError`` and ``NotImplementedError``."""
+
+
+class RatingRangeWarning(UserWarning):
+    """Ratings given to ``fit`` fall outside the model's declared (public) rating range."""
+
+
+# ---------------------------------------------------------------------- input checks
+
+def _sparse_to_csr(matrix, name: str) -> sp.csr_matrix:
+    """A scipy sparse matrix or array (CSR, CSC, COO, ...) as CSR, checked *before* scipy converts it
+    (scipy's COO -> CSR sums duplicates silently; a corrupt CSC would be read out of bounds)."""
+    fmt = matrix.format
+    if fmt == "csr":
+        return matrix
+    if len(matrix.shape) != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {matrix.shape}")
+    n_rows, n_cols = matrix.shape
+    if fmt == "csc":
+        # the CSC arrays are the CSR arrays of the transpose: one structural check of those
+        t = sp.csr_matrix((matrix.data, matrix.indices, matrix.indptr), shape=(n_cols, n_rows))
+        check_csr_structure(t, f"{name} (CSC)")
+        return sp.csr_matrix(matrix.tocsr())
+    if fmt == "coo":
+        row, col, data = np.asarray(matrix.row), np.asarray(matrix.col), np.asarray(matrix.data)
+        if not (len(row) == len(col) == len(data)):
+            raise ValueError(f"{name} (COO) is corrupt: row, col and data differ in length")
+        if len(row) and (row.min() < 0 or row.max() >= n_rows or col.min() < 0 or col.max() >= n_cols):
+            raise ValueError(f"{name} (COO) has coordinates outside its shape {matrix.shape}")
+        if data.dtype.kind not in "biuf":
+            raise ValueError(f"{name} must hold numeric ratings, got dtype {data.dtype}")
+        out = sp.csr_matrix(matrix.tocsr())
+        if out.nnz != len(data):
+            n_dup = len(data) - out.nnz
+            raise ValueError(f"{name} (COO) has {n_dup} duplicate (user, item) entr{'y' if n_dup == 1 else 'ies'}; "
+                             f"privrec rejects duplicates instead of summing them: build it with "
+                             f"Interactions.from_arrays(..., duplicates=...)")
+        return out
+    return sp.csr_matrix(matrix.tocsr())  # DOK / LIL / BSR / DIA cannot hold duplicates
+
+
+def _dense_to_csr(user_items, name: str) -> sp.csr_matrix:
+    """A dense users x items array as CSR: **NaN marks an unrated entry; every other value, 0
+    included, is a rating** (a ``UserWarning`` says how many zeros were taken as ratings, since
+    ``scipy.sparse.csr_matrix(dense)`` would have dropped them)."""
+    import pandas as pd
+
+    if isinstance(user_items, pd.DataFrame):
+        raise ValueError(f"{name}: a DataFrame is read as a long-format rating table (columns 'user', 'item', "
+                         f"'rating'), got columns {list(user_items.columns)[:10]}; see privrec.data.from_pandas")
+    arr = np.asarray(user_items)
+    if arr.dtype.kind == "c":
+        raise ValueError(f"Complex data not supported: {name} must hold real-valued ratings")
+    if arr.dtype.kind not in "biuf":
+        if arr.dtype.kind in "OUSV":
+            arr = arr.astype(np.float64)  # a TypeError / ValueError names the non-numeric value
+        else:
+            raise ValueError(f"{name} must hold numeric ratings, got dtype {arr.dtype}")
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D users x items matrix, got an array of shape {arr.shape}. Reshape "
+                         f"your data: a single user's ratings with .reshape(1, -1)")
+    arr = arr.astype(np.float32, copy=False) if arr.dtype.kind != "f" else arr
+    if np.isinf(arr).any():
+        raise ValueError(f"{name} contains {int(np.isinf(arr).sum())} infinite value(s)")
+    rated = ~np.isnan(arr)
+    n_zero = int(np.count_nonzero(arr == 0))
+    if n_zero:
+        warnings.warn(f"dense {name}: {n_zero} entries equal to 0 are taken as ratings of 0 (NaN marks an unrated "
+                      f"entry in a dense matrix; pass a scipy.sparse matrix if 0 means unrated)", UserWarning,
+                      stacklevel=4)
+    indptr = np.zeros(arr.shape[0] + 1, dtype=np.int64)
+    np.cumsum(rated.sum(axis=1), out=indptr[1:])
+    cols = np.nonzero(rated)[1]
+    return sp.csr_matrix((arr[rated].astype(np.float32), cols, indptr), shape=arr.shape)
+
+
+def as_user_items(user_items, name: str = "user_items", n_items: int | None = None,
+                  model: str = "the model") -> sp.csr_matrix:
+    """Validate and normalise a users x items rating matrix (scipy sparse or dense, or an ``Interactions``).
 
     Returns a float32 CSR with sorted int32 indices (a copy when needed). Every public entry that
     takes ratings (``fit``, ``recommend``, ``transform``, ``recalculate_user``) goes through here.
-    Raises a one-line ``ValueError`` for dense / non-CSR input, a corrupt CSR (column index out of
-    range, inconsistent ``indptr``: see :func:`privrec._validation.check_csr_structure`), NaN or
-    infinite values, a wrong item count, or **duplicate (user, item) entries: they are rejected,
+    CSC and COO inputs are converted to CSR (after their own structural check); a dense array is
+    read with **NaN as the unrated marker** (0 is a rating; see :func:`_dense_to_csr`). Raises a
+    one-line ``ValueError`` for a corrupt matrix (column index out of range, inconsistent
+    ``indptr``: see :func:`privrec._validation.check_csr_structure`), infinite values (and NaN in
+    a sparse matrix), a wrong item count, or **duplicate (user, item) entries: they are rejected,
     never summed** (the same policy as :class:`privrec.data.Interactions`; resolve them first with
     ``matrix.sum_duplicates()`` or ``Interactions.from_arrays(..., duplicates=...)``).
     """
+    if user_items is None:
+        raise ValueError(f"{name} is None: pass a users x items ratings matrix (scipy.sparse, CSR/CSC/COO)")
     matrix = getattr(user_items, "matrix", user_items)  # privrec.data.Interactions (duck-typed)
     if not sp.issparse(matrix):
-        raise ValueError(
-            f"{name} must be a scipy.sparse CSR matrix (users x items) or an Interactions, "
-            f"got {type(user_items).__name__}"
-        )
-    if matrix.format != "csr":
-        raise ValueError(f"{name} must be in CSR format (users x items), got {matrix.format.upper()}; call .tocsr()")
+        matrix = _dense_to_csr(user_items, name)
     if matrix.ndim != 2:
         raise ValueError(f"{name} must be 2-D, got shape {matrix.shape}")
+    matrix = _sparse_to_csr(matrix, name)
     if n_items is not None and matrix.shape[1] != n_items:
-        raise ValueError(f"{name} has {matrix.shape[1]} item columns, but the model was fitted on {n_items} items")
+        raise ValueError(f"{name} has {matrix.shape[1]} item columns, but the model was fitted on {n_items} items "
+                         f"(X has {matrix.shape[1]} features, but {model} is expecting {n_items} features as input)")
     is_sorted = check_csr_structure(matrix, name)
     data = np.asarray(matrix.data)
     indices = np.asarray(matrix.indices)
@@ -81,11 +193,82 @@ def as_user_items(user_items, name: str = "user_items", n_items: int | None = No
     return out
 
 
+def _item_users(item_users, n_users: int) -> sp.csr_matrix:
+    """An items x users matrix with at most ``n_users`` columns (fewer: the missing users have no
+    ratings, e.g. users added by ``partial_fit_users`` after it was built), widened to ``n_users``."""
+    rows = as_user_items(item_users, name="item_users")
+    if rows.shape[1] > n_users:
+        raise ValueError(f"item_users has {rows.shape[1]} user columns, but the model has {n_users} users")
+    if rows.shape[1] < n_users:
+        rows = sp.csr_matrix((rows.data, rows.indices, rows.indptr), shape=(rows.shape[0], n_users))
+        rows.has_sorted_indices = True
+    return rows
+
+
+def _id_array(ids) -> np.ndarray:
+    """1-D array of ids from an array or a list (a list of tuples stays a list of tuple ids: pass a
+    tuple id inside a list, ``[(2, 3)]``, since a bare tuple is read as a sequence of ids)."""
+    if isinstance(ids, (list, tuple)):
+        values = list(ids)
+        kinds = {type(v) for v in values}
+        if values and all(issubclass(k, str) for k in kinds):
+            return np.asarray(values, dtype=str)
+        if values and all(issubclass(k, numbers.Integral) and not issubclass(k, (bool, np.bool_)) for k in kinds):
+            return np.asarray(values, dtype=np.int64)
+        arr = np.empty(len(values), dtype=object)
+        for k, v in enumerate(values):
+            arr[k] = v
+        return arr
+    return np.atleast_1d(np.asarray(ids))
+
+
+def _is_identity_ids(ids, n: int) -> bool:
+    ids = np.asarray(ids)
+    return ids.dtype.kind in "iu" and ids.shape == (n,) and bool(np.array_equal(ids, np.arange(n)))
+
+
+def fit_input(X):
+    """``(csr, user_ids or None, item_ids or None, item_vocabulary_given)`` of any ``fit`` input.
+
+    ``X``: a scipy sparse users x items matrix (any format), an ``Interactions`` (its id maps are
+    returned unless they are the identity ``0..n-1``) or a long-format pandas DataFrame with the
+    default columns of :mod:`privrec.data.frames` (``user``, ``item``, ``rating``).
+    """
+    import pandas as pd
+
+    if isinstance(X, pd.DataFrame):
+        from ..data.frames import interactions_from_frame
+
+        X = interactions_from_frame(X)
+    user_ids = item_ids = None
+    given = False
+    if not sp.issparse(X) and hasattr(X, "matrix") and hasattr(X, "user_ids") and hasattr(X, "item_ids"):
+        n_users, n_items = X.matrix.shape
+        if not _is_identity_ids(X.user_ids, n_users):
+            user_ids = np.asarray(X.user_ids)
+        if not _is_identity_ids(X.item_ids, n_items):
+            item_ids = np.asarray(X.item_ids)
+        info = getattr(X, "info", None) or {}
+        if info.get("item_vocabulary") == "given" and item_ids is not None:
+            from ..data.frames import vocabulary_fingerprint
+
+            # the item axis may have been changed since (e.g. drop_empty keeps info): check it is the given one
+            given = info.get("item_vocabulary_sha256") == vocabulary_fingerprint(item_ids)
+    return as_user_items(X), user_ids, item_ids, given
+
+
 def check_fit_matrix(user_items) -> sp.csr_matrix:
-    """``as_user_items`` plus the fit-time checks: at least one user, one item and one rating."""
-    m = as_user_items(user_items)
-    if m.shape[0] == 0 or m.shape[1] == 0:
-        raise ValueError(f"user_items has no users or no items (shape {m.shape}); nothing to fit")
+    """:func:`fit_input`'s matrix plus the fit-time checks: at least one user, one item and one rating.
+
+    Accepts every ``fit`` input (sparse matrix of any format, ``Interactions``, long DataFrame).
+    """
+    m = fit_input(user_items)[0]
+    if m.shape[1] == 0:
+        raise ValueError(f"user_items has no items, nothing to fit: 0 feature(s) (shape={m.shape}) while a minimum "
+                         f"of 1 is required.")
+    if m.shape[0] == 0:
+        raise ValueError(f"user_items has no users, nothing to fit: 0 sample(s) (shape={m.shape}) while a minimum "
+                         f"of 1 is required.")
     if m.nnz == 0:
         raise ValueError("user_items holds no ratings (nnz = 0); every user and item has no data")
     return m
@@ -109,6 +292,22 @@ def check_ids(ids, n: int, name: str) -> tuple[np.ndarray, bool]:
     return arr, scalar
 
 
+def check_rating_range(rating_range, name: str = "rating_range") -> tuple[float, float] | None:
+    """``None`` or a ``(low, high)`` pair of finite numbers with ``low < high`` (returned as floats)."""
+    if rating_range is None:
+        return None
+    try:
+        low, high = rating_range
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be None or a (low, high) pair, got {rating_range!r}") from None
+    for v in (low, high):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
+            raise ValueError(f"{name} must hold two finite numbers, got {rating_range!r}")
+    if not float(low) < float(high):
+        raise ValueError(f"{name} must have low < high, got {rating_range!r}")
+    return float(low), float(high)
+
+
 def _topk(scores: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Row-wise top-n (descending) of a 2-D score array; -inf entries are never returned."""
     n = min(n, scores.shape[1])
@@ -122,29 +321,140 @@ def _topk(scores: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     return ids, vals
 
 
-class FactorizationModel(BaseEstimator):
-    """Base class: recommend / similar_items / predict / projection / save / load.
+def _normalised(F: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit norm (all-zero rows stay zero: similarity 0 to everything)."""
+    F = np.asarray(F, dtype=np.float32)
+    norms = np.linalg.norm(F, axis=1)
+    return F / np.where(norms > 0, norms, 1.0)[:, None]
 
-    Subclasses implement ``fit`` and ``_project_users(user_items) -> (factors, user_bias)`` (the
-    billboard projection of spec 004 §6 Remark D.1: a user's embedding recomputed from the fitted
-    item side and that user's own ratings only).
+
+def _is_show_progress(value) -> bool:
+    return isinstance(value, (bool, np.bool_)) or (isinstance(value, numbers.Integral) and value in (0, 1))
+
+
+def _wrap_fit(fit):
+    """Wrap a subclass's ``fit``: one input conversion (module docstring), scikit-learn's ``y``
+    ignored (a quiet fit), and the id maps stored once the fit succeeded."""
+
+    import inspect
+
+    params = list(inspect.signature(fit).parameters)
+    progress_second = len(params) > 2 and params[2] == "show_progress"
+
+    @functools.wraps(fit)
+    def fit_wrapper(self, user_items, *args, **kwargs):
+        if args and not _is_show_progress(args[0]):
+            # scikit-learn's fit(X, y): y (None or an array) is ignored (the ratings are in X), and
+            # the fit is quiet (no progress bar in every fold of a GridSearchCV)
+            args = ((False,) + args[1:]) if progress_second else args[1:]
+        if "y" in kwargs:
+            kwargs.pop("y")
+        if kwargs.get("callback") is not None and not callable(kwargs["callback"]):
+            raise ValueError(f"callback must be callable(iteration, elapsed_seconds, loss) or None, "
+                             f"got {type(kwargs['callback']).__name__}")
+        R, user_ids, item_ids, given = fit_input(user_items)
+        out = fit(self, R, *args, **kwargs)
+        self.user_ids_ = user_ids
+        self.item_ids_ = item_ids
+        self._item_ids_given = bool(given)
+        self._id_lookup = {}
+        return out
+
+    fit_wrapper._privrec_fit_input = True
+    return fit_wrapper
+
+
+class FactorizationModel(BaseEstimator):
+    """Base class: recommend / similar items and users / predict / score / projection / save / load.
+
+    Subclasses implement ``fit`` (which receives a checked CSR: see the module docstring) and
+    ``_project_users(user_items) -> (factors, user_bias)`` (the billboard projection of spec 004
+    §6 Remark D.1: a user's embedding recomputed from the fitted item side and that user's own
+    ratings only). Non-private models may implement ``_solve_items(item_users) -> (factors,
+    item_bias)`` (an exact item solve from the fitted user side) for ``recalculate_item`` and
+    ``partial_fit_items``.
+
+    scikit-learn conventions: ``fit`` returns ``self``; methods of an unfitted model raise
+    ``sklearn.exceptions.NotFittedError`` (a ``ValueError`` and ``AttributeError``);
+    ``score(X)`` is the negative RMSE of the held-out ratings in ``X`` (see :meth:`score`);
+    use :class:`privrec.data.RatingSplitCV` to cross-validate over ratings with ``GridSearchCV``.
     """
 
     # names of array attributes written by save(); subclasses extend
     _saved_arrays: tuple[str, ...] = ("item_factors_",)
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        fit = cls.__dict__.get("fit")
+        if fit is not None and not getattr(fit, "_privrec_fit_input", False):
+            cls.fit = _wrap_fit(fit)
+
     # ------------------------------------------------------------------ state helpers
+    def __sklearn_is_fitted__(self) -> bool:
+        return getattr(self, "item_factors_", None) is not None
+
     def _check_fitted(self):
-        if getattr(self, "item_factors_", None) is None:
-            raise ValueError(f"this {type(self).__name__} is not fitted yet; call fit(user_items) first")
+        check_is_fitted(self, msg=f"this {type(self).__name__} is not fitted yet; call fit(user_items) first")
+
+    def __sklearn_tags__(self):
+        # Input: a users x items ratings matrix, sparse (CSR/CSC/COO) or dense (NaN = unrated, 0 is a
+        # rating), or an Interactions / long-format DataFrame.
+        # No target (requires_y False; a y given to fit is ignored).
+        # A transformer: ``transform(user_items)`` maps each user's rating row to that user's
+        # d-dimensional embedding (the billboard projection of spec 004 Remark D.1: row by row,
+        # from the fitted item side), so ``fit(X).transform(X)`` works in a Pipeline that feeds
+        # user embeddings to a downstream estimator. The output dtype is the model's ``dtype``
+        # (float32 by default), not the input's, hence ``preserves_dtype=[]``.
+        # Not a regressor: ``predict`` takes (user, item) pairs or the entries of a ratings matrix,
+        # not rows of features; ``score`` is the negative RMSE of held-out ratings.
+        from sklearn.utils import TransformerTags
+
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        tags.input_tags.allow_nan = True  # NaN marks an unrated entry of a dense matrix (infinity is rejected)
+        tags.target_tags.required = False
+        tags.requires_fit = True
+        tags.transformer_tags = TransformerTags(preserves_dtype=[])
+        tags.non_deterministic = "random_state" in self.get_params(deep=False) and self.random_state is None
+        return tags
+
+    def _more_tags(self):  # scikit-learn < 1.6
+        return {"requires_y": False, "X_types": ["2darray", "sparse"], "allow_nan": True, "requires_fit": True}
 
     @property
     def n_items_(self) -> int:
         self._check_fitted()
         return int(self.item_factors_.shape[0])
 
+    @property
+    def n_features_in_(self) -> int:
+        """scikit-learn's name for the number of columns of ``X``: the number of items."""
+        return self.n_items_
+
+    @property
+    def item_factors(self):
+        """``item_factors_`` under implicit's name (``None`` before fit, as in implicit)."""
+        return getattr(self, "item_factors_", None)
+
+    @item_factors.setter
+    def item_factors(self, value):
+        self.item_factors_ = None if value is None else np.asarray(value)
+
+    @property
+    def user_factors(self):
+        """``user_factors_`` under implicit's name (``None`` before fit, or for a loaded private model)."""
+        return getattr(self, "user_factors_", None)
+
+    @user_factors.setter
+    def user_factors(self, value):
+        self.user_factors_ = None if value is None else np.asarray(value)
+
     def _item_bias(self):
         b = getattr(self, "item_bias_", None)
+        return None if b is None else np.asarray(b)
+
+    def _user_bias(self):
+        b = getattr(self, "user_bias_", None)
         return None if b is None else np.asarray(b)
 
     def _global(self) -> float:
@@ -152,6 +462,94 @@ class FactorizationModel(BaseEstimator):
 
     def _project_users(self, user_items: sp.csr_matrix):
         raise NotImplementedError
+
+    def _solve_items(self, item_users: sp.csr_matrix):
+        raise NotImplementedError(f"{type(self).__name__} cannot re-solve item factors (recalculate_item / "
+                                  f"partial_fit_items)")
+
+    def _is_private(self) -> bool:
+        """Whether the model carries a (finite) privacy guarantee: its parameter ``epsilon`` < inf."""
+        eps = getattr(self, "epsilon", None)
+        if eps is None:
+            return False
+        try:
+            return math.isfinite(float(eps))
+        except (TypeError, ValueError):
+            return True
+
+    def _is_implicit_feedback(self) -> bool:
+        return getattr(self, "feedback", "explicit") == "implicit"
+
+    def _private_refusal(self, what: str) -> PrivateReleaseError:
+        return PrivateReleaseError(
+            f"{what} is not available for a private {type(self).__name__} (epsilon={self.epsilon}): it would compute "
+            f"a new function of other users' training data after the release, a private release that the "
+            f"model's privacy ledger does not account for (the (epsilon, delta) guarantee covers fit only). Refit "
+            f"the model (a new, accounted release) to include new data"
+        )
+
+    # ------------------------------------------------------------------ rating range
+    @staticmethod
+    def _check_rating_range(matrix, low: float, high: float, stacklevel: int = 3) -> int:
+        """Warn (:class:`RatingRangeWarning`) when ratings fall outside ``[low, high]``; returns how many.
+
+        For a model's public ``rating_range`` parameter (validate it with
+        :func:`check_rating_range`). Data outside the declared scale usually means the wrong scale
+        was declared (e.g. 0-10 data, 1-5 declared). The message gives the count only, no data
+        values. (A private model may prefer an error: ``DPALS`` raises, since its noise is
+        calibrated to the declared range.)
+        """
+        data = np.asarray(getattr(matrix, "matrix", matrix).data)
+        n_out = int(np.count_nonzero((data < low) | (data > high)))
+        if n_out:
+            warnings.warn(
+                f"{n_out} of {data.size} ratings ({n_out / data.size:.2%}) fall outside the declared rating range "
+                f"[{low:g}, {high:g}]; check the model's rating_range",
+                RatingRangeWarning, stacklevel=stacklevel)
+        return n_out
+
+    # ------------------------------------------------------------------ id maps
+    def _lookup(self, which: str):
+        """``pandas.Index`` of ``user_ids_`` / ``item_ids_`` (cached), or ``None`` without ids."""
+        import pandas as pd
+
+        ids = getattr(self, f"{which}_ids_", None)
+        if ids is None:
+            return None
+        cache = self.__dict__.setdefault("_id_lookup", {})
+        hit = cache.get(which)
+        if hit is None or hit[0] is not ids:
+            hit = (ids, pd.Index(ids))
+            cache[which] = hit
+        return hit[1]
+
+    def _codes(self, which: str, ids, n: int, strict: bool = True) -> np.ndarray:
+        """Indices of original ids (``-1`` for unknown ones unless ``strict``: then ``ValueError``)."""
+        arr = _id_array(ids)
+        index = self._lookup(which)
+        if index is None:  # fitted from a bare matrix: ids are indices
+            codes = np.full(arr.shape, -1, dtype=np.int64)
+            if arr.dtype.kind in "iu":
+                ok = (arr >= 0) & (arr < n)
+            else:
+                ok = np.array([isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_)) and 0 <= x < n
+                               for x in arr.tolist()], dtype=bool)
+            codes[ok] = arr[ok].astype(np.int64)
+        else:
+            codes = index.get_indexer(arr).astype(np.int64)
+        if strict and np.any(codes < 0):
+            missing = list(arr[codes < 0][:5])
+            raise ValueError(f"unknown {which} id(s) {missing}: not in the model's {which}_ids_")
+        return codes
+
+    def _item_id_values(self, idx: np.ndarray) -> np.ndarray:
+        ids = getattr(self, "item_ids_", None)
+        return idx if ids is None else np.asarray(ids)[idx]
+
+    def _check_vocabulary_growth(self, which: str, n_new: int, n_old: int):
+        if n_new > n_old and getattr(self, f"{which}_ids_", None) is not None:
+            raise ValueError(f"this model maps {which} ids ({which}_ids_ has {n_old} entries); indices >= {n_old} "
+                             f"would be {which}s without an id: refit with the new {which}s instead")
 
     # ------------------------------------------------------------------ projection
     def recalculate_user(self, userid, user_items):
@@ -162,7 +560,7 @@ class FactorizationModel(BaseEstimator):
         """
         self._check_fitted()
         ids = np.atleast_1d(np.asarray(userid))
-        rows = as_user_items(user_items, n_items=self.n_items_)
+        rows = as_user_items(user_items, n_items=self.n_items_, model=type(self).__name__)
         if rows.shape[0] != ids.size:
             raise ValueError(f"user_items must have one row per userid ({ids.size}), got {rows.shape[0]}")
         factors, _ = self._project_users(rows)
@@ -171,22 +569,160 @@ class FactorizationModel(BaseEstimator):
     def transform(self, user_items):
         """Project every row of ``user_items`` (users x items) onto the item factors (spec 004 Remark D.1)."""
         self._check_fitted()
-        factors, _ = self._project_users(as_user_items(user_items, n_items=self.n_items_))
+        factors, _ = self._project_users(as_user_items(user_items, n_items=self.n_items_, model=type(self).__name__))
         return factors
 
-    # ------------------------------------------------------------------ scoring
-    def _user_vectors(self, ids, rows, recalculate):
-        if recalculate:
-            return self._project_users(rows)
+    def fit_transform(self, X, y=None, **fit_params):
+        """``fit(X)`` then ``transform`` of the training matrix: the users' embeddings (rows in the
+        order of the fitted users, i.e. of ``user_ids_`` when ``X`` carried ids)."""
+        R = fit_input(X)[0]
+        return self.fit(X, **fit_params).transform(R)
+
+    def partial_fit_users(self, userids, user_items):
+        """Update (or add) users from their own histories: billboard projection, no privacy cost.
+
+        implicit 0.7 convention: ``user_items`` has one row per id in ``userids``; ids beyond the
+        fitted users extend ``user_factors_`` / ``user_bias_`` (users in between get zero factors
+        and bias: the prediction of a user without data). A loaded private model (no user factors)
+        starts from an empty user table.
+        """
+        self._check_fitted()
+        n_items = self.n_items_
+        ids = np.atleast_1d(np.asarray(userids))
+        ids, _ = check_ids(ids, np.iinfo(np.int64).max, "userids")
+        rows = as_user_items(user_items, n_items=n_items)
+        if rows.shape[0] != ids.size:
+            raise ValueError(f"user_items must contain 1 row for every user in userids ({ids.size}), "
+                             f"got {rows.shape[0]}")
+        if np.unique(ids).size != ids.size:
+            raise ValueError("userids holds repeated ids")
+        factors, bias = self._project_users(rows)
+        d = self.item_factors_.shape[1]
+        uf = getattr(self, "user_factors_", None)
+        uf = np.zeros((0, d), dtype=self.item_factors_.dtype) if uf is None else np.asarray(uf)
+        n_old = uf.shape[0]
+        n_new = max(n_old, int(ids.max()) + 1) if ids.size else n_old
+        self._check_vocabulary_growth("user", n_new, n_old)
+        check_memory(n_new, d + 1, uf.dtype.itemsize, "user factors")
+        new_uf = np.zeros((n_new, d), dtype=uf.dtype)
+        new_uf[:n_old] = uf
+        new_uf[ids] = factors
+        ub = self._user_bias()
+        if bias is not None or ub is not None:
+            new_ub = np.zeros(n_new, dtype=uf.dtype)
+            if ub is not None:
+                new_ub[: ub.shape[0]] = ub[:n_new]
+            if bias is not None:
+                new_ub[ids] = bias
+            self.user_bias_ = new_ub
+        self.user_factors_ = new_uf
+        return self
+
+    # ------------------------------------------------------------------ items from other users' data
+    def recalculate_item(self, itemid, item_users):
+        """Re-solve items from their ratings (``item_users``: items x users, one row per ``itemid``,
+        or the full items x users matrix) with the fitted user side held fixed.
+
+        Non-private models only: for a private model this would be a new, unaccounted release of
+        the raters' data (:class:`PrivateReleaseError`).
+        """
+        self._check_fitted()
+        if self._is_private():
+            raise self._private_refusal("recalculate_item")
+        rows, _ = self._item_rows(itemid, item_users)
+        factors, _ = self._solve_items(rows)
+        return factors[0] if np.ndim(itemid) == 0 else factors
+
+    def _item_rows(self, itemid, item_users):
         uf = getattr(self, "user_factors_", None)
         if uf is None:
-            raise ValueError(
-                f"this {type(self).__name__} holds no user factors (a loaded or released model keeps only "
-                "item factors); call with recalculate_user=True"
-            )
+            raise ValueError(f"this {type(self).__name__} holds no user factors, so items cannot be re-solved")
+        if item_users is None:
+            raise ValueError("item_users (items x users ratings) is required to recalculate items")
+        ids = np.atleast_1d(np.asarray(itemid))
+        rows = _item_users(item_users, uf.shape[0])
+        if rows.shape[0] != ids.size:
+            if rows.shape[0] == self.n_items_:
+                checked, _ = check_ids(ids, rows.shape[0], "itemid")
+                rows = rows[checked]
+            else:
+                raise ValueError(f"item_users must have one row per itemid ({ids.size}) or one per fitted item, "
+                                 f"got {rows.shape[0]} rows")
+        return rows, ids
+
+    def partial_fit_items(self, itemids, item_users):
+        """Update (or add) items from their ratings (``item_users``: one row per id in ``itemids``).
+
+        Non-private models only (exact solve with the user side fixed); a private model raises
+        :class:`PrivateReleaseError` (new items need a new, accounted release: refit).
+        """
+        self._check_fitted()
+        if self._is_private():
+            raise self._private_refusal("partial_fit_items")
+        ids = np.atleast_1d(np.asarray(itemids))
+        ids, _ = check_ids(ids, np.iinfo(np.int64).max, "itemids")
+        if np.unique(ids).size != ids.size:
+            raise ValueError("itemids holds repeated ids")
+        uf = getattr(self, "user_factors_", None)
+        if uf is None:
+            raise ValueError(f"this {type(self).__name__} holds no user factors, so items cannot be solved")
+        rows = _item_users(item_users, uf.shape[0])
+        if rows.shape[0] != ids.size:
+            raise ValueError(f"item_users must contain 1 row for every item in itemids ({ids.size}), "
+                             f"got {rows.shape[0]}")
+        factors, bias = self._solve_items(rows)
+        V = np.asarray(self.item_factors_)
+        n_old, d = V.shape
+        n_new = max(n_old, int(ids.max()) + 1)
+        self._check_vocabulary_growth("item", n_new, n_old)
+        check_memory(n_new, d + 1, V.dtype.itemsize, "item factors")
+        new_V = np.zeros((n_new, d), dtype=V.dtype)
+        new_V[:n_old] = V
+        new_V[ids] = factors
+        ib = self._item_bias()
+        if ib is not None:
+            new_ib = np.zeros(n_new, dtype=ib.dtype)
+            new_ib[:n_old] = ib
+            if bias is not None:
+                new_ib[ids] = bias
+            self.item_bias_ = new_ib
+        self.item_factors_ = new_V
+        return self
+
+    # ------------------------------------------------------------------ scoring
+    def _query_rows(self, ids: np.ndarray, user_items, required: bool):
+        """The rated-items rows of the queried users: ``user_items`` has one row per id, or is the
+        full users x items matrix (then rows ``ids`` are taken); ``None`` allowed unless required."""
+        if user_items is None:
+            if required:
+                raise ValueError("user_items (the users' rated items, one row per userid) is required with "
+                                 "filter_already_liked_items=True, recalculate_user=True, or for a model without "
+                                 "user factors")
+            return None
+        mat = as_user_items(user_items, n_items=self.n_items_, model=type(self).__name__)
+        if mat.shape[0] == ids.size:
+            return mat
+        uf = getattr(self, "user_factors_", None)
+        if uf is None or mat.shape[0] == uf.shape[0]:
+            checked, _ = check_ids(ids, mat.shape[0], "userid")
+            return mat[checked]
+        raise ValueError(
+            f"user_items must have one row per userid ({ids.size}) or one row per fitted user, got {mat.shape[0]} rows"
+        )
+
+    def _user_vectors(self, ids, rows, recalculate):
+        uf = getattr(self, "user_factors_", None)
+        if recalculate or uf is None:
+            # a loaded private model keeps only the item side: project the given rows (free, Remark D.1)
+            if rows is None:
+                raise ValueError(
+                    f"this {type(self).__name__} holds no user factors (a loaded or released model keeps only item "
+                    "factors): pass user_items, the users' rated items, to project them"
+                )
+            return self._project_users(rows)
         ids, _ = check_ids(ids, uf.shape[0], "userid")
-        ub = getattr(self, "user_bias_", None)
-        return uf[ids], (None if ub is None else np.asarray(ub)[ids])
+        ub = self._user_bias()
+        return uf[ids], (None if ub is None else ub[ids])
 
     def recommend(
         self,
@@ -201,31 +737,26 @@ class FactorizationModel(BaseEstimator):
         """Top-N items for one user (1-D outputs) or an array of users (2-D outputs): ``(ids, scores)``.
 
         ``user_items`` holds the users' rated items: either one row per ``userid`` (implicit 0.7
-        convention) or the full training matrix (then rows ``userid`` are used). Rated items are
+        convention) or the full training matrix (then rows ``userid`` are used); it may be ``None``
+        when it is not needed (no filtering of rated items, stored user factors). Rated items are
         excluded when ``filter_already_liked_items``; ``filter_items`` are excluded for everybody;
-        ``items`` restricts the candidates. Scores are predicted ratings. When fewer than N items are
-        eligible the output is shorter: columns that no user can fill are dropped (a row of a
-        batched call may then still end in id -1 / score -inf padding, never an excluded item).
+        ``items`` restricts the candidates. Scores are predicted ratings. A model without user
+        factors (a loaded private model) projects the ``user_items`` rows automatically, as
+        ``recalculate_user=True`` does. When fewer than N items are eligible the output is
+        shorter: columns that no user can fill are dropped (a row of a batched call may then still
+        end in id -1 / score -inf padding, never an excluded item).
         """
         self._check_fitted()
-        n_items = self.n_items_
         N = check_int(N, "N", minimum=1)
         scalar = np.ndim(userid) == 0
         ids = np.atleast_1d(np.asarray(userid))
-        mat = as_user_items(user_items, n_items=n_items)
-        if mat.shape[0] == ids.size:
-            rows = mat
-        else:
-            n_known = getattr(self, "user_factors_", None)
-            if n_known is not None and mat.shape[0] == n_known.shape[0]:
-                ids_checked, _ = check_ids(ids, mat.shape[0], "userid")
-                rows = mat[ids_checked]
-            else:
-                raise ValueError(
-                    f"user_items must have one row per userid ({ids.size}) or one row per fitted user, "
-                    f"got {mat.shape[0]} rows"
-                )
+        needs_rows = filter_already_liked_items or recalculate_user or getattr(self, "user_factors_", None) is None
+        rows = self._query_rows(ids, user_items, needs_rows)
         uvec, ubias = self._user_vectors(ids, rows, recalculate_user)
+        return self._rank(uvec, ubias, rows if filter_already_liked_items else None, N, filter_items, items, scalar)
+
+    def _rank(self, uvec, ubias, liked_rows, N, filter_items, items, scalar):
+        n_items = self.n_items_
         scores = self._score_all(uvec, ubias)
         candidates = None
         if items is not None:
@@ -233,9 +764,9 @@ class FactorizationModel(BaseEstimator):
         if filter_items is not None:
             fi, _ = check_ids(filter_items, n_items, "filter_items")
             scores[:, fi] = -np.inf
-        if filter_already_liked_items:
-            r_idx = np.repeat(np.arange(rows.shape[0]), np.diff(rows.indptr))
-            scores[r_idx, rows.indices] = -np.inf
+        if liked_rows is not None:
+            r_idx = np.repeat(np.arange(liked_rows.shape[0]), np.diff(liked_rows.indptr))
+            scores[r_idx, liked_rows.indices] = -np.inf
         if candidates is not None:
             sub = scores[:, candidates]
             top, vals = _topk(sub, N)
@@ -252,6 +783,18 @@ class FactorizationModel(BaseEstimator):
             return top[0][row_ok], vals[0][row_ok]
         return top, vals
 
+    def rank_items(self, userid, user_items, selected_items, recalculate_user: bool = False):
+        """Rank ``selected_items`` for the user(s): ``(ids, scores)`` sorted by decreasing score.
+
+        As implicit 0.7 (``recommend`` with ``items=selected_items`` and no filtering of rated
+        items), except that every selected item is returned (implicit caps at N=10).
+        """
+        sel = np.atleast_1d(np.asarray(selected_items))
+        if sel.size == 0:
+            raise ValueError("selected_items is empty")
+        return self.recommend(userid, user_items, N=int(sel.size), filter_already_liked_items=False,
+                              recalculate_user=recalculate_user, items=sel)
+
     def _score_all(self, uvec, ubias):
         scores = uvec @ self.item_factors_.T
         ib = self._item_bias()
@@ -262,50 +805,281 @@ class FactorizationModel(BaseEstimator):
         scores += self._global()
         return scores.astype(np.float32, copy=False)
 
-    def predict(self, users, items):
-        """Predicted ratings for aligned arrays of (user, item) index pairs."""
-        self._check_fitted()
+    def _require_user_factors(self) -> np.ndarray:
         uf = getattr(self, "user_factors_", None)
         if uf is None:
-            raise ValueError("this model holds no user factors; use transform() and the item factors instead")
+            raise ValueError(
+                f"this {type(self).__name__} holds no user factors (a loaded private model keeps only the item side): "
+                "predictions need the fitted users; project users from their own histories with transform() or "
+                "partial_fit_users(), or evaluate with privrec.evaluation.evaluate_ratings(model, train, test)"
+            )
+        return uf
+
+    def _predict_indices(self, u: np.ndarray, i: np.ndarray) -> np.ndarray:
+        """Predictions for index pairs; ``-1`` marks an unknown user / item (its terms are zero)."""
+        uf = self._require_user_factors()
+        V = self.item_factors_
+        ku, ki = u >= 0, i >= 0
+        both = ku & ki
+        pred = np.full(u.shape, self._global(), dtype=np.float64)
+        pred[both] += np.einsum("ij,ij->i", uf[u[both]], V[i[both]])
+        ib = self._item_bias()
+        if ib is not None:
+            pred[ki] += ib[i[ki]]
+        ub = self._user_bias()
+        if ub is not None:
+            pred[ku] += ub[u[ku]]
+        return pred.astype(np.float32)
+
+    def _entries(self, X):
+        """``(user index, item index, ratings or None)`` of the entries of ``X`` (unknown ids: -1).
+
+        ``X``: a long-format DataFrame (``user`` / ``item`` [/ ``rating``] columns, ids mapped
+        through ``user_ids_`` / ``item_ids_``; ids never seen in training get index -1), an
+        ``Interactions`` (same, through its own id maps), or a sparse users x items matrix indexed
+        like the training matrix (one row per fitted user).
+        """
+        import pandas as pd
+
+        uf = getattr(self, "user_factors_", None)
+        n_users = None if uf is None else uf.shape[0]
+        if isinstance(X, pd.DataFrame):
+            from ..data.frames import frame_triples
+
+            users, items, vals = frame_triples(X, rating_required=False)
+        elif not sp.issparse(X) and hasattr(X, "matrix") and hasattr(X, "user_ids"):
+            m = as_user_items(X, name="X")
+            coo = m.tocoo()
+            users, items, vals = np.asarray(X.user_ids)[coo.row], np.asarray(X.item_ids)[coo.col], coo.data
+        else:
+            m = as_user_items(X, name="X", n_items=self.n_items_, model=type(self).__name__)
+            if n_users is not None and m.shape[0] != n_users:
+                raise ValueError(
+                    f"X has {m.shape[0]} rows but the model has {n_users} fitted users: a matrix X is indexed like the "
+                    "training matrix (its entries are held-out ratings of the training users). To cross-validate, "
+                    "split ratings, not users: pass a long-format DataFrame with privrec.data.RatingSplitCV")
+            coo = m.tocoo()
+            return coo.row.astype(np.int64), coo.col.astype(np.int64), coo.data
+        u = self._codes("user", users, n_users if n_users is not None else 0, strict=False)
+        i = self._codes("item", items, self.n_items_, strict=False)
+        return u, i, (None if vals is None else np.asarray(vals, dtype=np.float32))
+
+    def predict(self, users, items=None):
+        """Predicted ratings.
+
+        ``predict(users, items)``: aligned arrays of (user, item) index pairs. ``predict(X)``: one
+        prediction per entry of ``X`` (a sparse matrix indexed like the training matrix, in CSR
+        order; or a long-format DataFrame / ``Interactions`` with ids, in row order; ids unseen in
+        training contribute zero factors and bias).
+        """
+        self._check_fitted()
+        if items is None:
+            u, i, _ = self._entries(users)
+            return self._predict_indices(u, i)
+        uf = self._require_user_factors()
         u, _ = check_ids(users, uf.shape[0], "users")
         i, _ = check_ids(items, self.n_items_, "items")
         if u.shape != i.shape:
             raise ValueError(f"users and items must have the same length, got {u.size} and {i.size}")
-        pred = np.einsum("ij,ij->i", uf[u], self.item_factors_[i]) + self._global()
-        ib = self._item_bias()
-        if ib is not None:
-            pred += ib[i]
-        ub = getattr(self, "user_bias_", None)
-        if ub is not None:
-            pred += np.asarray(ub)[u]
-        return pred.astype(np.float32, copy=False)
+        return self._predict_indices(u, i)
 
-    def similar_items(self, itemid, N: int = 10, filter_items=None, items=None):
+    def score(self, X, y=None) -> float:
+        """Negative RMSE of the predicted ratings on the ratings held in ``X`` (higher is better).
+
+        The rule: each rating of ``X`` is predicted from the *fitted* factors of its user and item
+        (``user_factors_``, never a projection from ``X`` itself, which would use the held-out
+        ratings to predict them). So ``X`` holds held-out ratings of the training users: a sparse
+        matrix indexed like the training matrix, or a long-format DataFrame / ``Interactions`` with
+        ids (ratings of users or items unseen in training are predicted without that side's
+        factors and bias). For ``GridSearchCV`` split ratings, not users:
+        ``GridSearchCV(model, grid, cv=privrec.data.RatingSplitCV(5)).fit(ratings_df)``. ``y`` is
+        ignored. Defined for explicit ratings; an implicit-feedback model raises ``ValueError``
+        (its scores are rankings, evaluate them with ``privrec.evaluation``).
+        """
+        self._check_fitted()
+        if self._is_implicit_feedback():
+            raise ValueError(f"score(X) is the negative RMSE of predicted ratings; this {type(self).__name__} models "
+                             "implicit feedback (scores rank items, they are not ratings): evaluate it with "
+                             "privrec.evaluation.evaluate_topk or ranking_metrics")
+        u, i, truth = self._entries(X)
+        if truth is None:
+            from ..data.frames import RATING_COL
+
+            raise ValueError(f"X holds no ratings (a DataFrame needs a {RATING_COL!r} column)")
+        if truth.size == 0:
+            raise ValueError("X holds no ratings to score")
+        err = self._predict_indices(u, i).astype(np.float64) - truth
+        return -float(np.sqrt(np.mean(err * err)))
+
+    # ------------------------------------------------------------------ similarity
+    def _similar(self, F, query, N, filter_ids, candidates, n, what):
+        scores = _normalised(query) @ _normalised(F).T
+        if filter_ids is not None:
+            fi, _ = check_ids(filter_ids, n, f"filter_{what}s")
+            scores[:, fi] = -np.inf
+        if candidates is not None:
+            cand, _ = check_ids(candidates, n, f"{what}s")
+            top, vals = _topk(scores[:, cand], N)
+            return cand[top], vals
+        return _topk(scores, N)
+
+    def similar_items(self, itemid, N: int = 10, recalculate_item: bool = False, item_users=None, filter_items=None,
+                      items=None):
         """Top-N items by cosine similarity of item factors: ``(ids, scores)`` (batched like recommend).
 
         Items with an all-zero factor (never seen in training) have similarity 0 to everything.
+        ``recalculate_item=True`` first re-solves the query items from ``item_users`` (see
+        :meth:`recalculate_item`: non-private models only).
         """
         self._check_fitted()
         N = check_int(N, "N", minimum=1)
-        ids, scalar = check_ids(itemid, self.n_items_, "itemid")
-        V = self.item_factors_.astype(np.float32, copy=False)
-        norms = np.linalg.norm(V, axis=1)
-        Vn = V / np.where(norms > 0, norms, 1.0)[:, None]
-        scores = Vn[ids] @ Vn.T
-        if filter_items is not None:
-            fi, _ = check_ids(filter_items, self.n_items_, "filter_items")
-            scores[:, fi] = -np.inf
-        if items is not None:
-            cand, _ = check_ids(items, self.n_items_, "items")
-            top, vals = _topk(scores[:, cand], N)
-            top = cand[top]
+        scalar = np.ndim(itemid) == 0
+        V = self.item_factors_
+        if recalculate_item:
+            query = np.atleast_2d(self.recalculate_item(itemid, item_users))
         else:
-            top, vals = _topk(scores, N)
+            ids, _ = check_ids(itemid, self.n_items_, "itemid")
+            query = V[ids]
+        top, vals = self._similar(V, query, N, filter_items, items, self.n_items_, "item")
         if scalar:
             ok = np.isfinite(vals[0])
             return top[0][ok], vals[0][ok]
         return top, vals
+
+    def similar_users(self, userid, N: int = 10, filter_users=None, users=None):
+        """Top-N users by cosine similarity of user factors: ``(ids, scores)`` (batched like recommend).
+
+        Needs ``user_factors_`` (a loaded private model has none: use ``partial_fit_users`` first).
+        """
+        self._check_fitted()
+        N = check_int(N, "N", minimum=1)
+        uf = getattr(self, "user_factors_", None)
+        if uf is None:
+            raise ValueError(f"this {type(self).__name__} holds no user factors (a loaded private model keeps only the "
+                             "item side); add users with partial_fit_users(userids, user_items) first")
+        n = uf.shape[0]
+        scalar = np.ndim(userid) == 0
+        ids, _ = check_ids(userid, n, "userid")
+        top, vals = self._similar(uf, uf[ids], N, filter_users, users, n, "user")
+        if scalar:
+            ok = np.isfinite(vals[0])
+            return top[0][ok], vals[0][ok]
+        return top, vals
+
+    # ------------------------------------------------------------------ by original id
+    def _id_rows(self, req: np.ndarray, user_items):
+        """Rows (one per requested user) of ``user_items`` given by id: a long DataFrame or an
+        ``Interactions``; items unknown to the model are dropped (with a warning)."""
+        import pandas as pd
+
+        if isinstance(user_items, pd.DataFrame):
+            from ..data.frames import frame_triples
+
+            users, items, vals = frame_triples(user_items, rating_required=False)
+        else:
+            m = as_user_items(user_items)
+            coo = m.tocoo()
+            users, items, vals = np.asarray(user_items.user_ids)[coo.row], np.asarray(user_items.item_ids)[coo.col], \
+                coo.data
+        if vals is None:
+            vals = np.ones(len(users), dtype=np.float32)
+        req_codes, req_uniques = pd.factorize(req)
+        pos = pd.Index(req_uniques).get_indexer(users)
+        keep = pos >= 0
+        item_idx = self._codes("item", np.asarray(items)[keep], self.n_items_, strict=False)
+        unknown = int(np.count_nonzero(item_idx < 0))
+        if unknown:
+            warnings.warn(f"{unknown} rated item(s) of the queried users are not in the model's items and are ignored",
+                          UserWarning, stacklevel=3)
+        ok = item_idx >= 0
+        r, c, v = pos[keep][ok], item_idx[ok], np.asarray(vals, dtype=np.float32)[keep][ok]
+        # duplicate (user, item) rows are rejected by the COO check, not summed
+        mat = as_user_items(sp.coo_matrix((v, (r, c)), shape=(len(req_uniques), self.n_items_)), name="user_items")
+        return mat[req_codes]
+
+    def recommend_ids(self, user_id, user_items=None, N: int = 10, filter_already_liked_items: bool = True,
+                      filter_items=None, items=None, recalculate_user: bool = False):
+        """Top-N items for users given by their original ids: ``(item ids, scores)``.
+
+        For a model fitted from a DataFrame / ``Interactions`` with ids (``user_ids_`` /
+        ``item_ids_``); a model fitted from a bare matrix uses indices as ids. ``user_items``: the
+        users' rated items, as a long-format DataFrame (``user`` / ``item`` [/ ``rating``]
+        columns, e.g. the training table itself), an ``Interactions``, or a sparse matrix with one
+        row per requested user (indexed like the model's items); ``None`` when not needed (known
+        users, ``filter_already_liked_items=False``). Users absent from ``user_ids_`` (new users),
+        ``recalculate_user=True`` and models without user factors are projected from their rows
+        (billboard, free). ``filter_items`` / ``items`` are item ids. Batched calls return 2-D
+        arrays; if a row has fewer than N eligible items its tail holds id ``None`` (score -inf).
+        """
+        self._check_fitted()
+        import pandas as pd
+
+        N = check_int(N, "N", minimum=1)
+        scalar = np.ndim(user_id) == 0 and not isinstance(user_id, (list, tuple))
+        req = _id_array([user_id] if scalar else user_id)
+        uf = getattr(self, "user_factors_", None)
+        n_users = 0 if uf is None else uf.shape[0]
+        codes = self._codes("user", req, n_users, strict=False) if uf is not None else np.full(req.shape, -1)
+        rows = None
+        if user_items is not None:
+            by_id = isinstance(user_items, pd.DataFrame) or (not sp.issparse(user_items)
+                                                             and hasattr(user_items, "user_ids"))
+            if by_id:
+                rows = self._id_rows(req, user_items)
+            else:
+                rows = as_user_items(user_items, n_items=self.n_items_, model=type(self).__name__)
+                if rows.shape[0] != req.size:
+                    raise ValueError(f"a sparse user_items must have one row per requested user ({req.size}), "
+                                     f"got {rows.shape[0]}")
+        projected = np.ones(req.size, dtype=bool) if (recalculate_user or uf is None) else codes < 0
+        if projected.any():
+            no_data = projected if rows is None else projected & (np.diff(rows.indptr) == 0)
+            if no_data.any():
+                raise ValueError(f"user id(s) {list(req[no_data][:5])} have no fitted factors (unknown users, "
+                                 f"recalculate_user=True, or a model without user factors) and no ratings in "
+                                 f"user_items to project them from")
+        if filter_already_liked_items and rows is None:
+            raise ValueError("filter_already_liked_items=True needs the users' rated items: pass user_items (e.g. the "
+                             "training DataFrame), or filter_already_liked_items=False")
+        if recalculate_user or uf is None:
+            uvec, ubias = self._project_users(rows)
+        else:
+            d = self.item_factors_.shape[1]
+            uvec = np.zeros((req.size, d), dtype=self.item_factors_.dtype)
+            ub_all = self._user_bias()
+            ubias = None if ub_all is None else np.zeros(req.size, dtype=ub_all.dtype)
+            known = codes >= 0
+            uvec[known] = uf[codes[known]]
+            if ubias is not None:
+                ubias[known] = ub_all[codes[known]]
+            if not known.all():
+                pu, pb = self._project_users(rows[np.flatnonzero(~known)])
+                uvec[~known] = pu
+                if pb is not None:
+                    if ubias is None:
+                        ubias = np.zeros(req.size, dtype=pb.dtype)
+                    ubias[~known] = pb
+        fi = None if filter_items is None else self._codes("item", filter_items, self.n_items_)
+        cand = None if items is None else self._codes("item", items, self.n_items_)
+        top, vals = self._rank(uvec, ubias, rows if filter_already_liked_items else None, N, fi, cand, False)
+        out = self._item_id_values(np.where(top >= 0, top, 0))
+        if np.any(top < 0):
+            out = out.astype(object)
+            out[top < 0] = None
+        if scalar:
+            ok = np.isfinite(vals[0])
+            return out[0][ok], vals[0][ok]
+        return out, vals
+
+    def similar_items_ids(self, item_id, N: int = 10, filter_items=None, items=None):
+        """``similar_items`` by original item ids: ``(item ids, scores)`` (``filter_items`` / ``items`` are ids)."""
+        self._check_fitted()
+        scalar = np.ndim(item_id) == 0 and not isinstance(item_id, (list, tuple))
+        q = self._codes("item", [item_id] if scalar else item_id, self.n_items_)
+        fi = None if filter_items is None else self._codes("item", filter_items, self.n_items_)
+        cand = None if items is None else self._codes("item", items, self.n_items_)
+        top, vals = self.similar_items(q[0] if scalar else q, N=N, filter_items=fi, items=cand)
+        return self._item_id_values(top), vals
 
     # ------------------------------------------------------------------ persistence
     # Model file schema (FORMAT_VERSION 2; see docs/data-and-model-files.md). An .npz (zip) holding
@@ -320,6 +1094,7 @@ class FactorizationModel(BaseEstimator):
         "user_bias_": (1, _FLOAT_DTYPES),
         "global_mean_": (0, _FLOAT_DTYPES),
         "user_reg_norm_": (0, _FLOAT_DTYPES),
+        "item_reg_norm_": (0, _FLOAT_DTYPES),
     }
 
     @classmethod
@@ -348,9 +1123,18 @@ class FactorizationModel(BaseEstimator):
     def save(self, path) -> None:
         """Write the fitted model to ``path`` (npz arrays + JSON metadata: class, params, privacy report).
 
-        The write is atomic: an interrupted save never leaves a truncated file at ``path`` (its
-        temporary file, ``.privrec-<name>.<random>.tmp``, is removed by the next save into the same
-        folder once it is a day old). The file carries a SHA-256 of its content, checked on load.
+        ``path``: a file name (written exactly there; unlike implicit no ``.npz`` is appended, but
+        :meth:`load` finds ``name.npz`` when given ``name``) or a binary file object open for
+        writing (implicit 0.7's ``save(file)``). A write to a path is atomic: an interrupted save
+        never leaves a truncated file at ``path`` (its temporary file,
+        ``.privrec-<name>.<random>.tmp``, is removed by the next save into the same folder once it
+        is a day old). The file carries a SHA-256 of its content, checked on load.
+
+        Id maps (``user_ids_`` / ``item_ids_`` of a model fitted with ids; str or int ids) are saved
+        in the metadata: user ids only with the user factors, and a *private* model saves item ids
+        only when they came from a given (public) vocabulary -- ids derived from the data tell
+        which items have ratings, which the privacy guarantee does not cover (a
+        ``UserWarning`` says so).
         """
         self._check_fitted()
         arrays = {}
@@ -372,26 +1156,76 @@ class FactorizationModel(BaseEstimator):
             "params": params,
             "arrays": {k: {"shape": list(v.shape), "dtype": v.dtype.str} for k, v in arrays.items()},
             **self._metadata(),
+            **self._id_metadata(),
         }
         meta_text = json.dumps(meta)
         digest = _content_hash(meta_text, arrays)
+        if hasattr(path, "write"):  # an open binary file (implicit's save(file))
+            np.savez(path, __meta__=np.array(meta_text), __sha256__=np.array(digest), **arrays)
+            return
         with atomic_path(path) as tmp:
             with open(tmp, "wb") as fh:
                 np.savez(fh, __meta__=np.array(meta_text), __sha256__=np.array(digest), **arrays)
 
+    def _id_metadata(self) -> dict[str, Any]:
+        out = {}
+        uids = getattr(self, "user_ids_", None)
+        if (uids is not None and "user_factors_" in self._saved_arrays
+                and getattr(self, "user_factors_", None) is not None
+                and len(uids) == np.asarray(self.user_factors_).shape[0]):
+            entry = _ids_to_json(uids, "user")
+            if entry is not None:
+                out["user_ids"] = entry
+        iids = getattr(self, "item_ids_", None)
+        if iids is not None and len(iids) == self.n_items_:
+            if self._is_private() and not getattr(self, "_item_ids_given", False):
+                warnings.warn(
+                    f"item ids not saved with this private {type(self).__name__}: they were derived from the training "
+                    "data (the items that have ratings), which the privacy guarantee does not cover. Fit from "
+                    "privrec.data.from_pandas(..., item_ids=<public catalogue>) to release them", UserWarning,
+                    stacklevel=3)
+            else:
+                entry = _ids_to_json(iids, "item")
+                if entry is not None:
+                    out["item_ids"] = entry
+        return out
+
+    def _restore_ids(self, meta: dict[str, Any]) -> None:
+        n_items = int(self.item_factors_.shape[0])
+        uf = getattr(self, "user_factors_", None)
+        for which, n in (("item", n_items), ("user", None if uf is None else int(uf.shape[0]))):
+            entry = meta.get(f"{which}_ids")
+            if entry is None:
+                continue
+            if n is None:
+                raise _BadModelFile(f"{which} ids are stored without {which} factors")
+            setattr(self, f"{which}_ids_", _ids_from_json(entry, which, n))
+        self._item_ids_given = getattr(self, "item_ids_", None) is not None
+        self._id_lookup = {}
+
     @classmethod
-    def load(cls, path):
+    def load(cls, fileobj_or_path):
         """Load a model written by :meth:`save`; a one-line ``ValueError`` for anything else.
 
+        ``fileobj_or_path``: a file name (if it does not exist but ``name + ".npz"`` does, that
+        file is read, as implicit 0.7 does) or a binary file object open for reading.
         Checked (see docs/data-and-model-files.md): the zip members (only ``__meta__``,
         ``__sha256__`` and the arrays this class saves), each array's dtype, dimensions, shape and
         finiteness, the parameters (a dict of known names with plain JSON values), the content
         hash, and a stored privacy report: its epsilons are recomputed from its events with
         ``dp_accounting`` and must match. Version-1 files (no dtypes, no hash) are still read.
         """
-        path = Path(path)
+        if hasattr(fileobj_or_path, "read"):
+            path = getattr(fileobj_or_path, "name", None)
+            path = path if isinstance(path, (str, Path)) else "<file object>"
+            source = fileobj_or_path
+        else:
+            path = Path(fileobj_or_path)
+            if not path.exists() and path.suffix != ".npz" and path.with_name(path.name + ".npz").exists():
+                path = path.with_name(path.name + ".npz")
+            source = path
         try:
-            return cls._load_checked(path)
+            return cls._load_checked(source, path)
         except (FileNotFoundError, PermissionError, IsADirectoryError):
             raise
         except _BadModelFile as exc:
@@ -405,14 +1239,23 @@ class FactorizationModel(BaseEstimator):
                              f"{_one_line(exc)[:300]})") from None
 
     @classmethod
-    def _load_checked(cls, path: Path):
-        with open(path, "rb") as fh:
-            head = fh.read(8)
+    def _load_checked(cls, source, path):
+        if isinstance(source, Path):
+            with open(source, "rb") as fh:
+                head = fh.read(8)
+        else:  # a file object: zipfile needs to seek, so read a non-seekable stream into memory
+            if not (hasattr(source, "seekable") and source.seekable()):
+                source = io.BytesIO(source.read())
+            start = source.tell()
+            head = source.read(8)
+            source.seek(start)
+        if not isinstance(head, bytes):
+            raise _BadModelFile("the file object must be opened in binary mode ('rb')")
         if head.startswith(b"\x93NUMPY"):
             raise _BadModelFile("is a single .npy array, not a privrec model file (an .npz written by save())")
         if not head.startswith(b"PK"):
             raise _BadModelFile("not a privrec model file (not an .npz archive)")
-        with zipfile.ZipFile(path) as zf:
+        with zipfile.ZipFile(source) as zf:
             members = _npz_members(zf)
             if "__meta__" not in members:
                 raise _BadModelFile("not a privrec model file (no metadata record)")
@@ -491,6 +1334,7 @@ class FactorizationModel(BaseEstimator):
             model._restore_metadata(meta)
         except (KeyError, TypeError, AttributeError) as exc:
             raise _BadModelFile(f"malformed {name} metadata ({type(exc).__name__}: {exc})") from None
+        model._restore_ids(meta)
         return model
 
     def _check_loaded_arrays(self, arrays: dict[str, np.ndarray], path) -> None:
@@ -507,6 +1351,51 @@ class FactorizationModel(BaseEstimator):
 
 class _BadModelFile(ValueError):
     """A check of the model file failed (the message does not name the file; ``load`` adds it)."""
+
+
+def _ids_to_json(ids, which: str):
+    """``{"kind": "int"|"str"|"object", "values": [...]}`` of an id map, or ``None`` (with a
+    ``UserWarning``) when the ids are not all str / int (only those are saved)."""
+    arr = np.asarray(ids)
+    if arr.dtype.kind in "iu":
+        return {"kind": "int", "values": [int(x) for x in arr.tolist()]}
+    if arr.dtype.kind == "U":
+        return {"kind": "str", "values": arr.tolist()}
+    values = []
+    if arr.dtype == object:
+        for x in arr.tolist():
+            if isinstance(x, str) or (isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_))):
+                values.append(x if isinstance(x, str) else int(x))
+            else:
+                values = None
+                break
+        if values is not None:
+            return {"kind": "object", "values": values}
+    warnings.warn(f"{which} ids of dtype {arr.dtype} are not saved (only str and int ids are): the loaded model "
+                  f"will use indices", UserWarning, stacklevel=4)
+    return None
+
+
+def _ids_from_json(entry, which: str, n: int) -> np.ndarray:
+    if not isinstance(entry, dict) or set(entry) != {"kind", "values"}:
+        raise _BadModelFile(f"metadata {which}_ids must be {{'kind': ..., 'values': [...]}}")
+    kind, values = entry["kind"], entry["values"]
+    if not isinstance(values, list) or len(values) != n:
+        raise _BadModelFile(f"metadata {which}_ids must list {n} ids")
+    is_int = [isinstance(v, int) and not isinstance(v, bool) for v in values]
+    is_str = [isinstance(v, str) for v in values]
+    if kind == "int" and all(is_int):
+        arr = np.array(values, dtype=np.int64) if values else np.zeros(0, np.int64)
+    elif kind == "str" and all(is_str):
+        arr = np.array(values, dtype=str) if values else np.zeros(0, dtype=str)
+    elif kind == "object" and all(a or b for a, b in zip(is_int, is_str)):
+        arr = np.empty(n, dtype=object)
+        arr[:] = values
+    else:
+        raise _BadModelFile(f"metadata {which}_ids: kind {str(kind)[:10]!r} with values that do not match it")
+    if len(set(values)) != n:
+        raise _BadModelFile(f"metadata {which}_ids holds repeated ids")
+    return arr
 
 
 def _c_order(a: np.ndarray) -> np.ndarray:

@@ -18,13 +18,14 @@ Users or items without ratings get zero factors and zero bias (so their predicti
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import scipy.sparse as sp
 
 from .._validation import check_int, check_memory, check_positive, check_random_state_seed
 from ..privacy import make_rng
-from ._base import FactorizationModel, check_fit_matrix
+from ._base import FactorizationModel, check_fit_matrix, check_rating_range
 from ._solve import _blas_single_thread, frequency_regularization, solve_rows
 
 _SOLVERS = ("cholesky", "cg")
@@ -109,6 +110,8 @@ class ALS(FactorizationModel):
     dtype : float32 (default) or float64.
     random_state : seed of the initial item factors (ALS adds no noise, so no privacy impact).
     num_threads : worker threads of the batched solves (``None`` = usable cores).
+    rating_range : ``None`` or the public ``(low, high)`` rating scale; ``fit`` warns
+        (``RatingRangeWarning``) when ratings fall outside it.
 
     Defaults were tuned on the ML-100K validation split (random 80/10/10, seed 0): see
     ``tests/test_models_als.py`` for the measured RMSE.
@@ -116,10 +119,14 @@ class ALS(FactorizationModel):
     Attributes
     ----------
     user_factors_, item_factors_, user_bias_, item_bias_, global_mean_, user_reg_norm_
-    (normaliser of the user-side frequency ridge, reused by ``recalculate_user`` / ``transform``).
+    (normaliser of the user-side frequency ridge, reused by ``recalculate_user`` / ``transform``),
+    item_reg_norm_ (the item side's, reused by ``recalculate_item`` / ``partial_fit_items``),
+    user_ids_ / item_ids_ (id maps when fitted with ids); ``user_factors`` / ``item_factors``
+    are implicit's names for the factor arrays.
     """
 
-    _saved_arrays = ("item_factors_", "user_factors_", "item_bias_", "user_bias_", "global_mean_", "user_reg_norm_")
+    _saved_arrays = ("item_factors_", "user_factors_", "item_bias_", "user_bias_", "global_mean_", "user_reg_norm_",
+                     "item_reg_norm_")
 
     def __init__(
         self,
@@ -136,8 +143,10 @@ class ALS(FactorizationModel):
         dtype=np.float32,
         random_state=None,
         num_threads: int | None = None,
+        rating_range=None,
     ):
         self.num_threads = num_threads
+        self.rating_range = rating_range
         self.factors = factors
         self.regularization = regularization
         self.reg_exponent = reg_exponent
@@ -163,6 +172,7 @@ class ALS(FactorizationModel):
         check_random_state_seed(self.random_state)
         if self.num_threads is not None:
             check_int(self.num_threads, "num_threads", minimum=1)
+        check_rating_range(self.rating_range)
         if self.solver not in _SOLVERS:
             raise ValueError(f"solver must be one of {_SOLVERS}, got {self.solver!r}")
         dt = np.dtype(self.dtype)
@@ -175,32 +185,49 @@ class ALS(FactorizationModel):
         return (rng.standard_normal((n_items, self.factors)) * self.init_scale).astype(dtype)
 
     # ------------------------------------------------------------------ fit
-    def fit(self, user_items, show_progress: bool = False):
-        """Fit on a users x items rating matrix (CSR, or ``privrec.data.Interactions``)."""
+    def fit(self, user_items, show_progress: bool = True, callback=None):
+        """Fit on users x items ratings: a sparse matrix (CSR / CSC / COO), a ``privrec.data.Interactions``
+        or a long-format DataFrame (``user`` / ``item`` / ``rating`` columns; see the base class).
+
+        implicit 0.7 conventions: ``show_progress`` shows a tqdm bar with one step per sweep;
+        ``callback(iteration, elapsed_seconds, loss)`` is called after every sweep (``loss`` is
+        ``None``: the training loss is not computed). Returns ``self``.
+        """
         dtype = self._validate()
         R = check_fit_matrix(user_items)
+        declared = check_rating_range(self.rating_range)
+        if declared is not None:
+            self._check_rating_range(R, *declared, stacklevel=4)  # user code -> fit wrapper -> fit -> here
         check_memory(R.shape[0] + R.shape[1], self.factors + 1, dtype.itemsize, "ALS factor matrices")
         RT = R.T.tocsr()
         RT.sort_indices()
         n_users, n_items = R.shape
         mu = float(R.data.mean(dtype=np.float64)) if self.center else 0.0
         reg_u, norm_u = frequency_regularization(np.diff(R.indptr), self.regularization, self.reg_exponent)
-        reg_i, _ = frequency_regularization(np.diff(RT.indptr), self.regularization, self.reg_exponent)
+        reg_i, norm_i = frequency_regularization(np.diff(RT.indptr), self.regularization, self.reg_exponent)
         V = self._init_item_factors(n_items, dtype)
         U = np.zeros((n_users, self.factors), dtype=dtype)
         bu = np.zeros(n_users, dtype=dtype) if self.biases else None
         bi = np.zeros(n_items, dtype=dtype) if self.biases else None
-        for _ in range(self.iterations):
-            U, bu = half_step(R, V, bi, mu, reg_u, self.unobserved_weight, self.biases, self.solver, U, self.cg_steps,
-                              self.num_threads)
-            V, bi = half_step(RT, U, bu, mu, reg_i, self.unobserved_weight, self.biases, self.solver, V, self.cg_steps,
-                              self.num_threads)
+        from tqdm.auto import tqdm
+
+        with tqdm(total=self.iterations, disable=not show_progress, desc="ALS", unit="sweep") as progress:
+            for it in range(self.iterations):
+                t0 = time.perf_counter()
+                U, bu = half_step(R, V, bi, mu, reg_u, self.unobserved_weight, self.biases, self.solver, U,
+                                  self.cg_steps, self.num_threads)
+                V, bi = half_step(RT, U, bu, mu, reg_i, self.unobserved_weight, self.biases, self.solver, V,
+                                  self.cg_steps, self.num_threads)
+                progress.update(1)
+                if callback is not None:
+                    callback(it, time.perf_counter() - t0, None)
         self.global_mean_ = np.asarray(mu, dtype=np.float64)
         self.user_factors_ = U
         self.item_factors_ = V
         self.user_bias_ = bu
         self.item_bias_ = bi
         self.user_reg_norm_ = np.asarray(norm_u, dtype=np.float64)
+        self.item_reg_norm_ = np.asarray(norm_i, dtype=np.float64)
         return self
 
     def _project_users(self, rows: sp.csr_matrix):
@@ -210,6 +237,24 @@ class ALS(FactorizationModel):
         V = self.item_factors_
         return half_step(rows, V, self._item_bias(), self._global(), reg, self.unobserved_weight, self.biases, "cholesky",
                          num_threads=self.num_threads)
+
+    def _solve_items(self, rows: sp.csr_matrix):
+        """Exact item step (items x users ``rows``) on the fitted user side: ``(factors, item_bias)``.
+
+        With the training column of an item this reproduces its fitted factor (the last half-sweep
+        of ``fit`` is this solve)."""
+        norm = getattr(self, "item_reg_norm_", None)
+        e = self.reg_exponent
+        if e and norm is None:
+            raise ValueError("this ALS model file predates item_reg_norm_ (needed for the item ridge): refit it")
+        counts = np.diff(rows.indptr).astype(np.float64)
+        reg = self.regularization * ((counts + 1.0) ** e) * float(norm) if e else np.full(counts.shape,
+                                                                                           self.regularization)
+        U = np.asarray(self.user_factors_)
+        if U.shape[0] != rows.shape[1]:
+            raise ValueError(f"item_users has {rows.shape[1]} user columns, but the model has {U.shape[0]} users")
+        return half_step(rows, U, self._user_bias(), self._global(), reg, self.unobserved_weight, self.biases,
+                         "cholesky", num_threads=self.num_threads)
 
 
 class ImplicitALS(FactorizationModel):
@@ -260,23 +305,43 @@ class ImplicitALS(FactorizationModel):
             random_state=self.random_state,
         )
 
-    def fit(self, user_items, show_progress: bool = False):
+    def _is_implicit_feedback(self) -> bool:
+        return True
+
+    def fit(self, user_items, show_progress: bool = True, callback=None):
+        """Fit implicit's ALS (same inputs as :meth:`ALS.fit`; ``show_progress`` / ``callback`` are
+        passed to implicit)."""
         R = check_fit_matrix(user_items)
         with _blas_single_thread():  # implicit wants OpenBLAS single-threaded (it threads itself)
             inner = self._make_inner()
-            inner.fit(R, show_progress=show_progress)
+            inner.fit(R, show_progress=show_progress, callback=callback)
         self._inner = inner
         self.user_factors_ = np.asarray(inner.user_factors)
         self.item_factors_ = np.asarray(inner.item_factors)
         return self
 
-    def _project_users(self, rows: sp.csr_matrix):
+    def _synced_inner(self):
+        """implicit's model holding this model's current factors (they change with partial fits)."""
         inner = getattr(self, "_inner", None)
         if inner is None:  # loaded from disk
             with _blas_single_thread():
                 inner = self._make_inner()
-            inner.item_factors = self.item_factors_
-            inner.user_factors = np.zeros((0, self.item_factors_.shape[1]), dtype=self.item_factors_.dtype)
             self._inner = inner
-        factors = inner.recalculate_user(np.arange(rows.shape[0]), rows)
+        d = self.item_factors_.shape[1]
+        uf = getattr(self, "user_factors_", None)
+        if inner.item_factors is not self.item_factors_:
+            inner.item_factors = self.item_factors_
+            inner._YtY = inner._item_norms = None
+        uf = np.zeros((0, d), dtype=self.item_factors_.dtype) if uf is None else uf
+        if inner.user_factors is not uf:
+            inner.user_factors = uf
+            inner._XtX = inner._user_norms = None
+        return inner
+
+    def _project_users(self, rows: sp.csr_matrix):
+        factors = self._synced_inner().recalculate_user(np.arange(rows.shape[0]), rows)
+        return np.atleast_2d(np.asarray(factors)), None
+
+    def _solve_items(self, rows: sp.csr_matrix):
+        factors = self._synced_inner().recalculate_item(np.arange(rows.shape[0]), rows)
         return np.atleast_2d(np.asarray(factors)), None

@@ -418,7 +418,7 @@ class DPALS(FactorizationModel):
         )
 
     # ------------------------------------------------------------------ fit
-    def fit(self, user_items, show_progress: bool = False):
+    def fit(self, user_items, show_progress: bool = True, callback=None):
         """Fit on a users x items rating matrix (CSR or ``Interactions``); releases ``item_factors_``
         (and ``item_bias_`` with ``biases=True``) under the configured (epsilon, delta)."""
         R_full = check_fit_matrix(user_items)
@@ -511,6 +511,8 @@ class DPALS(FactorizationModel):
             if cfg["biases"]:
                 b_items = np.ascontiguousarray(params[:, d] * c)
             step_times.append(time.perf_counter() - t_step)
+            if callback is not None:  # implicit 0.7 contract: callback(iteration, elapsed_seconds, loss)
+                callback(t - 1, step_times[-1], None)
 
         if private:
             self._check_ledger(ledger, self.planned_events(c_scale, s_scale, cfg))
@@ -602,7 +604,9 @@ class DPALS(FactorizationModel):
         if ledger is None:
             report = getattr(self, "privacy_report_", None)
             if report is None:
-                raise ValueError("this DPALS is not fitted yet; call fit(user_items) first")
+                from sklearn.exceptions import NotFittedError
+
+                raise NotFittedError("this DPALS is not fitted yet; call fit(user_items) first")
             return report
         report = ledger.report(check_delta(self.delta), accountant=self.accountant)
         report["method"] = self.method

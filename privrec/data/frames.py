@@ -1,0 +1,387 @@
+"""Long-format rating tables (pandas / Parquet) to :class:`~privrec.data.Interactions`, and a
+rating-level cross-validation splitter for scikit-learn's model selection.
+
+A *long-format* table has one row per rating: a user id column, an item id column and (for
+explicit feedback) a rating column. Ids may be of any hashable type (strings, integers, mixed
+objects); they become the ``user_ids`` / ``item_ids`` maps of the returned ``Interactions``, and a
+model fitted on it recommends by id (``recommend_ids``, ``similar_items_ids``).
+
+Column names default to :data:`USER_COL`, :data:`ITEM_COL`, :data:`RATING_COL` (``"user"``,
+``"item"``, ``"rating"``). These defaults are module-level and estimator-independent: a model's
+``fit(df)`` reads a DataFrame with exactly these columns; for other names build the
+``Interactions`` first with :func:`from_pandas` / :func:`from_parquet`.
+
+Duplicates: privrec's policy is to reject duplicate (user, item) rows (a silent sum or overwrite
+changes the data). Both readers raise a ``ValueError`` naming the number of duplicate rows unless
+``duplicates="sum"`` (play counts) or ``"last"`` (latest row wins; also ``"first"`` / ``"max"``)
+is passed, in which case they are resolved with a ``UserWarning`` (see
+:meth:`Interactions.from_arrays`).
+
+Privacy note: without a given vocabulary, the item ids are *the items that have at least one
+rating*, which is itself a statistic of the data. A private model (``DPALS``) therefore saves
+item ids with its release only when they came from a public vocabulary (``item_ids=`` here);
+see ``FactorizationModel.save``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import numbers
+
+import numpy as np
+import pandas as pd
+
+from privrec.data.interactions import DUPLICATE_POLICIES, Interactions
+
+#: default column names of a long-format rating table (module-level, estimator-independent)
+USER_COL = "user"
+ITEM_COL = "item"
+RATING_COL = "rating"
+
+
+# ---------------------------------------------------------------------- id vocabularies
+
+def _tidy_uniques(uniques) -> np.ndarray:
+    """Unique ids as a compact numpy array: unicode for all-string ids, object for mixed ids."""
+    arr = np.asarray(uniques)
+    if arr.dtype == object and len(arr) and all(isinstance(x, str) for x in arr):
+        return arr.astype(str)
+    return arr
+
+
+def _factorize_ids(values, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, uniques)``: uniques sorted when the ids are mutually comparable, else in order of
+    first appearance (mixed types such as ``"a"`` and ``3`` cannot be sorted)."""
+    try:
+        codes, uniques = pd.factorize(values, sort=True)
+    except TypeError:
+        codes, uniques = pd.factorize(values, sort=False)
+    if np.any(codes < 0):
+        raise ValueError(f"{name} has {int(np.count_nonzero(codes < 0))} missing (NaN/None) id(s)")
+    return codes.astype(np.int64, copy=False), _tidy_uniques(uniques)
+
+
+def _codes_in_vocabulary(values, vocabulary, name: str) -> tuple[np.ndarray, np.ndarray]:
+    vocab = np.asarray(vocabulary)
+    if vocab.ndim != 1 or len(vocab) == 0:
+        raise ValueError(f"the {name} vocabulary must be a non-empty 1-D sequence of ids")
+    index = pd.Index(vocab)
+    if not index.is_unique:
+        raise ValueError(f"the {name} vocabulary holds {int(index.duplicated().sum())} repeated id(s)")
+    codes = index.get_indexer(values)
+    if np.any(codes < 0):
+        missing = pd.unique(np.asarray(values, dtype=object)[codes < 0])[:5]
+        raise ValueError(f"{int(np.count_nonzero(codes < 0))} {name} value(s) are not in the given {name} "
+                         f"vocabulary, e.g. {list(missing)}")
+    return codes.astype(np.int64, copy=False), _tidy_uniques(vocab)
+
+
+def vocabulary_fingerprint(ids) -> str:
+    """SHA-256 of an id vocabulary (order, types and values). ``Interactions.info`` keeps the
+    fingerprint of a *given* item vocabulary, so a later data-dependent change of the item axis
+    (e.g. ``drop_empty``, which keeps ``info``) is not mistaken for the public vocabulary."""
+    arr = np.asarray(ids)
+    h = hashlib.sha256(f"{arr.dtype.kind}:{len(arr)}\0".encode())
+    if arr.dtype.kind in "iu":
+        h.update(arr.astype(np.int64).tobytes())
+    elif arr.dtype.kind == "U":
+        h.update("\0".join(arr.tolist()).encode("utf-8", "surrogatepass"))
+    else:
+        for x in arr.tolist():
+            h.update(f"{type(x).__name__}:{x!r}\0".encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+def _build(ucodes, icodes, values, user_vocab, item_vocab, user_given, item_given, duplicates, timestamps,
+           name, source) -> Interactions:
+    """Interactions from integer codes (0..len(vocab)-1) and their vocabularies."""
+    if duplicates not in DUPLICATE_POLICIES:
+        raise ValueError(f"duplicates must be one of {DUPLICATE_POLICIES}, got {duplicates!r}")
+    info = {"source": source, "user_vocabulary": "given" if user_given else "data",
+            "item_vocabulary": "given" if item_given else "data"}
+    if item_given:
+        info["item_vocabulary_sha256"] = vocabulary_fingerprint(item_vocab)
+    try:
+        # integer codes with a fixed vocabulary 0..n-1: the matrix has exactly len(vocab) rows/columns
+        inter = Interactions.from_arrays(ucodes, icodes, values, timestamps=timestamps, duplicates=duplicates,
+                                         name=name, user_ids=np.arange(len(user_vocab)),
+                                         item_ids=np.arange(len(item_vocab)), info=info)
+    except ValueError as exc:
+        msg = str(exc)
+        if duplicates == "error" and "duplicate" in msg:
+            n_dup = msg.split()[0]
+            raise ValueError(f"{n_dup} duplicate (user, item) row(s) in the rating table: privrec rejects "
+                             f"duplicates; pass duplicates='sum' (add them, e.g. play counts) or "
+                             f"duplicates='last' (keep the last row)") from None
+        raise
+    inter.user_ids = user_vocab  # codes were the identity: swap in the real ids (lookups not built yet)
+    inter.item_ids = item_vocab
+    return inter
+
+
+def _column(df: pd.DataFrame, col, what: str):
+    if col not in df.columns:
+        hint = " (pass rating_col=None for implicit feedback: every row counts 1)" if what == "rating_col" else ""
+        raise ValueError(f"{what}={col!r} is not a column of the table; columns are {list(df.columns)[:20]}{hint}")
+    return df[col]
+
+
+def _rating_values(series, name: str) -> np.ndarray:
+    vals = np.asarray(series)
+    if vals.dtype.kind not in "biuf":
+        try:
+            vals = vals.astype(np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be numeric, got dtype {series.dtype}") from None
+    return vals.astype(np.float32, copy=False)
+
+
+# ---------------------------------------------------------------------- readers
+
+def from_pandas(df: pd.DataFrame, user_col=USER_COL, item_col=ITEM_COL, rating_col=RATING_COL, *,
+                duplicates: str = "error", user_ids=None, item_ids=None, timestamp_col=None,
+                name: str = "") -> Interactions:
+    """An :class:`Interactions` from a long-format DataFrame (one row per rating).
+
+    ``user_col`` / ``item_col`` hold ids of any hashable type; ``rating_col`` the ratings
+    (``None``: implicit feedback, every row counts 1). ``user_ids`` / ``item_ids``, when given, fix
+    the vocabularies (every id must be in them; the matrix gets one row / column per vocabulary
+    entry, in that order) -- e.g. a public item catalogue, which a private model may then save with
+    its release. Without them, ids are sorted (first-appearance order when they are not mutually
+    comparable). ``duplicates``: ``"error"`` (default: ``ValueError`` naming how many duplicate
+    (user, item) rows there are), ``"sum"``, ``"last"``, ``"first"`` or ``"max"``.
+    """
+    if not isinstance(df, pd.DataFrame):
+        raise ValueError(f"from_pandas expects a pandas DataFrame, got {type(df).__name__}")
+    if len(df) == 0:
+        raise ValueError("the rating table is empty (no rows)")
+    users = _column(df, user_col, "user_col")
+    items = _column(df, item_col, "item_col")
+    values = None if rating_col is None else _rating_values(_column(df, rating_col, "rating_col"),
+                                                             f"rating column {rating_col!r}")
+    ts = None
+    if timestamp_col is not None:
+        ts = np.asarray(_column(df, timestamp_col, "timestamp_col"))
+        if ts.dtype.kind == "M":
+            ts = ts.astype("datetime64[s]").astype(np.int64)
+    if user_ids is None:
+        ucodes, uvocab = _factorize_ids(users, f"user column {user_col!r}")
+    else:
+        ucodes, uvocab = _codes_in_vocabulary(users, user_ids, "user")
+    if item_ids is None:
+        icodes, ivocab = _factorize_ids(items, f"item column {item_col!r}")
+    else:
+        icodes, ivocab = _codes_in_vocabulary(items, item_ids, "item")
+    return _build(ucodes, icodes, values, uvocab, ivocab, user_ids is not None, item_ids is not None, duplicates,
+                  ts, name, "pandas")
+
+
+class _Vocabulary:
+    """Growing id -> code map for chunked reads (codes in order of first appearance)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.codes: dict = {}
+        self.ids: list = []
+
+    def encode(self, values: pd.Series) -> np.ndarray:
+        if values.isna().any():
+            raise ValueError(f"{self.name} has {int(values.isna().sum())} missing (null) id(s)")
+        codes, uniques = pd.factorize(values, sort=False)
+        uniques = list(uniques)
+        lookup = np.empty(len(uniques), dtype=np.int64)
+        get = self.codes.get
+        for k, u in enumerate(uniques):
+            c = get(u)
+            if c is None:
+                c = len(self.ids)
+                self.codes[u] = c
+                self.ids.append(u)
+            lookup[k] = c
+        return lookup[codes]
+
+    def finish(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Sort the vocabulary (as :func:`from_pandas` does) and remap ``codes``."""
+        ids = pd.Index(self.ids, tupleize_cols=False).to_numpy()  # numeric ids keep a numeric dtype
+        try:
+            order = np.argsort(ids, kind="stable") if len(ids) else np.zeros(0, np.int64)
+        except TypeError:  # mutually incomparable ids: keep first-appearance order
+            return codes, _tidy_uniques(ids)
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(len(order))
+        return inverse[codes], _tidy_uniques(ids[order])
+
+
+def from_parquet(path, user_col=USER_COL, item_col=ITEM_COL, rating_col=RATING_COL, *, duplicates: str = "error",
+                 user_ids=None, item_ids=None, timestamp_col=None, batch_size: int = 1 << 20,
+                 name: str = "") -> Interactions:
+    """An :class:`Interactions` from a long-format Parquet file, read in chunks with pyarrow.
+
+    Only the needed columns are read, ``batch_size`` rows at a time; ids (any Arrow type:
+    strings, integers, dictionary-encoded) are mapped to codes chunk by chunk, so the string
+    columns are never materialised whole. Arguments and result as :func:`from_pandas` (same id
+    order, same duplicate policy).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    pf = pq.ParquetFile(path)
+    names = pf.schema_arrow.names
+    wanted = [c for c in (user_col, item_col, rating_col, timestamp_col) if c is not None]
+    for what, col in (("user_col", user_col), ("item_col", item_col), ("rating_col", rating_col),
+                      ("timestamp_col", timestamp_col)):
+        if col is not None and col not in names:
+            hint = " (pass rating_col=None for implicit feedback)" if what == "rating_col" else ""
+            raise ValueError(f"{what}={col!r} is not a column of {path}; columns are {names[:20]}{hint}")
+    fixed_users = None if user_ids is None else pd.Index(np.asarray(user_ids))
+    fixed_items = None if item_ids is None else pd.Index(np.asarray(item_ids))
+    uvoc, ivoc = _Vocabulary(f"user column {user_col!r}"), _Vocabulary(f"item column {item_col!r}")
+    ucodes, icodes, vals, stamps = [], [], [], []
+
+    def to_series(arr) -> pd.Series:
+        if pa.types.is_dictionary(arr.type):
+            arr = arr.dictionary_decode()
+        return arr.to_pandas()
+
+    def encode_fixed(index, series, what):
+        if series.isna().any():
+            raise ValueError(f"{what} column has {int(series.isna().sum())} missing (null) id(s)")
+        codes = index.get_indexer(series.to_numpy())
+        if np.any(codes < 0):
+            missing = pd.unique(series.to_numpy()[codes < 0])[:5]
+            raise ValueError(f"{int(np.count_nonzero(codes < 0))} {what} value(s) are not in the given {what} "
+                             f"vocabulary, e.g. {list(missing)}")
+        return codes.astype(np.int64)
+
+    for batch in pf.iter_batches(batch_size=batch_size, columns=list(dict.fromkeys(wanted))):
+        u = to_series(batch.column(user_col))
+        i = to_series(batch.column(item_col))
+        ucodes.append(uvoc.encode(u) if fixed_users is None else encode_fixed(fixed_users, u, "user"))
+        icodes.append(ivoc.encode(i) if fixed_items is None else encode_fixed(fixed_items, i, "item"))
+        if rating_col is not None:
+            vals.append(_rating_values(to_series(batch.column(rating_col)), f"rating column {rating_col!r}"))
+        if timestamp_col is not None:
+            ts = np.asarray(to_series(batch.column(timestamp_col)))
+            if ts.dtype.kind == "M":
+                ts = ts.astype("datetime64[s]").astype(np.int64)
+            stamps.append(ts)
+    if not ucodes or sum(len(c) for c in ucodes) == 0:
+        raise ValueError(f"{path}: the rating table is empty (no rows)")
+    uc, ic = np.concatenate(ucodes), np.concatenate(icodes)
+    if fixed_users is None:
+        uc, uvocab = uvoc.finish(uc)
+    else:
+        uvocab = _codes_in_vocabulary(np.zeros(0), user_ids, "user")[1]
+    if fixed_items is None:
+        ic, ivocab = ivoc.finish(ic)
+    else:
+        ivocab = _codes_in_vocabulary(np.zeros(0), item_ids, "item")[1]
+    values = np.concatenate(vals) if rating_col is not None else None
+    ts = np.concatenate(stamps) if timestamp_col is not None else None
+    return _build(uc, ic, values, uvocab, ivocab, user_ids is not None, item_ids is not None, duplicates, ts,
+                  name, "parquet")
+
+
+# ---------------------------------------------------------------------- inputs of fit / score
+
+def interactions_from_frame(df: pd.DataFrame, *, rating_required: bool = True) -> Interactions:
+    """``from_pandas`` with the module's default column names (what ``model.fit(df)`` does)."""
+    rating = RATING_COL if (rating_required or RATING_COL in df.columns) else None
+    return from_pandas(df, USER_COL, ITEM_COL, rating)
+
+
+def frame_triples(df: pd.DataFrame, *, rating_required: bool = True):
+    """``(user ids, item ids, ratings or None)`` arrays of a long-format table with the default columns."""
+    users = np.asarray(_column(df, USER_COL, "user_col"))
+    items = np.asarray(_column(df, ITEM_COL, "item_col"))
+    if RATING_COL in df.columns:
+        vals = _rating_values(df[RATING_COL], f"rating column {RATING_COL!r}")
+    elif rating_required:
+        _column(df, RATING_COL, "rating_col")  # raises with the column list
+    else:
+        vals = None
+    return users, items, vals
+
+
+# ---------------------------------------------------------------------- cross-validation
+
+class RatingSplitCV:
+    """K-fold over *ratings* within each user, for ``GridSearchCV`` / ``cross_val_score``.
+
+    scikit-learn's model selection indexes the rows of ``X``; for a rating model the samples must
+    be ratings, not users (holding out whole users and scoring them would need their factors
+    projected from the held-out ratings themselves: the test data would leak into the prediction).
+    So pass the ratings as a long-format DataFrame (one row per rating, columns ``user`` / ``item``
+    / ``rating``: see :data:`USER_COL`); this splitter assigns each user's ratings round-robin (in a
+    random order) to the folds, so every fold's test ratings belong to users who keep training
+    ratings: a user with ``m >= 2`` ratings has at most ``ceil(m / n_splits) <= m - 1`` of them in
+    any test fold, and a user with a single rating is never tested. The models' ``score(X)`` then
+    predicts each held-out rating from the fitted user and item factors (negative RMSE).
+
+    Example::
+
+        from sklearn.model_selection import GridSearchCV
+        from privrec.data import RatingSplitCV
+        from privrec.models import ALS
+
+        search = GridSearchCV(ALS(), {"regularization": [5.0, 20.0]}, cv=RatingSplitCV(3, random_state=0))
+        search.fit(ratings_df)            # DataFrame with columns user, item, rating
+
+    Note that choosing hyper-parameters on private data is itself a use of that data that no
+    ledger accounts for (see ``privrec.models.dpals.auto_config``).
+    """
+
+    def __init__(self, n_splits: int = 5, *, user_col=USER_COL, shuffle: bool = True, random_state=None):
+        if isinstance(n_splits, bool) or not isinstance(n_splits, numbers.Integral) or n_splits < 2:
+            raise ValueError(f"n_splits must be an integer >= 2, got {n_splits!r}")
+        self.n_splits = int(n_splits)
+        self.user_col = user_col
+        self.shuffle = shuffle
+        self.random_state = random_state
+
+    def __repr__(self) -> str:
+        return (f"RatingSplitCV(n_splits={self.n_splits}, user_col={self.user_col!r}, shuffle={self.shuffle}, "
+                f"random_state={self.random_state!r})")
+
+    def get_n_splits(self, X=None, y=None, groups=None) -> int:
+        return self.n_splits
+
+    def _folds(self, X) -> np.ndarray:
+        if not isinstance(X, pd.DataFrame):
+            raise ValueError(
+                f"RatingSplitCV splits the rows of a long-format rating DataFrame (one row per rating), got "
+                f"{type(X).__name__}: scikit-learn indexes the rows of X, which for a users x items matrix are "
+                f"users, not ratings. Convert with Interactions.to_pandas() and rename the columns to "
+                f"{USER_COL!r}, {ITEM_COL!r}, {RATING_COL!r}")
+        users = _column(X, self.user_col, "user_col")
+        codes, _ = _factorize_ids(users, f"user column {self.user_col!r}")
+        n = len(codes)
+        rng = np.random.default_rng(self.random_state)
+        order = rng.permutation(n) if self.shuffle else np.arange(n)
+        # rank of each rating within its user (in the shuffled order)
+        by_user = order[np.argsort(codes[order], kind="stable")]
+        counts = np.bincount(codes, minlength=int(codes.max()) + 1 if n else 0)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        rank = np.empty(n, dtype=np.int64)
+        rank[by_user] = np.arange(n) - np.repeat(starts, counts)
+        offset = rng.integers(0, self.n_splits, size=len(counts)) if self.shuffle else np.zeros(len(counts), np.int64)
+        folds = (rank + offset[codes]) % self.n_splits
+        folds[counts[codes] < 2] = -1  # a single rating always stays in training
+        return folds
+
+    def split(self, X, y=None, groups=None):
+        """Yield ``(train_rows, test_rows)`` integer positions into the rows of ``X``."""
+        folds = self._folds(X)
+        rows = np.arange(len(folds))
+        for k in range(self.n_splits):
+            test = folds == k
+            if not test.any():
+                raise ValueError(f"fold {k} has no test ratings: too few users with two or more ratings "
+                                 f"for n_splits={self.n_splits}")
+            yield rows[~test], rows[test]
+
+
+__all__ = ["USER_COL", "ITEM_COL", "RATING_COL", "from_pandas", "from_parquet", "RatingSplitCV",
+           "interactions_from_frame", "frame_triples", "vocabulary_fingerprint"]

@@ -1,0 +1,88 @@
+"""The ``privrec`` entry point itself: plain help, one-line errors, broken pipes, broken command modules."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import privrec.cli as cli
+import privrec.commands
+from privrec.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+#: what must never leak into --help: reStructuredText markup and internal issue / spec references
+RAW = re.compile(r"``|:(mod|class|func|meth|data|attr):`|\bissue \d|\bspec 0\d\d|§")
+
+
+@pytest.mark.parametrize("argv", [[], ["fit"], ["evaluate"], ["recommend"], ["similar"], ["benchmark"], ["datasets"]])
+def test_help_is_plain_text(argv, capsys):
+    assert main([*argv, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: privrec")
+    bad = RAW.search(out)
+    assert bad is None, f"raw markup or internal reference in help: {bad.group(0)!r}"
+
+
+def test_fit_help_explains_baselines_and_privacy(capsys):
+    assert main(["fit", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "trivial baseline" in text and "--compare-als" in text
+    assert "removing all of one user's ratings" in text and "never released" in text
+    assert "privrec fit --ratings ratings.csv" in text  # examples keep their line breaks
+
+
+def test_no_command_prints_help_and_exits_2(capsys):
+    assert main([]) == 2
+    assert "usage: privrec" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["nosuch"], ["fit", "--epsilon"], ["fit", "--bogus"], ["evaluate"]])
+def test_argument_errors_are_one_line_with_status_2(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "error:" in err[0] and "--help" in err[0]
+
+
+def test_missing_command_module_fails_loudly(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ["datasets", "no_such_module"])
+    assert main(["datasets", "list", "--json"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "privrec.commands.no_such_module failed to import" in err
+
+
+def test_command_module_raising_on_import_fails_loudly(monkeypatch, tmp_path, capsys):
+    (tmp_path / "broken_cmd.py").write_text("raise RuntimeError('boom at import')\n")
+    monkeypatch.setattr(privrec.commands, "__path__", [*privrec.commands.__path__, str(tmp_path)])
+    monkeypatch.delitem(sys.modules, "privrec.commands.broken_cmd", raising=False)
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ["models", "broken_cmd"])
+    assert main(["fit", "--help"]) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("privrec: error: command module privrec.commands.broken_cmd failed to import")
+    assert "RuntimeError: boom at import" in last
+
+
+def test_command_module_without_register_fails_loudly(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ["models", "__init__"])  # importable, no register()
+    monkeypatch.setitem(sys.modules, "privrec.commands.__init__", type(sys)("privrec.commands.__init__"))
+    assert main(["fit", "--help"]) == 1
+    assert "has no register(subparsers)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["datasets", "list"],
+                                  ["fit", "--method", "als", "--scale", "0.1", "--iterations", "1", "--factors", "2"]])
+def test_closed_stdout_pipe_exits_quietly(argv):
+    """``privrec ... | head`` must not print "Broken pipe" or a traceback (Python docs recipe)."""
+    proc = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *argv], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before privrec writes anything
+    _, err = proc.communicate(timeout=120)
+    err = err.decode()
+    assert proc.returncode == 1
+    assert "Broken pipe" not in err and "Traceback" not in err and "Exception ignored" not in err, err
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("privrec ")
