@@ -1,4 +1,4 @@
-"""Private pre-processing and per-user budget allocation (spec 004 §4-§5).
+"""Private pre-processing and per-user budget allocation (Krichene et al., ICML 2023, Sec. 4, App. D.1).
 
 * counts: :func:`private_item_counts`, :func:`private_global_mean`, :func:`head_items`,
   :func:`private_head_items` — each returns a :class:`NoisyStatistic` with its DpEvents.

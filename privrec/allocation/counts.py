@@ -1,4 +1,6 @@
-"""Private pre-processing: noisy item counts, noisy global mean, head restriction (spec 004 §5).
+"""Private pre-processing: noisy item counts, noisy global mean, head restriction.
+
+Krichene et al. (ICML 2023), App. D.1, and the authors' reference implementation.
 
 Every function returns a :class:`NoisyStatistic` carrying the value, the ``dp_accounting``
 DpEvent(s) it costs, and the sensitivity / noise std used, so the caller records it in a
@@ -56,13 +58,13 @@ def _check_multiplier(noise_multiplier) -> float:
 def private_item_counts(
     user_items, count_sample: int, noise_multiplier: float, rng=None, label: str = "item counts"
 ) -> NoisyStatistic:
-    """Noisy number of users per item (spec 004 §5).
+    """Noisy number of users per item (Krichene et al. 2023, App. D.1).
 
     Each user's row is subsampled to at most ``count_sample`` items uniformly at random; the
     per-item counts of the sample then change by at most ``sqrt(count_sample)`` in L2 when one
     user is removed. Gaussian noise with std ``noise_multiplier * sqrt(count_sample)`` is added
-    (the spec's ``count_stddev``), and counts are floored at 1. The cost is one Gaussian event
-    with multiplier ``noise_multiplier`` (= count_stddev / sqrt(count_sample)).
+    (``count_stddev`` in the authors' reference implementation), and counts are floored at 1. The
+    cost is one Gaussian event with multiplier ``noise_multiplier`` (= count_stddev / sqrt(count_sample)).
 
     ``noise_multiplier = 0`` returns exact sampled counts with a ``NonPrivateDpEvent``.
     ``rng``: ``None`` (OS entropy, private) or a seed / Generator (experiments only; a known seed
@@ -90,7 +92,7 @@ def private_global_mean(
     rng=None,
     label: str = "global mean",
 ) -> NoisyStatistic:
-    """Noisy mean rating for centering (spec 004 §5), accounted as two Gaussian events.
+    """Noisy mean rating for centering (Krichene et al. 2023, App. D.1), accounted as two Gaussian events.
 
     Ratings are clipped to ``[-rating_bound, rating_bound]`` (the bound is *enforced*, not
     assumed) and each user's row is subsampled to at most ``count_sample`` entries. Then
@@ -100,12 +102,12 @@ def private_global_mean(
 
     Removing one user changes the (scalar) numerator by at most ``count_sample * rating_bound``
     and the denominator by at most ``count_sample``, so each release is a Gaussian mechanism with
-    multiplier ``z``. Safe-value note: the spec's std ``r_max * sqrt(count_sample) * count_stddev``
-    with multiplier ``count_stddev`` would correspond to sensitivity ``sqrt(count_sample) * r_max``,
-    which is the L2 bound of a *vector* of per-item sums, not of this scalar total; privrec uses
-    the scalar's true sensitivity. The denominator is floored at 1. Returns ``value`` = float.
-    ``rng``: ``None`` (OS entropy, private) or a seed / Generator (experiments only; a known seed
-    voids the guarantee).
+    multiplier ``z``. Safe-value note: the std ``r_max * sqrt(count_sample) * count_stddev`` of the
+    authors' reference implementation, with multiplier ``count_stddev``, would correspond to
+    sensitivity ``sqrt(count_sample) * r_max``, which is the L2 bound of a *vector* of per-item sums,
+    not of this scalar total; privrec uses the scalar's true sensitivity. The denominator is floored
+    at 1. Returns ``value`` = float. ``rng``: ``None`` (OS entropy, private) or a seed / Generator
+    (experiments only; a known seed voids the guarantee).
     """
     m = check_user_items(user_items)
     k = check_int(count_sample, "count_sample", minimum=1)
@@ -148,7 +150,8 @@ def head_items(counts, item_frac: float) -> np.ndarray:
 def private_head_items(
     user_items, item_frac: float, count_sample: int, noise_multiplier: float, rng=None, label: str = "head item counts"
 ) -> NoisyStatistic:
-    """Head restriction with its own count release (spec 004 §5: "one more count event").
+    """Head restriction with its own count release (one more count event, as in the authors'
+    reference implementation).
 
     Draws fresh noisy counts (:func:`private_item_counts`) and keeps the top ``item_frac`` items.
     ``value`` = sorted item indices; ``info['counts']`` holds the noisy counts (these *are*

@@ -1,9 +1,9 @@
-"""Per-user budget allocations: uniform, tail and adaptive weights (spec 004 §4-§5).
+"""Per-user budget allocations: uniform, tail and adaptive weights (Krichene et al., ICML 2023, Secs. 4-5).
 
 Every allocation returns a weights CSR *aligned* with ``user_items``: same shape, ``indptr`` and
 ``indices``; ``data[e]`` is the weight of interaction ``e`` (explicit zeros mark dropped
 interactions). The user-level RDP budget ``beta`` bounds every user's spend:
-``sum_i w_ij^2 <= beta`` (spec 004 §1). This invariant is **enforced in code** after the cast
+``sum_i w_ij^2 <= beta`` (Krichene et al. 2023, Thm 3.3). This invariant is **enforced in code** after the cast
 to the output dtype (:func:`enforce_budget`), so float rounding can never push a user above beta.
 
 Inputs other than the user's own row are the *released* noisy counts, so allocations are
@@ -40,7 +40,7 @@ def enforce_budget(indptr, data: np.ndarray, beta: float) -> np.ndarray:
     """Scale rows whose spend ``sum w^2`` (computed in float64 from ``data``'s dtype) exceeds beta.
 
     Returns ``data`` (same dtype) with ``max_row sum w^2 <= beta`` exactly; rows within budget
-    are untouched. Applied by every allocation (spec 004 §4, eq. 12: per-user clipping).
+    are untouched. Applied by every allocation (Krichene et al. 2023, Sec. 4, eq. 12: per-user clipping).
     """
     beta = check_positive(beta, "beta")
     data = np.array(data, copy=True)
@@ -65,7 +65,7 @@ def _check_counts(counts, n_items: int) -> np.ndarray:
 
 
 def uniform_weights(user_items, k: int, rng=None, dtype=np.float32) -> sp.csr_matrix:
-    """Uniform sampling (spec 004 §5): each user keeps ``min(k, n_j)`` items uniformly at random, weight 1.
+    """Uniform sampling (Krichene et al., Sec. 5): each user keeps ``min(k, n_j)`` items uniformly at random, weight 1.
 
     Spend per user = number kept <= k, i.e. beta = k. ``rng``: ``None`` = OS entropy; a known
     seed makes the selection predictable (experiments only).
@@ -78,7 +78,7 @@ def uniform_weights(user_items, k: int, rng=None, dtype=np.float32) -> sp.csr_ma
 
 
 def tail_weights(user_items, counts, k: int, rng=None, dtype=np.float32) -> sp.csr_matrix:
-    """Tail sampling (Chien et al. 2021; spec 004 §5): keep each user's k items of lowest noisy count.
+    """Tail sampling (Chien et al. 2021; Krichene et al. 2023, Sec. 5): keep each user's k items of lowest noisy count.
 
     Ties between equal counts are broken uniformly at random (``rng``: ``None`` = OS entropy; a
     known seed makes the selection predictable, experiments only). Weight 1, beta = k.
@@ -96,7 +96,8 @@ def tail_weights(user_items, counts, k: int, rng=None, dtype=np.float32) -> sp.c
 
 def adaptive_task_weights(counts, mu: float, beta: float, n_users: int, beta_bar: float | None = None,
                           inflation: float = 0.0) -> np.ndarray:
-    """Unclipped adaptive task weights omega_i of eq. 11 (spec 004 §4), float64.
+    """Unclipped adaptive task weights omega_i of eq. 11 (Krichene et al. 2023, Sec. 4,
+    in the exponent-mu form of Sec. 5), float64.
 
     omega_i = nhat_i^-mu / sqrt( sum_i' nhat_i'^(1 - 2 mu) / (n * beta_bar) ), with
     nhat_i = counts_i + inflation (Appendix B: s-accurate estimates use nhat + s). The average
@@ -134,11 +135,11 @@ def adaptive_weights(
     n_users: int | None = None,
     dtype=np.float32,
 ) -> sp.csr_matrix:
-    """Adaptive weights omega_i ∝ nhat_i^-mu (spec 004 §4), keeping every interaction.
+    """Adaptive weights omega_i ∝ nhat_i^-mu (Krichene et al. 2023, Secs. 4-5), keeping every interaction.
 
-    ``mode="per_user"`` (the reference's ``_compute_adaptive_weights``): inside each user's row,
-    w_ij ∝ nhat_i^-mu normalised so the user spends exactly ``beta`` (``sum_i w_ij^2 = beta``, up to
-    a 1e-6 relative safety margin where float rounding would exceed it).
+    ``mode="per_user"`` (``_compute_adaptive_weights`` of the authors' reference implementation):
+    inside each user's row, w_ij ∝ nhat_i^-mu normalised so the user spends exactly ``beta``
+    (``sum_i w_ij^2 = beta``, up to a 1e-6 relative safety margin where float rounding would exceed it).
 
     ``mode="global"`` (eq. 11-12): w_ij = omega_i * min(1, sqrt(beta / sum_{i' in user j} omega_i'^2))
     with omega from :func:`adaptive_task_weights` (``beta_bar`` default ``beta``; ``n_users``

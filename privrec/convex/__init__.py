@@ -1,6 +1,8 @@
 """Generic multi-task convex layer: losses, multi-task DP estimators, joint DP, asynchronous DP.
 
-Specs: ../shared/spec/004-multitask-dp-skew.md §2-§4, §7; 000-joint-dp.md; 003-async-dp.md.
+References: Krichene et al. (ICML 2023), Secs. 3-4 and App. C; Huang et al., "Learning across Data
+Owners with Joint Differential Privacy"; Farokhi et al., "The Cost of Privacy in Asynchronous
+Differentially-Private Machine Learning".
 The federated algorithms live in ``privrec.convex.federated`` (imported from there directly).
 """
 

@@ -1,7 +1,7 @@
-"""Asynchronous DP learning with per-owner Laplace budgets (spec 003).
+"""Asynchronous DP learning with per-owner Laplace budgets.
 
-Spec: ../shared/spec/003-async-dp.md (Farokhi, Wu, Smith, Kaafar, "The Cost of Privacy in
-Asynchronous Differentially-Private Machine Learning").
+Farokhi, Wu, Smith, Kaafar, "The Cost of Privacy in Asynchronous Differentially-Private Machine
+Learning": Algorithm 1 (Sec. 3) and Theorem 2 (Sec. 4).
 
 A central learner and N data owners, owner i with n_i records and its own budget eps_i. At each
 step one owner, chosen uniformly (rate-1 Poisson clocks), answers a gradient query at the midpoint
@@ -11,8 +11,8 @@ with g(theta) = (sigma / 2) ||theta||^2 and theta in the box ||theta||_inf <= th
 
 Privacy (per owner, record-level: one record of owner i replaced). Owner i answers at most T
 queries; each answer is the Laplace mechanism on the average of per-example gradients. The paper
-uses b_i = 2 Xi T / (n_i eps_i) with Xi an L2 bound, but Laplace noise needs the *L1* sensitivity
-[spec AMBIG]. privrec makes it rigorous in code, choosing with ``l1_mode``:
+uses b_i = 2 Xi T / (n_i eps_i) with Xi an L2 bound, but Laplace noise needs the *L1* sensitivity,
+which the paper does not address. privrec makes it rigorous in code, choosing with ``l1_mode``:
 
 * ``"clip_l1"`` (default): every per-example gradient is clipped to L1 norm ``grad_bound`` = Xi,
   so replacing one record moves the average by at most 2 Xi / n_i in L1 and b_i = 2 Xi T/(n_i eps_i)
@@ -41,7 +41,7 @@ else about the records is stored. ``random_state``: ``None`` (OS entropy) or an 
 (experiments only); a ``numpy.random.Generator`` is rejected at fit time because
 ``sklearn.clone`` would copy it into every clone (identical noise).
 
-Update (spec Algorithm 1; ``coefficient`` switches the learner's regulariser step between
+Update (the paper's Algorithm 1; ``coefficient`` switches the learner's regulariser step between
 c = (N - 1) / N (eq. 7) and c = 1/2 (the proof and the authors' code, default)):
 
     thetabar = (theta_L + theta_i) / 2
@@ -49,8 +49,8 @@ c = (N - 1) / N (eq. 7) and c = 1/2 (the proof and the authors' code, default)):
     theta_i <- Proj[thetabar - (N rho / (T^2 sigma)) ((1/(2N)) grad g(thetabar) + (n_i / n) Q)]
     theta_L <- Proj[thetabar - c rho / (T^2 sigma) grad g(thetabar)]
 
-The loss is the spec's squared loss (y - theta^T x)^2 (no 1/2); ``loss`` also accepts any
-margin loss of :mod:`privrec.convex.losses` (``derivative(z, y)``).
+The loss is the squared loss of the paper's experiments (Sec. 5), (y - theta^T x)^2 (no 1/2); ``loss``
+also accepts any margin loss of :mod:`privrec.convex.losses` (``derivative(z, y)``).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ L1_MODES = ("clip_l1", "sqrt_p")
 
 
 class SpecSquaredLoss:
-    """(y - <x, theta>)^2, the loss of spec 003's experiments (derivative 2 (z - y))."""
+    """(y - <x, theta>)^2, the loss of the experiments of Farokhi et al. (Sec. 5) (derivative 2 (z - y))."""
 
     def losses(self, z, y):
         return (y - z) ** 2
@@ -89,7 +89,7 @@ class SpecSquaredLoss:
 
 
 def laplace_scale(grad_bound: float, n_steps: int, n_records: int, epsilon: float, n_params: int | None = None) -> float:
-    """b_i = 2 Xi T / (n_i eps_i) (spec 003 step 2), times sqrt(p) when ``n_params`` = p is given (L2 bound)."""
+    """b_i = 2 Xi T / (n_i eps_i) (Farokhi et al., Alg. 1), times sqrt(p) when ``n_params`` = p is given (L2 bound)."""
     xi = check_positive(grad_bound, "grad_bound")
     T = check_int(n_steps, "n_steps", minimum=1)
     n_i = check_int(n_records, "n_records", minimum=1)
@@ -103,12 +103,12 @@ def laplace_scale(grad_bound: float, n_steps: int, n_records: int, epsilon: floa
 
 
 def effective_noise_scale(grad_bound: float, n_steps: int, n_total: int, epsilon: float) -> float:
-    """Scale of (n_i / n) w: 2 Xi T / (n eps_i), independent of n_i (spec 003 fact 2)."""
+    """Scale of (n_i / n) w: 2 Xi T / (n eps_i), independent of n_i."""
     return laplace_scale(grad_bound, n_steps, n_total, epsilon)
 
 
 def cost_bound(n_steps: int, n_total: int, epsilons) -> float:
-    """B(T) = 1/T^2 + N sum_i (1/T + 2 sqrt(2) / (n eps_i))^2 (spec 003, Theorem 2)."""
+    """B(T) = 1/T^2 + N sum_i (1/T + 2 sqrt(2) / (n eps_i))^2 (Farokhi et al., Theorem 2)."""
     T = check_int(n_steps, "n_steps", minimum=1)
     n = check_int(n_total, "n_total", minimum=1)
     eps = np.asarray(epsilons, dtype=np.float64)
@@ -142,7 +142,7 @@ def ridge_objective(theta, X, y, sigma: float) -> np.ndarray:
 
 
 class AsyncDPLearner(BaseEstimator):
-    """Asynchronous learner with per-owner Laplace budgets (spec 003, Algorithm 1).
+    """Asynchronous learner with per-owner Laplace budgets (Farokhi et al., Algorithm 1).
 
     Parameters
     ----------

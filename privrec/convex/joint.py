@@ -1,6 +1,7 @@
-"""Joint differential privacy across data owners: noisy SGD with personal and shared blocks (spec 000).
+"""Joint differential privacy across data owners: noisy SGD with personal and shared blocks.
 
-Spec: ../shared/spec/000-joint-dp.md (Huang et al., "Learning across Data Owners with Joint DP").
+Huang, Jiang, Liu, Mahdian, Mao, Mirrokni, "Learning across Data Owners with Joint Differential
+Privacy" (Algorithm 1, Sec. 3.1).
 
 n data owners each hold records; the model has a *personal* block x_j per owner and a *shared*
 block u. In the billboard model the server publishes u and owner j keeps x_j to itself, so joint
@@ -9,11 +10,11 @@ DP asks that everything except x_j be private with respect to owner j's data. Al
 
 What privrec runs (:class:`JointDPSGD`):
 
-* each step picks ``owners_per_step`` = B distinct owners uniformly (B = 1 is the spec's
+* each step picks ``owners_per_step`` = B distinct owners uniformly (B = 1 is the paper's
   algorithm) and ``records_per_owner`` = k uniformly random records (with replacement) from each,
   clips each record's joint gradient ``(grad_x, grad_u)`` to L2 norm ``clip_norm`` = L (this
-  enforces the spec's L-Lipschitz assumption in code) and uses each owner's mean over its k
-  records (k = 1 is the spec's algorithm; k > 1 costs nothing extra under the owner-level
+  enforces the paper's L-Lipschitz assumption in code) and uses each owner's mean over its k
+  records (k = 1 is the paper's algorithm; k > 1 costs nothing extra under the owner-level
   accounting below, since the mean of clipped gradients is still bounded by L);
 * the whole update is ``theta <- Proj(theta - eta (sum of clipped gradients + noise) / B)``
   where noise ~ N(0, sigma^2) is added to the shared block only (``regime="joint"``), to every
@@ -21,10 +22,10 @@ What privrec runs (:class:`JointDPSGD`):
   baseline), or not at all (``regime="nonprivate"``, collaboration without DP);
   ``regime="individual"`` trains each owner alone with its own copy of u (no communication);
 * projection onto L2 balls of radii ``personal_radius`` (per owner) and ``shared_radius``;
-* the output is the average of the iterates t = 0..T-1 (spec step 3) or the last iterate.
+* the output is the average of the iterates t = 0..T-1 (Algorithm 1, line 8) or the last iterate.
 
-Accounting. Neighbouring relation (joint DP, spec 000): datasets S, S' that differ only in owner
-j's data -- owner j's records replaced by any other records (any number, so adding or removing
+Accounting. Neighbouring relation (joint DP, Huang et al., Definition 2.2): datasets S, S' that differ
+only in owner j's data -- owner j's records replaced by any other records (any number, so adding or removing
 records inside owner j is covered too); the set of owners, n and every other owner's data are
 the same and public (ledger relation ``replace_one``). What must be indistinguishable:
 
@@ -57,7 +58,7 @@ so charging every step is an upper bound), composed over the T steps, whatever B
 output, and the other owners' blocks are functions of it, of the public sampled sets and of data
 S and S' share, hence post-processing; x_j is excluded by the joint-DP definition. So the final
 (or averaged) release is (eps, delta)-joint-DP with eps from RDP composition of T Gaussians. This
-deliberately departs from the spec's [CAUTION] suggestion of a subsampled Gaussian at rate B/n,
+deliberately departs from accounting each step as a subsampled Gaussian at rate B/n,
 which is unsound under joint DP for the reason above; the price is more noise at the same eps
 when B/n is small (at B/n = 1/2 dp_accounting's without-replacement RDP bound is no tighter than
 plain composition, so there the noise does not grow).
@@ -82,8 +83,8 @@ saving that is unsafe to claim when x_j is hidden state). The paper's own sigma 
 With record-level DP per owner the guarantee is per user when each user holds one record; for a
 user holding r records within an owner of m records the conservative bound above already covers
 any change of owner j's data (it never uses the record-sampling rate), so the same epsilon holds
-at the user level. :func:`group_privacy` and :func:`user_level_budget` implement the spec's
-group-privacy conversion for callers who account record-level.
+at the user level. :func:`group_privacy` and :func:`user_level_budget` implement the paper's
+group-privacy conversion (Lemma 3.6, Sec. 3.1.2) for callers who account record-level.
 """
 
 from __future__ import annotations
@@ -123,13 +124,13 @@ REGIMES = ("joint", "full", "nonprivate", "individual")
 
 
 # -------------------------------------------------------------------------------------------------
-# Spec 000 formulas (reported, never used as the privacy claim)
+# Formulas of Huang et al. (reported, never used as the privacy claim)
 # -------------------------------------------------------------------------------------------------
 
 
 def paper_noise_std(lipschitz: float, n_steps: int, epsilon: float, delta: float, records_per_owner: int,
                     n_owners: int) -> float:
-    """sigma = L sqrt(T ln(1/delta)) / (eps m n), Algorithm 1 step 1 of spec 000 (constants unspecified).
+    """sigma = L sqrt(T ln(1/delta)) / (eps m n), Huang et al., Algorithm 1, line 2 (constants unspecified).
 
     privrec's estimators calibrate sigma with the accountant instead; this is for comparison.
     """
@@ -143,7 +144,7 @@ def paper_noise_std(lipschitz: float, n_steps: int, epsilon: float, delta: float
 
 
 def group_privacy(epsilon: float, delta: float, k: int) -> tuple[float, float]:
-    """Group privacy for groups of k: (eps, delta) -> (k eps, k e^{k eps} delta) (spec 000, fact 5)."""
+    """Group privacy for groups of k: (eps, delta) -> (k eps, k e^{k eps} delta) (Huang et al., Lemma 3.6)."""
     eps = check_epsilon(epsilon, allow_inf=False)
     d = check_delta(delta)
     k = check_int(k, "k", minimum=1)
@@ -153,7 +154,8 @@ def group_privacy(epsilon: float, delta: float, k: int) -> tuple[float, float]:
 def user_level_budget(epsilon: float, delta: float, records_per_user: int, records_per_owner: int) -> tuple[float, float]:
     """Record-level budget giving user-level (eps, delta): eps' = eps r/m, delta' = delta r/(m e^eps).
 
-    Spec 000 "User level". Group privacy with k = m/r maps (eps', delta') back to (eps, delta).
+    Huang et al., Sec. 3.1.2 (user-level joint DP). Group privacy with k = m/r maps (eps', delta') back to
+    (eps, delta).
     """
     eps = check_epsilon(epsilon, allow_inf=False)
     d = check_delta(delta)
@@ -313,7 +315,7 @@ class JointFitInfo:
 
 
 class JointDPSGD(BaseEstimator):
-    """Joint-DP noisy SGD with a personal block per owner and a shared block (spec 000, Algorithm 1).
+    """Joint-DP noisy SGD with a personal block per owner and a shared block (Huang et al., Algorithm 1).
 
     Parameters
     ----------
@@ -327,17 +329,17 @@ class JointDPSGD(BaseEstimator):
         ``full`` keeps amplification by owner sampling). Alternatively give ``noise_multiplier``
         (sigma / (2 clip_norm)) and read epsilon from :meth:`privacy_report`.
     n_steps : T (``individual``: steps per owner).
-    owners_per_step : B distinct owners per step (1 = the spec's algorithm). In the ``joint``
+    owners_per_step : B distinct owners per step (1 = the paper's algorithm). In the ``joint``
         regime B does not change the noise multiplier (no amplification); the update's noise is
         still divided by B.
-    records_per_owner : k records per selected owner per step, averaged (1 = the spec's algorithm;
+    records_per_owner : k records per selected owner per step, averaged (1 = the paper's algorithm;
         the ``individual`` regime always uses one record per owner per step).
     clip_norm : L, per-example bound on the joint gradient (enforced by clipping).
     personal_radius, shared_radius : L2-ball radii of X and U (``inf`` = no projection).
     learning_rate : float or ``"auto"``: eta = R / sqrt(T (L^2 + p sigma^2 / B^2)) with
         R = sqrt(n D_X^2 + D_U^2) (diameters) and p the number of noised coordinates
-        (projected SGD's step for E||g~||^2 <= L^2 + p sigma^2 / B^2, spec 000 fact 3).
-    average : return the average of iterates 0..T-1 (spec) instead of the last iterate.
+        (projected SGD's step for E||g~||^2 <= L^2 + p sigma^2 / B^2).
+    average : return the average of iterates 0..T-1 (as in Algorithm 1) instead of the last iterate.
     random_state : ``None`` draws noise from OS entropy. A fixed int seed is for experiments only
         and voids the privacy guarantee for anyone who knows it. A numpy ``Generator`` /
         ``RandomState`` is rejected at fit time (``sklearn.clone`` deep-copies it, so clones would

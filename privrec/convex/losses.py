@@ -1,15 +1,15 @@
 """Convex losses with gradients and their constants on a bounded domain, plus gradient clipping.
 
-Used by the multi-task layer (spec 004 §2-§3), joint DP (spec 000) and the asynchronous learner
-(spec 003). Every loss is per example, ``loss(theta; x, y)``, with an optional ridge term
-``(l2 / 2) ||theta||^2`` added once to averaged objectives (never per example).
+Used by the multi-task layer (Krichene et al., ICML 2023, Sec. 3), joint DP (Huang et al.) and the
+asynchronous learner (Farokhi et al.). Every loss is per example, ``loss(theta; x, y)``, with an
+optional ridge term ``(l2 / 2) ||theta||^2`` added once to averaged objectives (never per example).
 
 Constants are stated for the bounded domain a DP algorithm enforces by clipping:
 ``||x||_2 <= feature_bound``, ``||theta||_2 <= param_bound`` (Frobenius for matrices) and, for the
 squared loss, ``|y| <= label_bound``. They are what the privacy analyses need:
 
 * ``lipschitz(...)``: a bound on ``||grad_theta loss(theta; x, y)||_2`` over the domain (the
-  per-example gradient sensitivity ``Gamma`` of noisy GD, ``L`` of spec 000, ``Xi`` of spec 003);
+  per-example gradient sensitivity ``Gamma`` of noisy GD, ``L`` of Huang et al., ``Xi`` of Farokhi et al.);
 * ``smoothness(...)``: a bound on the spectral norm of the Hessian in theta;
 * ``strong_convexity()``: the modulus contributed by the ridge term (the data term is only
   convex in general, its Hessian can be singular).

@@ -1,10 +1,12 @@
-"""Multi-task convex learning under user-level DP with budget allocation (spec 004 §2-§4).
+"""Multi-task convex learning under user-level DP with budget allocation.
 
-Spec: ../shared/spec/004-multitask-dp-skew.md §1 (setting), §2 (weighted SSP), §3 (weighted
-noisy GD), §4 (adaptive weights, eq. 11-12), §5 (private counts), §7 (Appendix C).
+Krichene, Jain, Song, Sundararajan, Thakurta, Zhang, "Multi-Task Differential Privacy Under
+Distribution Skew" (ICML 2023): Sec. 2 (setting), Algorithm 1 (weighted SSP, Sec. 3.1), Algorithm 2
+(weighted noisy GD, Sec. 3.2), Sec. 4 (adaptive weights, eqs. 11-12), App. D.1 (private counts),
+App. C (synthetic experiments).
 
 A :class:`MultiTaskProblem` is a set of examples (task i, user j, features x_ij, label y_ij), at
-most one per (task, user) pair as in the spec's task-user graph Omega. Users are the privacy
+most one per (task, user) pair as in the paper's task-user graph Omega. Users are the privacy
 unit: removing a user removes all of their examples. The estimators
 
 * :class:`MultiTaskDPRegressor` -- ridge per task, solved by privrec's shared solvers
@@ -13,7 +15,7 @@ unit: removing a user removes all of their examples. The estimators
   (``weight_exponent`` = mu; mu = 0 is uniform weighting) so that every user satisfies
   ``sum_i w_ij^2 <= budget`` (enforced by the allocation code and checked by the solver);
 * :class:`MultiTaskDPClassifier` -- per-task logistic regression by weighted noisy full-batch GD
-  (spec 004 §3, Algorithm 2 with the logistic loss): the solvers package only covers the squared
+  (Algorithm 2 with the logistic loss): the solvers package only covers the squared
   loss, so the logistic gradient step lives here; the sensitivity argument is the same.
 
 Privacy pipeline (every step records its DpEvent in the estimator's ledger):
@@ -26,7 +28,7 @@ Privacy pipeline (every step records its DpEvent in the estimator's ledger):
 3. the solver's release (SSP: Gramians and right-hand sides; GD: T noisy gradients).
 
 The noise scales of (1) and (3) come from :func:`privrec.privacy.calibrate_with_split` over the
-exact events the fit records (the count share defaults to the paper's, spec 004 §5), so the
+exact events the fit records (the count share defaults to the paper's, App. D.1), so the
 reported epsilon (``privacy_report()``) is the accountant's and never exceeds ``epsilon``.
 
 ``random_state=None`` draws all noise from OS entropy; an integer seed is for experiments only and
@@ -77,7 +79,7 @@ __all__ = ["MultiTaskProblem", "MultiTaskDPRegressor", "MultiTaskDPClassifier"]
 
 
 class MultiTaskProblem:
-    """Examples of m tasks contributed by n users (spec 004 §1), at most one per (task, user).
+    """Examples of m tasks contributed by n users (Krichene et al. 2023, Sec. 2), at most one per (task, user).
 
     Parameters
     ----------
@@ -132,7 +134,7 @@ class MultiTaskProblem:
             self.user_features = None
         key = user_idx * m + tasks.astype(np.int64)
         if np.unique(key).size != N:
-            raise ValueError("each (task, user) pair may appear at most once (spec 004 §1: Omega is a set)")
+            raise ValueError("each (task, user) pair may appear at most once (Omega is a set: Krichene et al. 2023)")
         self.tasks = tasks.astype(np.int64)
         self.user_index = user_idx
         self.labels = labels
@@ -197,7 +199,7 @@ class MultiTaskProblem:
                          task_sizes=task_sizes, task_weights=task_weights)
 
     def user_spend(self, example_weights) -> np.ndarray:
-        """Per-user sum of squared weights (spec 004 §1: must be <= beta)."""
+        """Per-user sum of squared weights (must be <= beta: Krichene et al. 2023, Thm 3.3)."""
         w = np.asarray(example_weights, dtype=np.float64)
         return np.bincount(self.user_index, weights=w * w, minlength=self.n_users)
 
@@ -328,7 +330,7 @@ class _MultiTaskDPBase(BaseEstimator):
 
 
 class MultiTaskDPRegressor(_MultiTaskDPBase):
-    """Per-task ridge regression under user-level DP (spec 004 §2-§4), scikit-learn style.
+    """Per-task ridge regression under user-level DP (Krichene et al. 2023, Secs. 3-4), scikit-learn style.
 
     Parameters
     ----------
@@ -348,7 +350,7 @@ class MultiTaskDPRegressor(_MultiTaskDPBase):
         ``weight_mode``); ``None`` = the problem's user count, assumed public.
     task_counts : ``"private"`` (released with part of the budget) or an array of counts the
         caller asserts are public.
-    count_fraction : share of the RDP budget spent on counts (default: the paper's, spec 004 §5).
+    count_fraction : share of the RDP budget spent on counts (default: the paper's, App. D.1).
     count_sample : tasks per user sampled for the counts.
     max_norm, label_bound : Gamma_x and the label clip (enforced by the solvers).
     reg : public ridge added after the noise (see ``SSPSolver``).
@@ -410,7 +412,7 @@ class MultiTaskDPRegressor(_MultiTaskDPBase):
 
 
 class MultiTaskDPClassifier(_MultiTaskDPBase):
-    """Per-task binary logistic regression under user-level DP by weighted noisy GD (spec 004 §3).
+    """Per-task binary logistic regression under user-level DP by weighted noisy GD (Krichene et al. 2023, Alg. 2).
 
     For task i and step t = 1..T (full batch):
 

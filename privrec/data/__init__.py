@@ -1,7 +1,8 @@
 """Data layer: ``Interactions`` container, loaders, long-format tables (``from_pandas`` /
 ``from_parquet``, ``RatingSplitCV``), downloads, Parquet cache, splits, generators.
 
-See CONTRIBUTING.md ("privrec.data.Interactions") and spec 004 §7 for the datasets and protocols.
+See CONTRIBUTING.md ("privrec.data.Interactions") and Krichene et al. (ICML 2023), Sec. 5 and App. D,
+for the datasets and protocols.
 """
 
 from privrec.data.frames import ITEM_COL, RATING_COL, USER_COL, RatingSplitCV, from_pandas, from_parquet

@@ -1,4 +1,4 @@
-"""Download and extract the public benchmark datasets (spec 004 §7) on users' machines.
+"""Download and extract the public benchmark datasets (Krichene et al., ICML 2023, App. D) on users' machines.
 
 Only the official URLs below are ever contacted, and only when a user asks for it
 (``privrec datasets prepare NAME --download`` / ``load_dataset(..., download=True)``).

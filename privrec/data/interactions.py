@@ -1,7 +1,7 @@
 """The ``Interactions`` container: a users x items sparse matrix plus id maps.
 
 This is the object every later stage consumes (CONTRIBUTING.md, "Architecture and contracts";
-spec 004 §7 describes the datasets it holds). Layout:
+Krichene et al., ICML 2023, App. D, describes the benchmark datasets). Layout:
 
 * ``matrix``: ``scipy.sparse.csr_matrix`` of shape ``(n_users, n_items)``, ``float32`` data,
   ``int32`` indices and indptr, column indices sorted within each row, no duplicate entries.
@@ -365,7 +365,7 @@ class Interactions:
         """Keep entries with value strictly greater than ``threshold`` and set them to 1.0.
 
         Shape and indexing are unchanged (users/items may end up with no entries). Liang et al.
-        (2018) use ``threshold=3.5`` on MovieLens-20M (spec 004 §7).
+        (2018) use ``threshold=3.5`` on MovieLens-20M.
         """
         thr = float(threshold)
         if np.isnan(thr):

@@ -1,5 +1,4 @@
-"""Loaders, one per source format of the benchmark datasets (spec 004 §7; formats in
-``../shared/datasets/README.md``).
+"""Loaders, one per source format of the benchmark datasets (Krichene et al. 2023, App. D, and others).
 
 * MovieLens 100K: ``u.data`` (``user \\t item \\t rating \\t timestamp``), ``u.item`` (``|``-separated,
   latin-1: id|title|release date|video date|IMDb URL|19 genre flags), ``u.genre`` (optional).

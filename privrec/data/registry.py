@@ -1,4 +1,4 @@
-"""One entry point for every dataset name: :func:`load_dataset` (spec 004 §7 datasets).
+"""One entry point for every dataset name: :func:`load_dataset`.
 
 Real datasets are read from a local folder (``data_dir``), from the data root
 (``$PRIVREC_DATA`` or ``./datasets``), or downloaded there on request; parsed results go through

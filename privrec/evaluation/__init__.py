@@ -1,4 +1,7 @@
-"""Offline evaluation: metrics, popularity slicing, neighbour overlap, protocols (spec 004 §7-§8)."""
+"""Offline evaluation: metrics, popularity slicing, neighbour overlap, protocols.
+
+As in Krichene et al. (ICML 2023), Sec. 5 and App. D.
+"""
 
 from .metrics import (
     catalogue_coverage,

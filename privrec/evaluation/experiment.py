@@ -1,7 +1,7 @@
-"""One experiment = load -> split -> fit -> evaluate -> privacy report (spec 004 §7 protocols).
+"""One experiment = load -> split -> fit -> evaluate -> privacy report (Krichene et al., ICML 2023, App. D.1).
 
 Shared by the CLI (``privrec fit`` / ``evaluate``) and the benchmark scripts so both report the
-same numbers the same way. Methods by name (spec 004 §5-§6, issue 4):
+same numbers the same way. Methods by name (Krichene et al., App. D.1, Table 2):
 
 * ``als`` — non-private ALS (``privrec.models.ALS``), the reference of every comparison;
 * ``dpals-uniform``, ``dpals-tail``, ``ada-dpals`` — DPALS with the SSP item solver and uniform
@@ -29,20 +29,22 @@ METHODS = ("als", "dpals-uniform", "dpals-tail", "ada-dpals", "dpsgd-uniform", "
 PRIVATE_METHODS = METHODS[1:]
 PROTOCOLS = ("random", "heldout-users")
 DEFAULT_DATASET = "synthetic-skew"
-#: datasets whose paper protocol is top-k on held-out users (spec 004 §7); others use ratings / RMSE
+#: datasets whose paper protocol is top-k on held-out users (Krichene et al. 2023, App. D.1); others use
+#: ratings / RMSE
 _TOPK_DATASETS = ("ml20m-like", "msd-like", "ml-20m", "msd", "lastfm-2k", "hetrec2011-lastfm-2k")
 
 
-#: Non-private ALS reference on binarised held-out-users data. Spec §8 (ML20M) gives dim 64,
-#: ridge 40, gravity 0.2 on unobserved pairs, 15 sweeps, no biases / centering. Ridge 40 is not
-#: the best non-private setting here: tuned on the *validation* users of ml20m-like (full size,
+#: Non-private ALS reference on binarised held-out-users data. The authors' reference implementation
+#: (ML20M) uses dim 64, ridge 40, gravity 0.2 on unobserved pairs, 15 sweeps, no biases / centering.
+#: Ridge 40 is not the best non-private setting here: tuned on the *validation* users of ml20m-like (full size,
 #: seed 0; ``python benchmarks/bench_tradeoff.py --tune-als``, grid in
 #: ``benchmarks/results/tradeoff_ds-ml20m-like@1.json["als_tuning"]``) ridge 200 scores higher, so the
 #: reference is a tuned ceiling rather than an under-regularised model. Test users never chose it.
 HELDOUT_ALS_DEFAULTS = dict(biases=False, center=False, factors=64, regularization=200.0, unobserved_weight=0.2,
                             iterations=15)
 
-#: synthetic presets whose target sizes are those of the already-binarised benchmark data (spec §7)
+#: synthetic presets whose target sizes are those of the already-binarised benchmark data (Krichene et al.
+#: 2023, App. D, Table 1)
 _PROCESSED_PRESETS = ("ml20m-like", "msd-like")
 
 
@@ -91,15 +93,16 @@ def load_data(dataset: str | None = None, data_dir=None, scale: float | None = N
 
 
 def make_split(data, protocol: str, seed: int = 0, heldout_users: int | None = None) -> Split:
-    """Split ``Interactions`` by ``protocol`` with :mod:`privrec.data.splits` (spec 004 §7).
+    """Split ``Interactions`` by ``protocol`` with :mod:`privrec.data.splits` (Krichene et al. 2023, App. D.1).
 
-    ``random``: 80/10/10 of the ratings; test users are projected from train + validation history
-    (spec §8), so ``Split.train`` (the fitting data) is the train part and the projection history
-    is train + validation (``Split.info["projection"]``). ``heldout-users``: ``heldout_users``
-    validation and test users (default ``min(10000, n_users // 10)``); ratings binarised at > 3.5,
-    play-count data (every value a count) and the presets sized like processed data (``ml20m-like``,
-    ``msd-like``) at > 0; the test fold-in history and targets are used for evaluation, the
-    validation fold (``Split.validation_history`` / ``validation_targets``) only for tuning.
+    ``random``: 80/10/10 of the ratings; test users are projected from train + validation history (as
+    in the authors' reference implementation), so ``Split.train`` (the fitting data) is the train part
+    and the projection history is train + validation (``Split.info["projection"]``).
+    ``heldout-users``: ``heldout_users`` validation and test users (default
+    ``min(10000, n_users // 10)``); ratings binarised at > 3.5, play-count data (every value a count)
+    and the presets sized like processed data (``ml20m-like``, ``msd-like``) at > 0; the test fold-in
+    history and targets are used for evaluation, the validation fold (``Split.validation_history`` /
+    ``validation_targets``) only for tuning.
     """
     from ..data.splits import heldout_users_split, random_split
 
@@ -113,7 +116,8 @@ def make_split(data, protocol: str, seed: int = 0, heldout_users: int | None = N
     n_held = heldout_users if heldout_users is not None else max(1, min(10_000, data.n_users // 10))
     values = np.asarray(data.matrix.data)
     counts_data = values.size > 0 and bool(np.all(values == np.round(values))) and float(values.max()) > 5.0
-    # presets sized like the *processed* data (spec §7 ML20M / MSD sizes are after binarisation):
+    # presets sized like the *processed* data (the ML20M / MSD sizes of Krichene et al., Table 1, are
+    # after binarisation):
     # every interaction is a positive, so binarising again at 3.5 would shrink them below the target
     processed_sized = getattr(data, "name", None) in _PROCESSED_PRESETS
     threshold = 0.0 if counts_data or processed_sized else 3.5
@@ -162,7 +166,8 @@ def make_model(method: str, epsilon: float | None = None, delta: float | None = 
         kwargs = {"method": method, "epsilon": epsilon, "delta": delta}
         if protocol == "heldout-users":
             # binarised implicit data: no centering (every label is 1), gravity on unobserved pairs
-            # (spec §8 ML20M), the released noisy counts as a popularity prior; the rest automatic
+            # (the authors' reference implementation, ML20M), the released noisy counts as a popularity
+            # prior; the rest automatic
             kwargs.update(feedback="implicit", unobserved_weight=0.2)
     accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
     bad = sorted(set(params) - accepted)
@@ -249,7 +254,7 @@ def run_experiment(split: Split, method: str, epsilon=None, delta=None, params=N
 
 
 def default_delta(split: Split) -> float:
-    """Spec 004 §7: delta = 1e-5 for rating prediction, 1/n (n = training users) for top-k."""
+    """Krichene et al. 2023, App. D.1: delta = 1e-5 for rating prediction, 1/n (n = training users) for top-k."""
     if split.protocol == "random":
         return 1e-5
     return 1.0 / max(2, split.train.shape[0])

@@ -1,13 +1,13 @@
-"""Offline metrics: RMSE, Recall@k, NDCG@k and catalogue coverage (spec 004 §7, §8 evaluation).
+"""Offline metrics: RMSE, Recall@k, NDCG@k and catalogue coverage (Krichene et al., ICML 2023, App. D.1).
 
 All ranking metrics take factor matrices and CSR interaction matrices aligned row by row:
 ``user_factors[r]`` scores every item as ``user_factors[r] @ item_factors.T (+ item_bias)``,
 ``targets[r]`` holds the user's held-out items and ``history[r]`` the items that are *excluded
-from the candidates* (the fold-in history; spec §7). Users are scored in float32 blocks of
+from the candidates* (the fold-in history; Liang et al. 2018). Users are scored in float32 blocks of
 ``chunk`` rows (bounded memory) and the top k is taken by :func:`topk.topk_indices`
 (ties: higher score first, then lower item index).
 
-Definitions (spec §7):
+Definitions (Krichene et al., App. D.1, "Metrics"):
 
 * ``Recall@k = (1/n') sum_j |T_j ∩ topk_j| / min(k, |T_j|)`` over the n' users with at least
   one target (users without targets are dropped, not counted as zero).
@@ -87,8 +87,8 @@ def ranking_metrics(
     """Recall@k, NDCG@k and coverage@k for every k in ``ks`` in one pass over the users.
 
     ``items`` (optional index array) restricts both candidates and targets to those items
-    (e.g. the top-10% most popular items, spec §8). ``progress`` is an optional callable
-    receiving the number of users processed per block (e.g. ``tqdm.update``).
+    (e.g. the top-10% most popular items, as in the authors' reference implementation). ``progress`` is
+    an optional callable receiving the number of users processed per block (e.g. ``tqdm.update``).
     Returns ``{"recall@k", "ndcg@k", "coverage@k", "n_users"}`` (NaN metrics when no user
     has a target).
     """

@@ -1,4 +1,4 @@
-"""Item nearest-neighbour overlap with a reference model (spec 004 §7, §8; paper Fig. 11).
+"""Item nearest-neighbour overlap with a reference model (Krichene et al., ICML 2023, App. D.3, Fig. 11).
 
 For every item i, ``N_k(i)`` is the set of its ``k`` (default 20) nearest other items by cosine
 similarity of the item embeddings (the item itself is excluded; ties: lower item index first, as

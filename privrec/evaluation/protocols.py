@@ -1,4 +1,4 @@
-"""Evaluation protocols of the paper's benchmarks (spec 004 §6 "billboard model", §7, §8).
+"""Evaluation protocols of the paper's benchmarks (Krichene et al., ICML 2023, App. D.1 and Remark D.1).
 
 * **Random split** (Lee et al. 2013; ML10M-style rating prediction): every test user is projected
   from their *training* history through the model's billboard projection (``model.transform``:
@@ -9,7 +9,7 @@
   coverage are computed on their targets, plus per-bucket recall (optionally the paper's
   ``k = [100, 80, 60, 40, 20]`` over the top-10% items).
 
-The model contract used here (implicit-0.7 style, issue 4, ``privrec.models._base``): the released
+The model contract used here (implicit-0.7 style, see ``privrec.models._base``): the released
 ``item_factors_`` (items x d; ``item_factors`` also accepted), optional ``item_bias_`` and
 ``global_mean_``, and the projection ``_project_users(csr) -> (factors, user_bias)`` (or the public
 ``transform(csr) -> factors`` when a model has no user bias). A predicted rating is
@@ -25,7 +25,8 @@ import scipy.sparse as sp
 from .metrics import pair_predictions, ranking_metrics, rmse
 from .neighbours import ReferenceNeighbours, sliced_neighbour_overlap
 
-#: items per popularity bucket used for the neighbour overlap (deterministic subsample; spec §7)
+#: items per popularity bucket used for the neighbour overlap (deterministic subsample; Krichene et al.
+#: 2023, App. D.3, Fig. 11)
 OVERLAP_ITEMS_PER_BUCKET = 400
 from .slicing import PAPER_SLICED_KS, popularity_buckets, sliced_recall, sliced_rmse, top_items
 
@@ -97,8 +98,8 @@ def evaluate_ratings(model, train, test, n_buckets: int = 5, reference=None, his
 
     ``train`` and ``test`` are aligned users x items matrices (or ``Interactions``); buckets come
     from the training counts. The user factors come from projecting each user's ``history``
-    (default: ``train``; spec §8 uses train + validation). With a ``reference`` model (e.g.
-    non-private ALS) the per-bucket top-20 cosine neighbour overlap is added.
+    (default: ``train``; the authors' reference implementation uses train + validation). With a
+    ``reference`` model (e.g. non-private ALS) the per-bucket top-20 cosine neighbour overlap is added.
     """
     tr, te = _matrix(train), _matrix(test)
     hi = tr if history is None else _matrix(history)

@@ -1,16 +1,17 @@
-"""Popularity-sliced metrics (spec 004 §7 "Sliced metrics", §8 evaluation details).
+"""Popularity-sliced metrics (Krichene et al., ICML 2023, Sec. 5 and App. D.2).
 
 Buckets: the (optionally restricted) items are sorted by **increasing training count** — equal
 counts ordered by item index — and cut into ``n_buckets`` contiguous groups of equal size
 (``np.array_split``: when the count does not divide, the first buckets get one item more).
 Bucket 0 is the least popular. Items outside ``items`` get bucket ``-1`` and are ignored.
 
-Per-bucket RMSE (spec §8): ``sqrt(sum_i mse_i n_i / sum_i n_i)`` over the bucket's items, with
-``mse_i`` the mean squared error of item i's test pairs and ``n_i`` their number — i.e. exactly
-the RMSE over the test pairs whose item lies in the bucket. A bucket without test pairs is NaN.
+Per-bucket RMSE (as in the authors' reference implementation): ``sqrt(sum_i mse_i n_i / sum_i n_i)``
+over the bucket's items, with ``mse_i`` the mean squared error of item i's test pairs and ``n_i``
+their number — i.e. exactly the RMSE over the test pairs whose item lies in the bucket. A bucket
+without test pairs is NaN.
 
-Per-bucket Recall (spec §7-§8): for bucket b with cut-off ``k_b``, both the **candidates** and the
-**targets** are restricted to the bucket's items: a user's ranking is computed among bucket-b items
+Per-bucket Recall (Krichene et al., Sec. 5): for bucket b with cut-off ``k_b``, both the **candidates**
+and the **targets** are restricted to the bucket's items: a user's ranking is computed among bucket-b items
 not in their history, their targets are ``T_j ∩ B_b``, and
 ``Recall_b = (1/n_b) sum_j |T_j ∩ B_b ∩ topk_b(j)| / min(k_b, |T_j ∩ B_b|)`` over the ``n_b``
 users with at least one target in the bucket (others dropped). The paper's option
@@ -25,7 +26,7 @@ from .._validation import check_int
 from .metrics import _as_csr, _check_factors, _discounts
 from .topk import DEFAULT_CHUNK, iter_chunks, mask_history, score_block, topk_indices
 
-#: The paper's per-bucket cut-offs, least popular bucket first (spec §8).
+#: The paper's per-bucket cut-offs, least popular bucket first (Krichene et al. 2023, Sec. 5, footnote 2).
 PAPER_SLICED_KS = (100, 80, 60, 40, 20)
 
 

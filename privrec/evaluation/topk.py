@@ -1,4 +1,4 @@
-"""Batched, deterministic top-k over dense float32 score blocks (spec 004 §7 evaluation).
+"""Batched, deterministic top-k over dense float32 score blocks (Krichene et al., ICML 2023, App. D.1).
 
 Every ranking metric in :mod:`privrec.evaluation` goes through :func:`topk_indices`, so tie
 handling is the same everywhere:

@@ -1,4 +1,4 @@
-"""Factorisation models: non-private ALS, an ``implicit`` wrapper and DPALS (spec 004 §6).
+"""Factorisation models: non-private ALS, an ``implicit`` wrapper and DPALS (Krichene et al., ICML 2023, Alg. 3).
 
 All share :class:`FactorizationModel`'s scikit-learn / implicit-style API (a drop-in for implicit
 0.7's ``AlternatingLeastSquares``: see ``tests/test_implicit_dropin.py``). ``load_model(path)``

@@ -1,4 +1,4 @@
-"""Shared estimator API for privrec's factorisation models (spec 004 §6, Remark D.1 for projection).
+"""Shared estimator API for privrec's factorisation models (Krichene et al., ICML 2023, App. D.1).
 
 The API follows scikit-learn (hyper-parameters in ``__init__`` only, learned state with a trailing
 underscore, ``get_params`` / ``set_params`` / ``sklearn.base.clone``, ``NotFittedError``,
@@ -27,7 +27,7 @@ entry (0 is a rating). scikit-learn's ``fit(X, y)`` calling convention is accept
 Private models (``epsilon`` finite) refuse operations that would compute something new from
 *other* users' data after the release (``recalculate_item``, ``partial_fit_items``): those would be
 releases no privacy ledger accounts for, so they raise :class:`PrivateReleaseError`. Operations on
-a user's *own* data are free (billboard projection, spec 004 Remark D.1): ``recalculate_user``,
+a user's *own* data are free (billboard projection, Krichene et al. 2023, Remark D.1): ``recalculate_user``,
 ``partial_fit_users``, ``transform``, and ``recommend`` on a loaded model without user factors,
 which projects the given ``user_items`` rows automatically.
 """
@@ -368,8 +368,8 @@ class FactorizationModel(BaseEstimator):
     """Base class: recommend / similar items and users / predict / score / projection / save / load.
 
     Subclasses implement ``fit`` (which receives a checked CSR: see the module docstring) and
-    ``_project_users(user_items) -> (factors, user_bias)`` (the billboard projection of spec 004
-    §6 Remark D.1: a user's embedding recomputed from the fitted item side and that user's own
+    ``_project_users(user_items) -> (factors, user_bias)`` (the billboard projection of Krichene et al.
+    2023, Remark D.1: a user's embedding recomputed from the fitted item side and that user's own
     ratings only). Non-private models may implement ``_solve_items(item_users) -> (factors,
     item_bias)`` (an exact item solve from the fitted user side) for ``recalculate_item`` and
     ``partial_fit_items``.
@@ -401,7 +401,7 @@ class FactorizationModel(BaseEstimator):
         # rating), or an Interactions / long-format DataFrame.
         # No target (requires_y False; a y given to fit is ignored).
         # A transformer: ``transform(user_items)`` maps each user's rating row to that user's
-        # d-dimensional embedding (the billboard projection of spec 004 Remark D.1: row by row,
+        # d-dimensional embedding (the billboard projection of Krichene et al. 2023, Remark D.1: row by row,
         # from the fitted item side), so ``fit(X).transform(X)`` works in a Pipeline that feeds
         # user embeddings to a downstream estimator. The output dtype is the model's ``dtype``
         # (float32 by default), not the input's, hence ``preserves_dtype=[]``.
@@ -567,7 +567,7 @@ class FactorizationModel(BaseEstimator):
         return factors[0] if np.ndim(userid) == 0 else factors
 
     def transform(self, user_items):
-        """Project every row of ``user_items`` (users x items) onto the item factors (spec 004 Remark D.1)."""
+        """Project every row of ``user_items`` (users x items) onto the item factors (Krichene et al., Remark D.1)."""
         self._check_fitted()
         factors, _ = self._project_users(as_user_items(user_items, n_items=self.n_items_, model=type(self).__name__))
         return factors
@@ -713,7 +713,8 @@ class FactorizationModel(BaseEstimator):
     def _user_vectors(self, ids, rows, recalculate):
         uf = getattr(self, "user_factors_", None)
         if recalculate or uf is None:
-            # a loaded private model keeps only the item side: project the given rows (free, Remark D.1)
+            # a loaded private model keeps only the item side: project the given rows (free: Krichene et al.,
+            # Remark D.1)
             if rows is None:
                 raise ValueError(
                     f"this {type(self).__name__} holds no user factors (a loaded or released model keeps only item "

@@ -1,6 +1,7 @@
 """Non-private alternating least squares for explicit ratings (WALS), and an ``implicit`` wrapper.
 
-Spec 004 §6 (loss of Algorithm 3 without noise) and §8 (the reference's non-private WALS settings).
+Krichene et al. (ICML 2023), App. D.1 (loss of Algorithm 3 without noise), with the non-private WALS
+settings of the authors' reference implementation.
 ``ALS`` minimises over user factors u, item factors v and optional biases
 
     sum_{(j,i) rated} (mu + b_j + c_i + <u_j, v_i> - y_ji)^2
@@ -9,7 +10,7 @@ Spec 004 §6 (loss of Algorithm 3 without noise) and §8 (the reference's non-pr
 
 with mu the training mean (``center=True``), b / c user / item biases (``biases=True``) and the
 frequency-scaled ridge reg_r = regularization * (n_r + 1)^reg_exponent * Z, Z chosen per side so
-that sum_r n_r * reg_r / regularization = sum_r n_r (the reference's normalisation, §6 [REF]).
+that sum_r n_r * reg_r / regularization = sum_r n_r (the normalisation of the authors' reference implementation).
 Every half-sweep is a batch of ridge regressions solved with batched BLAS (``_solve``).
 
 Users or items without ratings get zero factors and zero bias (so their prediction is ``mu``).
@@ -92,7 +93,7 @@ def half_step(
 
 
 class ALS(FactorizationModel):
-    """Explicit-rating alternating least squares (non-private reference of spec 004 §6/§8).
+    """Explicit-rating alternating least squares (non-private baseline of Krichene et al., ICML 2023, App. D.1).
 
     Parameters
     ----------

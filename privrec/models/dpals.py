@@ -1,8 +1,8 @@
-"""DPALS: alternating least squares with user-level DP item factors (Algorithm 3, spec 004 §6).
+"""DPALS: alternating least squares with user-level DP item factors (Krichene et al., ICML 2023, Alg. 3).
 
 Pipeline of :meth:`DPALS.fit` (every noisy release is recorded in ``ledger_``):
 
-1. pre-processing (spec 004 §5) through :mod:`privrec.allocation`: noisy item counts (each user
+1. pre-processing (Krichene et al., App. D.1) through :mod:`privrec.allocation`: noisy item counts (each user
    contributes at most ``count_sample`` sampled items), optionally a noisy global mean for
    centering, optionally a head restriction to the top ``item_frac`` items by noisy count, and
    the per-user allocation (uniform sampling, tail sampling, or adaptive weights with exponent
@@ -10,9 +10,9 @@ Pipeline of :meth:`DPALS.fit` (every noisy release is recorded in ``ledger_``):
 2. ``iterations`` ALS steps: exact (non-private) user step, user embeddings clipped to
    ``max_norm``, then the private item step with :mod:`privrec.solvers` (SSP, Algorithm 1, for
    ``dpals-*`` / ``ada-dpals``; full-batch noisy GD, Algorithm 2, for ``dpsgd-*`` / ``ada-dpsgd``);
-3. release of the item factors only. ``user_factors_`` is the billboard projection (Remark D.1)
-   of the training users onto the released item factors, kept for evaluation convenience; it is
-   not part of the release and :meth:`save` does not write it.
+3. release of the item factors only. ``user_factors_`` is the billboard projection (Krichene et al.,
+   Remark D.1) of the training users onto the released item factors, kept for evaluation
+   convenience; it is not part of the release and :meth:`save` does not write it.
 
 Noise calibration: the events of the whole fit are planned by :meth:`DPALS.planned_events` from
 two scales (pre-processing ``c`` and training ``s``); ``privrec.privacy.calibrate_with_split``
@@ -71,7 +71,7 @@ METHODS = {
 
 
 def _auto_by_epsilon(eps: float, low, mid, high):
-    """Spec 004 §8 tables are given at eps = 1, 5, 20: pick the column of the nearest setting."""
+    """The reference implementation's tuned settings are given at eps = 1, 5, 20: pick the nearest column."""
     if eps <= 2.0:
         return low
     if eps <= 10.0:
@@ -80,7 +80,7 @@ def _auto_by_epsilon(eps: float, low, mid, high):
 
 
 class DPALS(FactorizationModel):
-    """User-level DP alternating least squares (AdaDPALS / DPALS / AM-DPSGD; spec 004 §6).
+    """User-level DP alternating least squares (AdaDPALS / DPALS / AM-DPSGD; Krichene et al., ICML 2023, Alg. 3).
 
     Parameters
     ----------
@@ -89,8 +89,10 @@ class DPALS(FactorizationModel):
     epsilon, delta : target (epsilon, delta) user-level DP of the released item factors
         (``epsilon = inf``: non-private, see module docstring).
     factors : embedding dimension.
-    iterations : ALS steps T; ``None`` -> 2 / 3 / 4 for epsilon near 1 / 5 / 20 (spec §8, ML10M).
-    budget : per-user budget beta (= k items for uniform / tail sampling); reference value 100.
+    iterations : ALS steps T; ``None`` -> 2 / 3 / 4 for epsilon near 1 / 5 / 20 (as tuned for ML10M by
+        the authors' reference implementation).
+    budget : per-user budget beta (= k items for uniform / tail sampling); the authors' reference
+        implementation uses 100.
     mu : exponent of the adaptive weights (``ada-*``), omega_i ∝ nhat_i^-mu.
     biases : learn an item bias (released, see below) and a user bias (computed by each user from
         their own ratings: free). The item bias is the coefficient of a constant feature
@@ -108,7 +110,8 @@ class DPALS(FactorizationModel):
         used for calibration and for ``privacy_report()["epsilon"]``.
     unobserved_weight : gravity alpha_0; its global user Gramian gets its own noise
         (multiplier ``global_ratio`` x the training scale).
-    max_norm : clip of user embeddings (Gamma_x); ``None`` -> 0.2 at eps near 1, 0.5 above (spec §8).
+    max_norm : clip of user embeddings (Gamma_x); ``None`` -> 0.2 at eps near 1, 0.5 above (the
+        reference implementation's tuned values).
     center : subtract a noisy global mean (two extra pre-processing events); ``None`` -> True for
         explicit ratings, False for implicit feedback.
     feedback : ``"explicit"`` (ratings; RMSE) or ``"implicit"`` (play counts, clicks: every stored
@@ -126,13 +129,13 @@ class DPALS(FactorizationModel):
     label_bound : clip of (centered) labels in the item step; ``None`` -> rating_bound / 2 when
         centering, else rating_bound.
     item_frac : keep only the top fraction of items by noisy count (``None`` = all items). The
-        head is selected from the already released counts (free post-processing; the spec's
-        extra count release is not needed).
+        head is selected from the already released counts (free post-processing; the extra count release
+        of the authors' reference implementation is not needed).
     count_fraction : share of the RDP budget for pre-processing; ``None`` ->
         ``privrec.privacy.default_count_fraction(epsilon)`` (paper: 12% at 1, 14% at 5, 20% at 20).
     count_sample : items per user sampled for the counts; ``None`` -> ``budget``.
     gramian_ratio, global_ratio : (``None`` -> automatic) SSP noise multipliers of local / global Gramians relative to
-        the right-hand sides (reference sigma ratios s1/s2, s0/s2).
+        the right-hand sides (the sigma ratios s1/s2, s0/s2 of the authors' reference implementation).
     gd_iterations : inner steps of noisy GD per ALS step (``dpsgd-*``).
     init_scale : std of the random (data-independent) initial item factors.
     dtype : float32 (default) or float64.
@@ -409,7 +412,7 @@ class DPALS(FactorizationModel):
         return np.ones_like(counts)
 
     def item_batch(self, cfg: dict, R: sp.csr_matrix, W: sp.csr_matrix, user_factors: np.ndarray, counts, n_users: int) -> TaskBatch:
-        """The item step's multi-task batch: task = item, units = users (spec 004 §6 step 2)."""
+        """The item step's multi-task batch: task = item, units = users (Krichene et al., Alg. 3, line 5)."""
         if not cfg["private"]:
             return TaskBatch.from_csr(R, W, user_factors, transpose=True)
         counts = np.maximum(np.asarray(counts, dtype=np.float64), 1.0)
@@ -615,8 +618,8 @@ class DPALS(FactorizationModel):
         return report
 
     def _project_users(self, rows: sp.csr_matrix):
-        """Billboard projection (Remark D.1): exact ridge of a user's own ratings on the released
-        item side (factors and biases); returns ``(user_factors, user_bias)``."""
+        """Billboard projection (Krichene et al., ICML 2023, Remark D.1): exact ridge of a user's own
+        ratings on the released item side (factors and biases); returns ``(user_factors, user_bias)``."""
         if self.feedback == "implicit":
             rows = _binarised(rows)
         counts = np.diff(rows.indptr).astype(np.float64)

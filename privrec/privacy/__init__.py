@@ -1,6 +1,7 @@
 """Privacy core: mechanisms that return DpEvents, the ledger, calibration, clipping, randomness.
 
-Spec: ../shared/spec/004-multitask-dp-skew.md §1-§2, §5-§6 (accounting details in §6).
+Accounting follows Krichene et al. (ICML 2023): user-level RDP (Sec. 2.2), Thm 3.3, the private counts
+and the composition over Algorithm 3 (App. D.1), and the authors' reference implementation.
 """
 
 from .calibration import (

@@ -3,12 +3,13 @@
 ``calibrate_noise_multiplier`` finds the smallest noise multiplier z whose composed events
 satisfy epsilon(z) <= target, by bisection on the monotone map z -> epsilon(z) evaluated by the
 RDP (default) or PLD accountant. The result is never above the target and within ``rtol``
-(0.5% by default) of it. Several noise scales tied by fixed ratios (the reference's s0/s1/s2,
-spec 004 §6) are handled by letting ``build_event`` construct all events from one common scale.
+(0.5% by default) of it. Several noise scales tied by fixed ratios (s0/s1/s2 in the authors'
+reference implementation of Krichene et al., ICML 2023) are handled by letting ``build_event``
+construct all events from one common scale.
 
 ``calibrate_with_split`` spends a fraction ``count_fraction`` of the budget on pre-processing
 (private counts, centering) and the rest on training. "Fraction of the budget" is measured as
-in the paper (spec 004 §5): the share of the *RDP budget*, i.e. of the total zCDP rho = sum of
+in Krichene et al. (App. D.1): the share of the *RDP budget*, i.e. of the total zCDP rho = sum of
 1 / (2 z_k^2) over the Gaussian releases, so the split holds at every RDP order at once.
 """
 
@@ -25,7 +26,7 @@ from .._validation import check_delta, check_epsilon, check_fraction
 from .ledger import DEFAULT_RDP_ORDERS, epsilon_of_event
 from .mechanisms import compose
 
-# Share of the RDP budget spent on item counts in the paper's experiments (spec 004 §5).
+# Share of the RDP budget spent on item counts in the experiments of Krichene et al. (ICML 2023), App. D.1.
 _COUNT_FRACTION_BY_EPSILON = ((1.0, 0.12), (5.0, 0.14), (20.0, 0.20))
 
 

@@ -1,4 +1,4 @@
-"""Sensitivity contracts enforced in code: clip embedding rows and labels (spec 004 §2 step 1)."""
+"""Sensitivity contracts enforced in code: clip embedding rows and labels (Krichene et al. 2023, Alg. 1)."""
 
 from __future__ import annotations
 

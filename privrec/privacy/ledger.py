@@ -2,10 +2,10 @@
 
 Every noisy release in privrec is recorded here with a human-readable label ("item counts",
 "ALS step 3: local Gramians"). epsilon is always computed by ``dp_accounting`` over the recorded
-events -- RDP by default (orders 1.1..10.9 in steps of 0.1 plus 11..63, as the reference
-implementation of spec 004 §6), PLD on request -- never typed in. ``report()`` returns a JSON
-record from which anyone can recompute epsilon with plain ``dp_accounting``
-(see :func:`epsilon_from_report`).
+events -- RDP by default (orders 1.1..10.9 in steps of 0.1 plus 11..63, as the authors'
+reference implementation of Krichene et al., ICML 2023), PLD on request -- never typed in.
+``report()`` returns a JSON record from which anyone can recompute epsilon with plain
+``dp_accounting`` (see :func:`epsilon_from_report`).
 """
 
 from __future__ import annotations

@@ -4,10 +4,11 @@ A mechanism is declared by its sensitivity and noise multiplier; the noise stand
 is ``noise_multiplier * sensitivity``. The event depends only on the noise multiplier (that is
 what the accountant needs), so callers record ``result.event`` in a :class:`PrivacyLedger`.
 
-Conventions (spec 004 §2): a release with L2 sensitivity ``k`` and Gaussian std ``sigma`` is the
-Gaussian mechanism with noise multiplier ``sigma / k``, i.e. (alpha, alpha k^2 / (2 sigma^2))-RDP.
-A noise multiplier of 0 means "no noise": the event is ``NonPrivateDpEvent`` (epsilon = inf), so
-an accidental noiseless release can never be reported as private.
+Conventions (Krichene et al., ICML 2023, Sec. 3.1): a release with L2 sensitivity ``k`` and Gaussian
+std ``sigma`` is the Gaussian mechanism with noise multiplier ``sigma / k``, i.e.
+(alpha, alpha k^2 / (2 sigma^2))-RDP. A noise multiplier of 0 means "no noise": the event is
+``NonPrivateDpEvent`` (epsilon = inf), so an accidental noiseless release can never be reported as
+private.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def _std_dtype(dtype):
 def symmetric_gaussian_noise(batch_shape, d: int, std: float, rng=None, dtype=np.float32) -> np.ndarray:
     """Symmetric d x d Gaussian noise matrices: iid N(0, std^2) upper triangle (with diagonal), mirrored.
 
-    Shape ``(*batch_shape, d, d)``. This is the Xi_i of SSP (spec 004 §2, Algorithm 1 step 2).
+    Shape ``(*batch_shape, d, d)``. This is the Xi_i of SSP (Krichene et al. 2023, Algorithm 1).
     """
     batch_shape = tuple(np.atleast_1d(batch_shape)) if batch_shape != () else ()
     if std == 0:

@@ -1,6 +1,7 @@
 """Binary-tree (continual counting) mechanism for private prefix sums.
 
-Spec: ../shared/spec/001-dp-srgd.md, "Binary tree mechanism (continual counting)" and unit fact 5.
+Dwork, Naor, Pitassi, Rothblum (STOC 2010) and Chan, Shi, Song (ACM TISSEC 2011), as used by
+Choquette-Choo et al. (ALT 2025), Sec. 5.3.
 
 Leaves ``x_1, ..., x_T`` arrive one at a time. The tree has a node ``(j, k)`` for every odd ``j``
 covering leaves ``(j-1) 2^k + 1 .. j 2^k``; each node's exact partial sum gets its own fresh

@@ -1,4 +1,4 @@
-"""Private multi-task solvers over a :class:`TaskBatch` (spec 004 §2-§3).
+"""Private multi-task solvers over a :class:`TaskBatch` (Krichene et al., ICML 2023, Algs. 1-2, Sec. 3).
 
 One interface: ``solver.solve(batch, rng=None) -> SolverResult(params (m, d), events, info)``;
 ``solver.dp_event()`` gives the composed event of one solve from the configuration alone (for

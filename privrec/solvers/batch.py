@@ -1,4 +1,4 @@
-"""The solvers' input and output: :class:`TaskBatch` and :class:`SolverResult` (spec 004 §1-§3).
+"""The solvers' input and output: :class:`TaskBatch` and :class:`SolverResult` (Krichene et al. 2023, Secs. 2-3).
 
 A batch holds m weighted least-squares tasks. Task i's examples are positions
 ``indptr[i]:indptr[i+1]``; example e has feature row ``features[feature_ids[e]]``, label
@@ -185,7 +185,7 @@ class TaskBatch:
         return np.bincount(fid, weights=w * w, minlength=self.n_units)
 
     def unit_budget(self) -> float:
-        """beta = max over units of ``sum w^2`` (spec 004 §2, Thm 3.3). Private: do not publish."""
+        """beta = max over units of ``sum w^2`` (Krichene et al. 2023, Thm 3.3). Private: do not publish."""
         spend = self.unit_spend()
         return float(spend.max()) if spend.size else 0.0
 

@@ -1,4 +1,4 @@
-"""Task-weighted noisy full-batch gradient descent: Algorithm 2 of spec 004 §3.
+"""Task-weighted noisy full-batch gradient descent: Algorithm 2 of Krichene et al. (ICML 2023), Sec. 3.2.
 
 Loss per example: 0.5 (<theta, x_e> - y_e)^2 with features clipped to ``max_norm`` (Gamma_x),
 labels to ``label_bound`` (B) and every iterate projected onto the ball of radius ``radius`` (R),
@@ -19,8 +19,8 @@ Step sizes (Thm 3.12 proofs, Lemmas A.2/A.3), from *public* task sizes n_i and w
 * ``"convex"``: eta_i^t = 2R / (sqrt(Gamma^2 omega_i^2 n_i^2 + d std^2) sqrt(t)) (with the
   paper's std this is ||C|| / (Gamma sqrt(omega_i^2 n_i^2 + T d / 2) sqrt(t)));
 * ``"strongly_convex"``: eta_i^t = 1 / (mu_i t) with mu_i = omega_i n_i lambda + reg_i, lambda =
-  ``strong_convexity``. The seed's Lemma A.3 application uses omega_i n_i lambda; the spec text's
-  omega_i^2 n_i is an extraction error [AMBIG resolved from the proof];
+  ``strong_convexity``. The proof of Thm 3.12 (App. A.4) applies Lemma A.3 with omega_i n_i lambda;
+  the omega_i^2 n_i in the statement of Thm 3.12(b) disagrees with that proof, and we follow the proof;
 * a float (constant step) or a callable ``t -> step`` (scalar or (m,) array) override.
 """
 

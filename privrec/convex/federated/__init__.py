@@ -1,8 +1,9 @@
 """Federated convex learning without a trusted server (ISRL-DP) and single-epoch DP-SRGD.
 
-Specs: ../shared/spec/002-isrl-dp-federated.md (silos, ISRL-DP MB-SGD, accelerated and
-multi-stage MB-SGD, Local SGD baselines) and ../shared/spec/001-dp-srgd.md (Accelerated-DP-SRGD
-with the binary-tree mechanism, DP-SGD / DP-FTRL baselines).
+References: Lowy & Razaviyayn, "Private Federated Learning Without a Trusted Server" (ICLR 2023)
+(silos, ISRL-DP MB-SGD, accelerated and multi-stage MB-SGD, Local SGD baselines) and
+Choquette-Choo et al. (ALT 2025) (Accelerated-DP-SRGD with the binary-tree mechanism, DP-SGD /
+DP-FTRL baselines).
 
 Every message a silo sends goes through :class:`SiloChannel` (a privrec Gaussian mechanism on
 clipped gradients) and is recorded in that silo's own PrivacyLedger under the replace-one

@@ -1,7 +1,8 @@
 """Accelerated noisy MB-SGD (AC-SA of Ghadimi-Lan, the paper's Algorithm 1) and its multi-stage wrapper.
 
-Spec: ../shared/spec/002-isrl-dp-federated.md, A3 (one-pass and ERM variants, the closed-form
-prox step c), A4 (multi-stage, strongly convex), A5 (ERM with replacement); unit fact 6.
+Lowy & Razaviyayn (ICLR 2023): Algorithm 1 (Sec. 3; one-pass and ERM variants, with the prox step c
+in closed form), its multi-stage implementation for strongly convex losses (App. E.1) and the ERM
+version with replacement (Sec. 4).
 
 One round r (alpha = alpha_r, eta = eta_r, mu = strong convexity):
 

@@ -1,7 +1,9 @@
 """Noise calibration for the federated algorithms: the paper's closed forms and the accountant.
 
-Spec: ../shared/spec/002-isrl-dp-federated.md, A1 ("Theory calibration", "Experiments use the
-moments accountant"), A3 (one-pass sigma^2), "Baselines" (ISRL-DP Local SGD), unit facts 1-3.
+Lowy & Razaviyayn (ICLR 2023): the theory calibration of Noisy ISRL-DP MB-SGD (Algorithm 2,
+Theorem D.1), the moments-accountant calibration of the experiments (App. I), the one-pass
+sigma^2 of Accelerated Noisy MB-SGD (Algorithm 1, Sec. 3 and App. E.2) and ISRL-DP Local SGD
+(App. I).
 
 privrec's default is the accountant: per silo, the smallest noise multiplier z whose composed
 events (one subsampled Gaussian per message, composed over every message the silo may send)
@@ -11,13 +13,13 @@ The closed forms below are exposed for reproduction and comparison; when an algo
 for ``noise="paper"`` it uses ``max(paper sigma, accountant sigma)`` so the reported epsilon can
 never exceed the budget even where a closed form is too optimistic for the accountant.
 
-Neighbouring relation. Spec 002 defines ISRL-DP with one record of a silo *replaced*
-(replace-one), so every sampling scheme below is calibrated and reported under replace-one;
+Neighbouring relation. Lowy & Razaviyayn (Definition 2) define ISRL-DP with one record of a silo
+*replaced* (replace-one), so every sampling scheme below is calibrated and reported under replace-one;
 each silo's ledger is ``PrivacyLedger(neighboring="replace_one")`` and its report says so
 (``report["neighboring"]``). Replace-one epsilon can be about twice the add/remove epsilon of the
 same noise: privrec used to calibrate Poisson silos under add/remove, e.g. n = 250, K = 25,
 R = 35, eps = 1, delta = 1/n^2 got multiplier 2.72, whose replace-one epsilon is 1.66; it is
-now 4.30 (privacy audit, item 4).
+now 4.30 (found by a privacy audit).
 
 * ``"poisson"`` (default): every record joins the batch independently with probability K/n_i.
   dp_accounting's RDP accountant does not support Poisson sampling under replace-one, so these
@@ -71,7 +73,8 @@ if not set(CALIBRATION_ORDERS) <= set(DEFAULT_RDP_ORDERS):  # pragma: no cover -
     raise RuntimeError("calibration orders must be a subset of the ledger's RDP orders")
 
 SAMPLING_SCHEMES = ("poisson", "without_replacement", "disjoint")
-# ISRL-DP (spec 002) is record-level DP under replace-one for every scheme (see the module docstring).
+# ISRL-DP (Lowy & Razaviyayn, Definition 2) is record-level DP under replace-one for every scheme
+# (see the module docstring).
 NEIGHBORING = {"poisson": "replace_one", "without_replacement": "replace_one", "disjoint": "replace_one"}
 # The accountant each scheme is calibrated and reported with: the RDP accountant cannot compose a
 # Poisson-sampled event under replace-one, the PLD accountant can.

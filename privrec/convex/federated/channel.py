@@ -1,8 +1,8 @@
 """The only way data leaves a silo: noisy clipped-gradient messages recorded in the silo's ledger.
 
-Spec: ../shared/spec/002-isrl-dp-federated.md, "Setting" (ISRL-DP: the full transcript of silo i's
-messages is (eps_i, delta_i)-DP w.r.t. its own records) and A1 (each message is a noisy mean of
-K clipped per-example gradients).
+Lowy & Razaviyayn (ICLR 2023), Definition 2 (ISRL-DP: the full transcript of silo i's messages is
+(eps_i, delta_i)-DP w.r.t. its own records) and Algorithm 2 (each message is a noisy mean of K
+clipped per-example gradients).
 
 A :class:`SiloChannel` is built for a planned number of messages (``max_messages``); its noise
 multiplier is calibrated by the accountant for that many messages, so however many the silo
@@ -13,7 +13,7 @@ the messages actually sent in the silo's :class:`~privrec.privacy.PrivacyLedger`
 fit, labelled, with the message count in its metadata).
 
 Every ledger is declared ``neighboring="replace_one"`` (ISRL-DP replaces one record of the silo,
-spec 002) and every report names the accountant that produced its epsilon
+Lowy & Razaviyayn, Definition 2) and every report names the accountant that produced its epsilon
 (``report["accountant"]``: ``"rdp"`` for the fixed-size schemes, ``"pld"`` for Poisson sampling,
 which dp_accounting's RDP accountant cannot compose under replace-one); recompute a report with
 :func:`report_epsilon`.

@@ -1,12 +1,13 @@
 """scikit-learn style federated private estimators over the convex losses.
 
-Spec: ../shared/spec/002-isrl-dp-federated.md (algorithms A1, A3, baselines); issue 7 item 4.
+Lowy & Razaviyayn (ICLR 2023): Noisy ISRL-DP MB-SGD (Algorithm 2), Accelerated Noisy MB-SGD
+(Algorithm 1) and the baselines of the experiments (Sec. 6).
 
 ``FederatedDPRegressor`` (squared loss) and ``FederatedDPClassifier`` (logistic for two classes,
 softmax otherwise) fit on ``(X, y, silos)`` where ``silos`` assigns each row to its data owner.
 Each silo gets the budget ``(epsilon, delta)`` (``delta=None`` -> 1/n_i^2 per silo, the paper's
 choice); per-silo reports end up in ``privacy_reports_`` and ``epsilons_`` (replace-one
-neighbouring relation, as spec 002's ISRL-DP; ``report["neighboring"]`` and
+neighbouring relation, as in Lowy & Razaviyayn's ISRL-DP; ``report["neighboring"]`` and
 ``report["accountant"]`` say how each epsilon was computed).
 
 Public constants only. Every constant that shapes a released output is a public input, never a
@@ -14,7 +15,7 @@ statistic of the data: the accelerated algorithms take their smoothness (hence e
 from ``feature_bound``, which is **required** for them and enforced by clipping every feature row
 to it (at fit and at predict time). privrec used to fall back on the data's largest row norm when
 ``feature_bound`` was None; one record of norm 1e4 then drove the released coefficients to ~0,
-perfectly distinguishable from its neighbour (privacy audit, item 2). ``clip`` (the gradient
+perfectly distinguishable from its neighbour (found by a privacy audit). ``clip`` (the gradient
 bound the noise is scaled to), ``radius``, ``step_size`` and ``batch_size`` are public by
 construction; silo sizes n_i are public under replace-one. The label set of a classifier is
 treated as public.

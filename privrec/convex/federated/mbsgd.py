@@ -1,8 +1,8 @@
 """ISRL-DP minibatch SGD (Algorithm 2), Local SGD / FedAvg baselines (private and not).
 
-Spec: ../shared/spec/002-isrl-dp-federated.md, A1 (Noisy ISRL-DP MB-SGD, strongly convex weights,
-non-smooth via Moreau envelope) and "Baselines used in the experiments" (MB-SGD with sigma = 0,
-Local SGD / FedAvg, ISRL-DP Local SGD); unit facts 4-5.
+Lowy & Razaviyayn (ICLR 2023): Noisy ISRL-DP MB-SGD (Algorithm 2, App. D.1; strongly convex weights,
+non-smooth losses via the Moreau envelope, App. D.2) and the baselines of the experiments (Sec. 6
+and App. I: MB-SGD with sigma = 0, Local SGD / FedAvg, ISRL-DP Local SGD).
 
 Each round r a set S_r of available silos (``n_available``) receives w_r; silo i answers with the
 noisy mean of K_i clipped per-example gradients (its :class:`SiloChannel`, noise calibrated by
@@ -49,14 +49,14 @@ def mb_sgd(silos, loss, *, rounds: int, batch_size, step_size, clip: float | Non
     ----------
     silos : :class:`SiloSet` or list of :class:`Silo` (budgets per silo).
     loss : privrec convex loss; its ridge term ``l2`` is added on the server (data independent).
-        For non-smooth losses pass ``MoreauEnvelope(loss, beta)`` (spec A1, Moreau option).
+        For non-smooth losses pass ``MoreauEnvelope(loss, beta)`` (Lowy & Razaviyayn, App. D.2).
     rounds : R. batch_size : K (int, capped at n_i) or a fraction of n_i (K_i / n_i equal).
     step_size : constant eta or a callable ``r -> eta_r``.
     clip : per-example gradient clip L (required when private).
     radius : W = {||w|| <= radius}; ``None`` = unconstrained.
     n_available : M (fixed), ``(lo, hi)`` (random M_r), or ``None`` (all N).
     sampling : ``"poisson"`` (PLD accountant) or ``"without_replacement"`` (RDP accountant); both are
-        calibrated and reported under replace-one, spec 002's ISRL-DP relation.
+        calibrated and reported under replace-one (Lowy & Razaviyayn's ISRL-DP relation).
     noise : ``"accountant"`` (default) or ``"paper"`` (``max`` of the experiments' closed form
         8 L^2 ln(1/delta) R / (n^2 eps^2) and the accountant's sigma).
     averaging : ``"uniform"`` (gamma_r = 1/R), ``"strongly_convex"`` (gamma_r = (1 - mu eta)^-(r+1),

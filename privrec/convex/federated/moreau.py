@@ -1,7 +1,7 @@
 """Moreau-envelope smoothing for non-smooth convex losses, and two non-smooth margin losses.
 
-Spec: ../shared/spec/002-isrl-dp-federated.md, A1 "Non-smooth: run on the Moreau envelope
-(f_beta <= f <= f_beta + L^2/(2 beta))".
+Lowy & Razaviyayn (ICLR 2023), App. D.2: non-smooth losses are handled by running on the Moreau
+envelope (f_beta <= f <= f_beta + L^2/(2 beta); Lemma D.7, after Nesterov 2005).
 
 For a per-example loss f(theta; x, y) = phi(<x, theta>, y) the envelope is
 ``f_beta(theta) = min_u f(u) + (beta/2) ||u - theta||^2``; it is convex, beta-smooth, has the same

@@ -1,8 +1,8 @@
 """Shuffled ISRL-DP MB-SGD (K = 1, M silos per round) with an explicit amplification-by-shuffling bound.
 
-Spec: ../shared/spec/002-isrl-dp-federated.md, A5/A6/A7 "Shuffled MB-SGD (K=1, M_r = M): local
-randomizer Gaussian, privacy amplified by shuffling (Feldman et al.); constant C unspecified in
-the paper -> implement with an explicit, documented amplification bound."
+Lowy & Razaviyayn (ICLR 2023), Sec. 5 and App. G: shuffled MB-SGD (K = 1, M_r = M) with a Gaussian
+local randomizer, privacy amplified by shuffling (Feldman et al.). The paper leaves the constant C
+unspecified, so privrec uses the explicit, documented amplification bound below.
 
 Each round, each of the M available silos samples one of its records, clips its gradient to L
 and adds N(0, (2 L z)^2 I) (a Gaussian local randomizer; 2L is the replace-one sensitivity).
@@ -30,7 +30,7 @@ The bound privrec uses, all steps conservative. It is **hand-derived** from the 
 
    Otherwise no amplification is claimed: eps_r = eps0 (one message depends on the record).
    This form is never smaller than the one printed in the FOCS version of Theorem 3.1 and
-   restated in the spec-002 paper (Lowy-Razaviyayn, Thm D.5 eq. 21), eps_r =
+   restated by Lowy & Razaviyayn (ICLR 2023, Thm D.5, eq. 21), eps_r =
    ln(1 + (e^eps0 - 1)/(e^eps0 + 1) (a + c)) valid for eps0 <= ln(M / (16 ln(2/delta_s))): its
    factor (1 - e^-eps0)/(1 + e^(-eps0 - e')) exceeds (e^eps0 - 1)/(e^eps0 + 1) and its validity
    condition is stricter. privrec used the printed form until a privacy audit: at M = 1000 silos,

@@ -1,6 +1,6 @@
 """Silos, their privacy budgets, and which silos are available in a round.
 
-Spec: ../shared/spec/002-isrl-dp-federated.md, "Setting" (N silos, sizes n_i, budgets (eps_i, delta_i),
+Lowy & Razaviyayn (ICLR 2023), Sec. 1.1 (N silos, sizes n_i, budgets (eps_i, delta_i),
 M_r available silos per round, 1/M := E[1/M_r]) and App. H (unbalanced sizes and budgets).
 
 A :class:`Silo` holds its own records and its own (eps_i, delta_i). Algorithms never read a silo's

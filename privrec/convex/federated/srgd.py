@@ -1,7 +1,8 @@
 """Accelerated-DP-SRGD: single-epoch, large-batch DP-SCO with tree-aggregated noise; DP-SGD / DP-FTRL baselines.
 
-Spec: ../shared/spec/001-dp-srgd.md ("Algorithm 1", "Binary tree mechanism", "Parameters",
-"Baselines described", unit facts 1-4 and 6).
+Choquette-Choo, Ganesh, Thakurta et al., "Near-Optimal Rates for O(1)-Smooth DP-SCO with a Single
+Epoch and Large Batches" (ALT 2025): Algorithm 1 (Sec. 3), the binary tree mechanism and the
+parameter choices (Secs. 4.2 and 5.3), the DP-SGD and DP-FTRL baselines (Sec. 2).
 
 One pass over n examples in a random order, T batch steps of size B (T B <= n; the last
 ``n - T B`` examples are unused), two gradient calls per example. Step t (0-based):
@@ -18,7 +19,7 @@ radius ``radius`` around 0.
 Privacy (example level). The paper proves its guarantee under the zero-out relation (one
 example's contribution replaced by zero; batch positions and the normaliser B are public). That
 is *not* add/remove: adding an example shifts the batch positions of the others, so privrec no
-longer records these runs in an add/remove ledger (privacy audit, item 4). privrec's ledger can
+longer records these runs in an add/remove ledger (found by a privacy audit). privrec's ledger can
 state replace-one, which implies zero-out at the same (eps, delta) (the zero contribution is one
 possible replacement of a clipped term), so all three methods are calibrated and reported under
 **replace-one**: an example is in exactly one batch, so replacing it changes exactly one leaf
@@ -29,11 +30,11 @@ the RDP accountant to (eps, delta) and recorded in ``PrivacyLedger(neighboring="
 (``report["neighboring"]``). This is twice the noise of a zero-out calibration; the (smaller)
 epsilon under the paper's zero-out relation is reported as ``info["epsilon_zero_out"]`` (dp_accounting
 RDP with REPLACE_SPECIAL). With the default ``noise_rule="max"`` privrec never uses less noise than
-the spec's sigma_req = (C/(B beta)) sqrt(1 + ceil(log2 T)) sqrt(2 ln(2.5/delta)) / eps either (it
-uses at least twice it). The baselines use the same relation and rule: single-epoch DP-SGD is one
-Gaussian mechanism on disjoint batches with sensitivity 2C/B (parallel composition), DP-FTRL one
-tree release with leaf sensitivity 2C/B. ``random_state`` is for experiments only (a known seed
-voids the guarantee).
+sigma_req = (C/(B beta)) sqrt(1 + ceil(log2 T)) sqrt(2 ln(2.5/delta)) / eps either, the closed form
+of the paper's mu-GDP analysis of the tree (Sec. 5.3); it uses at least twice it. The baselines use
+the same relation and rule: single-epoch DP-SGD is one Gaussian mechanism on disjoint batches with
+sensitivity 2C/B (parallel composition), DP-FTRL one tree release with leaf sensitivity 2C/B.
+``random_state`` is for experiments only (a known seed voids the guarantee).
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ def interior_preset(n: int, lipschitz: float, radius: float, dim: int, epsilon: 
     """Interior case: c_DP = 4 sqrt2 log^{3/2}(n) sqrt(ln(2n/delta)) ln(2.5/delta), C = c_DP L,
     beta = c_DP^2 L max{1, sqrt(p)/(eps sqrt n)} / R, T = ceil(n^{1/4}) (the Theta~ hides logs), B = n // T.
 
-    The paper's constants are impractical for small n (spec: "T > n at n = 1e6"); every field
+    The paper's constants are impractical for small n (T > n at n = 1e6); every field
     of the result can be overridden by the caller.
     """
     n = check_int(n, "n", minimum=2)
@@ -149,7 +150,7 @@ def event_multiplier(epsilon: float, delta: float, noise_rule: str = "max") -> f
     The multiplier is relative to the release's replace-one sensitivity (see the module docstring).
 
     ``"accountant"``: smallest z with RDP-epsilon <= eps; ``"max"`` (default): also at least the
-    spec's sqrt(2 ln(2.5/delta)) / eps (mu-GDP with mu = eps / sqrt(2 ln(2.5/delta))).
+    paper's sqrt(2 ln(2.5/delta)) / eps (mu-GDP with mu = eps / sqrt(2 ln(2.5/delta))).
     """
     eps = check_epsilon(epsilon)
     delta = check_delta(delta)
@@ -232,7 +233,7 @@ def accelerated_dp_srgd(X, y, loss, *, epsilon: float, delta: float, radius: flo
                         preset: str = "general", lipschitz: float | None = None, c_m: float = 1.0,
                         z_step: float = 1.0, noise_rule: str = "max", theta0=None,
                         random_state=None) -> SingleEpochResult:
-    """Accelerated-DP-SRGD (spec 001 Algorithm 1) on one pass over ``(X, y)``.
+    """Accelerated-DP-SRGD (Choquette-Choo et al., ALT 2025, Algorithm 1) on one pass over ``(X, y)``.
 
     ``preset`` (``"general"`` or ``"interior"``) fills T, B, beta, C from ``lipschitz`` (L) and
     ``radius`` (R); every explicitly passed value overrides the preset. ``epsilon=inf`` runs
