@@ -128,7 +128,8 @@ class DPALS(FactorizationModel):
         Public: it must come from the data's documentation, not from the data.
     label_bound : clip of (centered) labels in the item step; ``None`` -> rating_bound / 2 when
         centering, else rating_bound.
-    item_frac : keep only the top fraction of items by noisy count (``None`` = all items). The
+    item_frac : keep only the top fraction of items by noisy count (``None`` = automatic, 1.0 = all
+        items; the rule restricts large implicit-feedback problems to the top 10%). The
         head is selected from the already released counts (free post-processing; the extra count release
         of the authors' reference implementation is not needed).
     count_fraction : share of the RDP budget for pre-processing; ``None`` ->
@@ -280,7 +281,8 @@ class DPALS(FactorizationModel):
                 label_bound = rating_bound / 2.0 if center else rating_bound
         else:
             label_bound = check_positive(self.label_bound, "label_bound")
-        item_frac = None if self.item_frac is None else check_fraction(self.item_frac, "item_frac")
+        item_frac = auto["item_frac"] if self.item_frac is None else check_fraction(self.item_frac, "item_frac")
+        item_frac = None if item_frac >= 1.0 else item_frac
         if self.count_fraction is None:
             count_fraction = auto["count_fraction"]
         else:
@@ -696,16 +698,21 @@ def auto_config(n_users: int, n_items: int, epsilon: float, delta: float, rating
     """
     if math.isinf(epsilon):
         return {"factors": 32, "iterations": 15, "budget": 100.0, "regularization": 20.0,
-                "user_regularization": 20.0, "max_norm": 1.0, "count_fraction": 0.2, "gramian_ratio": 1.0}
+                "user_regularization": 20.0, "max_norm": 1.0, "count_fraction": 0.2, "gramian_ratio": 1.0,
+                "item_frac": 1.0}
     signal = n_users * min(epsilon, 20.0)
     if implicit:
+        # popularity prior only / a small rank / the head-restricted rank of the reference settings
+        # (top 10% of items by noisy count, ridge 30 on both sides; validation users of ml20m-like)
         if signal < 20_000:
-            factors, iters = 0, 0
+            factors, iters, user_reg, item_frac = 0, 0, 1.0, 1.0
+        elif signal < 100_000:
+            factors, iters, user_reg, item_frac = 8, 2, 1.0, 1.0
         else:
-            factors, iters = (8, 2) if signal < 200_000 else (32, 3)
+            factors, iters, user_reg, item_frac = 32, 3, 30.0, 0.1
         return {"factors": factors, "iterations": iters, "budget": 100.0, "regularization": 30.0,
-                "user_regularization": 1.0, "max_norm": 0.1, "count_fraction": default_count_fraction(epsilon),
-                "gramian_ratio": 1.0}
+                "user_regularization": user_reg, "max_norm": 0.1, "count_fraction": default_count_fraction(epsilon),
+                "gramian_ratio": 1.0, "item_frac": item_frac}
     if signal < 150_000:  # private bias model
         factors, iters, max_norm = 0, 1, 0.2 if epsilon <= 2 else 0.5
         reg = 40.0 if epsilon <= 2 else (20.0 if epsilon <= 10 else 5.0)
@@ -715,4 +722,4 @@ def auto_config(n_users: int, n_items: int, epsilon: float, delta: float, rating
     # its noise hurts less than the right-hand side's: twice the RHS multiplier (validation, ML-100K)
     return {"factors": factors, "iterations": iters, "budget": 100.0, "regularization": reg,
             "user_regularization": 5.0, "max_norm": max_norm, "count_fraction": default_count_fraction(epsilon),
-            "gramian_ratio": 2.0 if factors == 0 else 1.0}
+            "gramian_ratio": 2.0 if factors == 0 else 1.0, "item_frac": 1.0}
