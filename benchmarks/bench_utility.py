@@ -208,8 +208,20 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="output folder (default benchmarks/results)")
     p.add_argument("--allocations", action="store_true",
                    help="also run dpals-uniform and dpals-tail under the default automatic configuration")
+    p.add_argument("--collect", nargs="+", default=None, metavar="JSON",
+                   help="merge the results of earlier runs (utility.json files) into one table and plots")
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
+    if a.collect:
+        out_dir = Path(a.out) if a.out else C.RESULTS
+        runs = [C.read_json(Path(f)) for f in a.collect]
+        results = [r for run in runs for r in run["results"]]
+        commands = [run["command"] for run in runs]
+        C.write_json(out_dir / "utility.json", {"environment": C.environment(), "commands": commands, "results": results})
+        C.write_text(out_dir / "utility.md", to_markdown(results, "; ".join(c.strip() for c in commands)))
+        for r in results:
+            plot(r, out_dir / f"utility_{r['dataset'].replace('@', '-')}.png")
+        return 0
     datasets = a.datasets or (["synthetic-skew@0.2"] if a.quick else list(DEFAULT_DATASETS))
     seeds = a.seeds or (2 if a.quick else 3)
     epsilons = (1.0, 20.0) if a.quick else EPSILONS
