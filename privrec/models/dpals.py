@@ -93,7 +93,9 @@ class DPALS(FactorizationModel):
         the authors' reference implementation).
     budget : per-user budget beta (= k items for uniform / tail sampling); the authors' reference
         implementation uses 100.
-    mu : exponent of the adaptive weights (``ada-*``), omega_i ∝ nhat_i^-mu.
+    mu : exponent of the adaptive weights (``ada-*``), omega_i ∝ nhat_i^-mu; ``None`` -> 0.1 for
+        the bias model (``factors = 0``), 0.25 otherwise (validation splits of ML-100K and
+        ml10m-like; the paper's range is 1/4..1/2 for factor models).
     biases : learn an item bias (released, see below) and a user bias (computed by each user from
         their own ratings: free). The item bias is the coefficient of a constant feature
         ``bias_scale * max_norm`` appended to every user's clipped embedding in the private item
@@ -159,7 +161,7 @@ class DPALS(FactorizationModel):
         factors: int | None = None,
         iterations: int | None = None,
         budget: float | None = None,
-        mu: float = 0.25,
+        mu: float | None = None,
         biases: bool = True,
         bias_scale: float = 1.0,
         regularization: float | None = None,
@@ -252,7 +254,7 @@ class DPALS(FactorizationModel):
         budget = auto["budget"] if self.budget is None else check_positive(self.budget, "budget")
         if alloc != "adaptive" and budget != int(budget):
             raise ValueError(f"budget is the number of sampled items k for {self.method}; must be an integer, got {budget!r}")
-        mu = check_positive(self.mu, "mu", allow_zero=True)
+        mu = (0.1 if factors == 0 else 0.25) if self.mu is None else check_positive(self.mu, "mu", allow_zero=True)
         if mu > 1:
             raise ValueError(f"mu must be in [0, 1], got {self.mu!r}")
         reg = auto["regularization"] if self.regularization is None else check_positive(
