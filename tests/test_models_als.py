@@ -117,7 +117,7 @@ def _dense_als(R, factors, reg, exponent, alpha0, iterations, init_scale, seed):
 
 def test_als_fit_equals_dense_reference():
     R = _ratings(empty_item=4)
-    m = ALS(factors=4, regularization=1.5, reg_exponent=1.0, unobserved_weight=0.05, iterations=3,
+    m = ALS(solver="cholesky", factors=4, regularization=1.5, reg_exponent=1.0, unobserved_weight=0.05, iterations=3,
             dtype=np.float64, random_state=7).fit(R)
     U, V, bu, bi, mu = _dense_als(R, 4, 1.5, 1.0, 0.05, 3, 0.1, 7)
     np.testing.assert_allclose(m.item_factors_, V, rtol=1e-7, atol=1e-9)

@@ -936,6 +936,11 @@ class FactorizationModel(BaseEstimator):
         N = check_int(N, "N", minimum=1)
         scalar = np.ndim(itemid) == 0
         V = self.item_factors_
+        if V.shape[1] == 0:
+            raise ValueError(
+                "this model has no item factors (factors = 0: the bias / popularity model, which the automatic "
+                "configuration chooses when the privacy noise would swamp item embeddings), so item similarity is "
+                "undefined; fit with a larger epsilon, more users or an explicit factors=")
         if recalculate_item:
             query = np.atleast_2d(self.recalculate_item(itemid, item_users))
         else:

@@ -104,9 +104,10 @@ class ALS(FactorizationModel):
     iterations : number of sweeps (user step then item step).
     biases : learn user and item biases.
     center : subtract the training mean rating (``global_mean_``).
-    solver : ``"cholesky"`` (default, exact: batched direct solves of the normal equations, or of
-        the equivalent L x L dual system for rows with fewer ratings than factors) or ``"cg"``
-        (``cg_steps`` warm-started conjugate-gradient steps per half-sweep; faster, approximate).
+    solver : ``"cg"`` (default: ``cg_steps`` = 3 warm-started conjugate-gradient steps per
+        half-sweep, as implicit does; ML-100K test RMSE identical to the exact solve to 1e-4) or
+        ``"cholesky"`` (exact: batched direct solves of the normal equations, or of the equivalent
+        L x L dual system for rows with fewer ratings than factors).
     init_scale : std of the random initial item factors.
     dtype : float32 (default) or float64.
     random_state : seed of the initial item factors (ALS adds no noise, so no privacy impact).
@@ -138,7 +139,7 @@ class ALS(FactorizationModel):
         iterations: int = 15,
         biases: bool = True,
         center: bool = True,
-        solver: str = "cholesky",
+        solver: str = "cg",
         cg_steps: int = 3,
         init_scale: float = 0.1,
         dtype=np.float32,

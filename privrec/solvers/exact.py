@@ -58,13 +58,13 @@ class ExactSolver:
         dtype = np.dtype(self.dtype)
         m, d = batch.n_tasks, batch.dim
         reg = as_task_array(self.reg, m, "reg", dtype)
-        x, y = prepared_inputs(batch, self.max_norm, self.label_bound, dtype)
+        x, _ = prepared_inputs(batch, self.max_norm, None, dtype, labels=False)  # labels clipped per block
         gram = global_gramian(x) * dtype.type(self.unobserved_weight) if self.unobserved_weight > 0 else None
         eye = np.eye(d, dtype=dtype)
 
         def solve_chunk(c, bounds):
             t0, t1 = bounds
-            G, b = chunk_statistics(batch, x, y, t0, t1)
+            G, b = chunk_statistics(batch, x, batch.labels, t0, t1, label_bound=self.label_bound)
             G += reg[t0:t1, None, None] * eye
             if gram is not None:
                 G += gram

@@ -13,13 +13,21 @@ multipliers z_b = ``noise_multiplier``, z_G = ``gramian_ratio`` * z_b, z_0 = ``g
 (the reference's fixed sigma ratios, spec 004 §6). Thm 3.3's (alpha, alpha beta)-RDP is the
 special case z_G = z_b = 1/sqrt(beta).
 
-Cost: Gramians are one BLAS rank-k update per task over a gathered, sqrt(w)-scaled block (chunks of
-tasks, thread pool, single-threaded BLAS); the PSD projection needs an eigendecomposition only
-where ``G + noise - eig_floor I`` is not positive definite (a Cholesky test per task decides; where
-it is, the projection is the identity and a plain solve is used). Without the global Gramian the
-projected solve V diag(1 / (max(lam, floor) + reg)) V^T b reuses one tridiagonal reduction and never
-forms V (:func:`~privrec.solvers._linalg.projected_ridge_solve`); the symmetric noise is added in
-place with the same draws as :func:`privrec.privacy.symmetric_gaussian_noise`.
+Cost (issue 16): the Gramians are accumulated in GEMM blocks (a heavy task is split over several
+blocks of at most 4096 gathered, sqrt(w)-scaled rows; light tasks are grouped by size into
+zero-padded batched products), per chunk of tasks, over a thread pool with single-threaded BLAS
+(:func:`~privrec.solvers._linalg.chunk_statistics`). The PSD projection needs an
+eigendecomposition only where ``G + noise - eig_floor I`` is not positive definite (a Cholesky test
+per task decides; where it is, the projection is the identity and a plain Cholesky solve is used).
+Without the global Gramian the projected solve V diag(1 / (max(lam, floor) + reg)) V^T b reuses one
+tridiagonal reduction and never forms V (:func:`~privrec.solvers._linalg.projected_ridge_solve`).
+These per-task LAPACK calls release the GIL (ctypes on scipy's LAPACK), so the worker threads run
+them in parallel; the solves work on batches of at most 256 systems (bounded copies). The
+symmetric noise is added in place with the same draws as
+:func:`privrec.privacy.symmetric_gaussian_noise`, from one stream per chunk of tasks: the chunks
+depend only on ``chunk_tasks`` / ``chunk_examples``, and within a chunk the Gramian noise is drawn
+before the RHS noise, task by task, exactly as before, so a fixed seed gives the same noise.
+Labels are clipped block by block (no clipped copy of every label).
 
 Deviations (safe values, documented):
 * the RHS noise scales with Gamma_x * B; the reference scales it with Gamma_x only, which is
@@ -53,10 +61,15 @@ from ._linalg import (
     positive_definite_mask,
     prepared_inputs,
     projected_ridge_solve,
+    projected_solve,
     spd_solve,
     task_chunks,
 )
 from .batch import SolverResult, TaskBatch
+
+
+# systems solved together after the noise is added (bounds the copies made by the solves)
+_SOLVE_BATCH = 256
 
 
 def _check_budget(budget, noisy: bool):
@@ -159,46 +172,59 @@ class SSPSolver:
         events = self.labelled_events()
         std = self.noise_stds()
         reg = as_task_array(self.reg, m, "reg", dtype)
-        x, y = prepared_inputs(batch, self.max_norm, self.label_bound, dtype)
+        # features clipped once (units x d); labels are clipped block by block inside
+        # chunk_statistics (same values, no clipped copy of every label)
+        x, _ = prepared_inputs(batch, self.max_norm, None, dtype, labels=False)
+        y = batch.labels
         gram = None
         if self.unobserved_weight > 0:
             gram = noisy_global_gramian(x, std["global"], self.unobserved_weight, rng, dtype)
+        # the chunks (and so each chunk's noise stream) are fixed by chunk_tasks / chunk_examples
+        # alone: how the Gramians are computed inside a chunk never changes the noise draws
         chunks = list(task_chunks(batch.indptr, self.chunk_tasks, self.chunk_examples))
         rngs = rng.spawn(len(chunks))
         floor = dtype.type(self.eig_floor)
-        eye = np.eye(d, dtype=dtype)
 
         def solve_chunk(c, bounds):
             t0, t1 = bounds
-            G, b = chunk_statistics(batch, x, y, t0, t1)
+            G, b = chunk_statistics(batch, x, y, t0, t1, label_bound=self.label_bound)
             if std["gramian"] > 0:  # = G += symmetric_gaussian_noise(...): same draws, no noise stack
                 add_symmetric_noise(G, std["gramian"], rngs[c])
             if std["rhs"] > 0:
                 b += gaussian_noise(b.shape, std["rhs"], rngs[c], dtype)
             out = np.empty((t1 - t0, d), dtype=dtype)
-            # fast path: PSD projection is the identity where G - floor I is positive definite
-            ok = positive_definite_mask(G, floor)
-            bad = np.flatnonzero(~ok)
-            good = np.flatnonzero(ok)
-            if good.size:
-                A = G[good] + reg[t0:t1][good, None, None] * eye
-                if gram is not None:
-                    A += gram
-                out[good] = spd_solve(A, b[good])
-            if bad.size:
-                if gram is None:  # V diag(1 / (max(lam, floor) + reg)) V^T b without forming V
-                    out[bad] = projected_ridge_solve(G[bad], b[bad], reg[t0:t1][bad], floor, overwrite_g=True)
-                else:
-                    lam, V = np.linalg.eigh(G[bad])
-                    lam = np.maximum(lam, floor)
-                    A = (V * lam[:, None, :]) @ np.swapaxes(V, -1, -2)
-                    A += gram
-                    A += reg[t0:t1][bad, None, None] * eye
-                    out[bad] = spd_solve(A, b[bad])
-            return out, int(bad.size)
+            n_bad = 0
+            for s0 in range(0, t1 - t0, _SOLVE_BATCH):  # bounded temporaries: copies of <= 256 systems
+                s1 = min(s0 + _SOLVE_BATCH, t1 - t0)
+                n_bad += self._solve_systems(G[s0:s1], b[s0:s1], reg[t0 + s0 : t0 + s1], gram, floor, out[s0:s1])
+            return out, n_bad
 
         results = map_chunks(solve_chunk, chunks, self.n_jobs)
         params = np.concatenate([r[0] for r in results]) if results else np.zeros((0, d), dtype=dtype)
         n_projected = sum(r[1] for r in results)
         info = {"solver": "ssp", "unit_budget": beta, "projected_tasks": n_projected}
         return SolverResult(params, events, info)
+
+    @staticmethod
+    def _solve_systems(G, b, reg, gram, floor, out) -> int:
+        """out_i = pinv(PSD_floor(G_i) + gram + reg_i I) b_i for a batch of noisy statistics; returns the
+        number of projected systems. G is used as workspace."""
+        d = G.shape[-1]
+        diag = np.arange(d)
+        # fast path: PSD projection is the identity where G - floor I is positive definite
+        ok = positive_definite_mask(G, floor)
+        bad = np.flatnonzero(~ok)
+        good = np.flatnonzero(ok)
+        if good.size:
+            A = G[good]
+            A[:, diag, diag] += reg[good, None]
+            if gram is not None:
+                A += gram
+            out[good] = spd_solve(A, b[good])
+            del A
+        if bad.size:
+            if gram is None:  # V diag(1 / (max(lam, floor) + reg)) V^T b without forming V
+                out[bad] = projected_ridge_solve(G[bad], b[bad], reg[bad], floor, overwrite_g=True)
+            else:  # (PSD(G) + gram + reg I)^-1 b, PSD(G) = G + rank-k correction of the k negative eigenpairs
+                out[bad] = projected_solve(G[bad], b[bad], reg[bad], gram, floor)
+        return int(bad.size)
