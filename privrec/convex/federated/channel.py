@@ -27,6 +27,7 @@ import dp_accounting
 import numpy as np
 
 from ...privacy import PrivacyLedger, epsilon_from_report, event_from_dict, event_to_dict
+from ...privacy.ledger import _is_non_private, _json_safe
 from ...privacy import gaussian_mechanism, make_rng
 from ..losses import clip_gradients
 from .calibration import (
@@ -101,27 +102,6 @@ def report_epsilon(report: dict) -> float:
         return math.inf
     return pld_replace_one_epsilon(dp_accounting.ComposedDpEvent(events), report["delta"],
                                    report.get("pld_discretization", PLD_INTERVAL))
-
-
-def _is_non_private(event) -> bool:
-    if isinstance(event, dp_accounting.NonPrivateDpEvent):
-        return True
-    if isinstance(event, dp_accounting.ComposedDpEvent):
-        return any(_is_non_private(e) for e in event.events)
-    inner = getattr(event, "event", None)
-    return inner is not None and _is_non_private(inner)
-
-
-def _json_safe(obj):
-    if isinstance(obj, float) and math.isinf(obj):
-        return "inf" if obj > 0 else "-inf"
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_json_safe(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj
 
 
 class SiloChannel:
