@@ -51,3 +51,9 @@ def test_run_experiment_random_split_end_to_end():
     assert res["n_train"] == split.train.nnz
     with pytest.raises(ValueError, match="scale"):
         X.load_data("ml-100k", scale=0.5)
+
+
+def test_lastfm_alias_gets_the_same_heldout_protocol():
+    """'lastfm' and 'lastfm-2k' are one dataset with one default protocol (implicit feedback)."""
+    assert X.default_protocol("lastfm") == X.default_protocol("lastfm-2k") == "heldout-users"
+    assert X.default_protocol("ml-100k") == "random"
