@@ -165,3 +165,30 @@ def test_affinity_zero_is_missing_at_random_given_popularity():
         low_rank_interactions(300, 100, 3000, affinity=-1.0)
     with pytest.raises(ValueError):
         low_rank_interactions(300, 100, 3000, oversample=0.5)
+
+
+def test_affinity_select_blocks_do_not_change_the_data(monkeypatch):
+    """_affinity_select works over blocks of users; the block size never changes the output."""
+    import privrec.data.synthetic as syn
+
+    ref = generate_preset("msd-like", 0.002, random_state=5).interactions.matrix
+    for block in (1, 777):
+        monkeypatch.setattr(syn, "_SELECT_BLOCK", block)
+        got = generate_preset("msd-like", 0.002, random_state=5).interactions.matrix
+        for name in ("indptr", "indices", "data"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(ref, name))
+
+
+def test_affinity_select_keeps_k_per_user_sorted():
+    from privrec.data.synthetic import _affinity_select
+
+    rng = np.random.default_rng(0)
+    n_users, n_items = 40, 30
+    cand = np.sort(np.concatenate([u * n_items + rng.choice(n_items, 12, replace=False) for u in range(n_users)
+                                   if u % 7]))  # some users have no candidate
+    k = np.where(np.arange(n_users) % 7, rng.integers(1, 12, n_users), 0)
+    uf = rng.standard_normal((n_users, 3)).astype(np.float32)
+    vf = rng.standard_normal((n_items, 3)).astype(np.float32)
+    out = _affinity_select(np.random.default_rng(1), cand, k, uf, vf, 2.0, n_items)
+    assert np.all(np.diff(out) > 0) and np.all(np.isin(out, cand))
+    np.testing.assert_array_equal(np.bincount(out // n_items, minlength=n_users), k)

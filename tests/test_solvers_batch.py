@@ -105,3 +105,44 @@ def test_unit_repeated_in_a_task_spends_the_square_of_its_summed_weight():
     # unsorted but distinct units per task: plain sum of squares
     unsorted = TaskBatch([0, 2], [1, 0], x, [1.0, 1.0], [0.5, 2.0])
     assert unsorted.unit_spend() == pytest.approx([4.0, 0.25])
+
+
+def test_unit_spend_blocks_match_one_bincount(monkeypatch):
+    """unit_spend sums w^2 block by block with the exact float64 sums of one bincount."""
+    import privrec.solvers.batch as batch_mod
+
+    rng = np.random.default_rng(3)
+    R = sp.random(400, 60, density=0.2, format="csr", random_state=3, dtype=np.float32)
+    W = R.copy()
+    W.data = rng.random(R.nnz).astype(np.float32)
+    W.data[rng.random(R.nnz) < 0.3] = 0.0
+    b = TaskBatch.from_csr(R, W, rng.standard_normal((400, 3)), transpose=True)
+    ref = np.bincount(b.feature_ids, weights=b.weights.astype(np.float64) ** 2, minlength=b.n_units)
+    monkeypatch.setattr(batch_mod, "_SPEND_CHUNK", 97)
+    got = b.unit_spend()
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_from_csr_drops_zero_weights_task_by_task():
+    rng = np.random.default_rng(4)
+    R = sp.random(50, 9, density=0.4, format="csr", random_state=4, dtype=np.float32)
+    W = R.copy()
+    W.data = rng.random(R.nnz).astype(np.float32)
+    W.data[rng.random(R.nnz) < 0.5] = 0.0
+    W.data[R.indices == 2] = 0.0  # one task loses every example
+    for transpose, units in ((True, 50), (False, 9)):
+        b = TaskBatch.from_csr(R, W, np.ones((units, 2)), transpose=transpose)
+        dense_w = (W.T if transpose else W).toarray()
+        dense_r = (R.T if transpose else R).toarray()
+        np.testing.assert_array_equal(b.sizes, (dense_w != 0).sum(axis=1))
+        assert b.feature_ids.dtype == np.int32 and b.indptr.dtype == np.int64
+        for i in range(b.n_tasks):
+            s = slice(b.indptr[i], b.indptr[i + 1])
+            cols = np.flatnonzero(dense_w[i])
+            np.testing.assert_array_equal(b.feature_ids[s], cols)
+            np.testing.assert_array_equal(b.weights[s], dense_w[i, cols])
+            np.testing.assert_array_equal(b.labels[s], dense_r[i, cols])
+    # never a view of the caller's indices
+    b = TaskBatch.from_csr(R, R.copy(), np.ones((9, 2)))
+    assert not np.shares_memory(b.feature_ids, R.indices)

@@ -382,8 +382,9 @@ def _sample_distinct(rng, k: np.ndarray, p: np.ndarray, bulk_rounds: int = 3) ->
             held_mass += np.bincount(tu, weights=p[take - tu * m], minlength=n_users)
             taken.append(take)
             lo = hi
-        held_keys = np.sort(np.concatenate([held_keys] + taken))  # disjoint by construction
+        held_keys = np.concatenate([held_keys] + taken)  # disjoint by construction
         del taken
+        held_keys.sort()  # in place: no second full-size copy
     deficit = k - have
     short = np.flatnonzero(deficit > 0)
     if short.size:
@@ -405,7 +406,9 @@ def _sample_distinct(rng, k: np.ndarray, p: np.ndarray, bulk_rounds: int = 3) ->
             mask = np.arange(kmax)[None, :] < d[:, None]
             rows = np.repeat(us, d)
             extra.append(rows * np.int64(m) + part[mask])
-        held_keys = np.sort(np.concatenate([held_keys] + extra))
+        held_keys = np.concatenate([held_keys] + extra)
+        del extra
+        held_keys.sort()
     return held_keys
 
 
@@ -471,37 +474,63 @@ def _top_share(items: np.ndarray, n_items: int) -> float:
     return float(c[: max(1, int(math.ceil(0.1 * n_items)))].sum() / total) if total else 0.0
 
 
+#: candidates scored and ranked per block of users in :func:`_affinity_select` (bounds its memory)
+_SELECT_BLOCK = 1 << 22
+
+
 def _affinity_select(rng, cand_keys: np.ndarray, k: np.ndarray, uf: np.ndarray, vf: np.ndarray,
                      affinity: float, n_items: int) -> np.ndarray:
     """Keep ``k[u]`` of user u's candidates, a weighted sample without replacement ∝ ``exp(affinity <U_u, V_i>)``.
 
-    Gumbel-top-k: the ``k[u]`` largest ``affinity * <U_u, V_i> + Gumbel`` per user, found with one
-    lexsort over (user, -key) for all users at once (no per-user loop); scores are computed in
-    chunks to bound memory. ``cand_keys`` are sorted ``user * n_items + item``; so is the result.
+    Gumbel-top-k: the ``k[u]`` largest ``affinity * <U_u, V_i> + Gumbel`` per user, found with a
+    sort over (user, -key) (no per-user loop). Users are processed in contiguous blocks of about
+    :data:`_SELECT_BLOCK` candidates to bound memory; the Gumbel draws are taken in candidate
+    order, so the result does not depend on the block size. ``cand_keys`` are sorted
+    ``user * n_items + item``; so is the result.
     """
     n = len(cand_keys)
-    users = cand_keys // n_items
-    score = np.empty(n, dtype=np.float64)
-    step = 1 << 22
-    for s in range(0, n, step):
-        u = users[s:s + step]
-        i = cand_keys[s:s + step] - u * n_items
-        dots = np.einsum("ij,ij->i", uf[u], vf[i])
-        score[s:s + step] = affinity * dots + rng.gumbel(size=len(u))
-    # one float sort on user + a decreasing map of the key into [0, 0.999) (same order as lexsort on
-    # (user, -key) up to ties of the float64 map; users < 2^31 leave >= 20 bits for the key)
-    comp = users.astype(np.float64)
-    comp += 0.999 / (1.0 + np.exp(np.clip(score, -700, 700)))
-    del score
-    order = np.argsort(comp, kind="quicksort")
-    del comp
-    counts = np.bincount(users, minlength=len(k))
-    starts = np.r_[0, np.cumsum(counts)[:-1]]
-    us = users[order]
-    rank = np.arange(n) - starts[us]
-    keep = order[rank < k[us]]
-    del order, us, rank
-    return np.sort(cand_keys[keep])
+    n_users = len(k)
+    # start of each user's candidates (cand_keys is sorted by user), without an n-sized user array
+    ustart = np.searchsorted(cand_keys, np.arange(n_users + 1, dtype=np.int64) * np.int64(n_items))
+    # block edges at user boundaries, each block about _SELECT_BLOCK candidates (one heavy user at least)
+    edges = [0]
+    while edges[-1] < n_users:
+        u0 = edges[-1]
+        u1 = int(np.searchsorted(ustart, ustart[u0] + _SELECT_BLOCK, side="right")) - 1
+        edges.append(min(n_users, max(u1, u0 + 1)))
+    out = []
+    for u0, u1 in zip(edges[:-1], edges[1:]):
+        c0, c1 = int(ustart[u0]), int(ustart[u1])
+        if c1 == c0:
+            continue
+        ck = cand_keys[c0:c1]
+        users = ck // n_items
+        nb = c1 - c0
+        score = np.empty(nb, dtype=np.float64)
+        i = ck - users * n_items
+        dots = np.einsum("ij,ij->i", uf[users], vf[i])
+        del i
+        score[:] = affinity * dots + rng.gumbel(size=nb)
+        del dots
+        # one float sort on user + a decreasing map of the key into [0, 0.999) (same order as lexsort on
+        # (user, -key) up to ties of the float64 map; users < 2^31 leave >= 20 bits for the key)
+        np.clip(score, -700, 700, out=score)
+        np.exp(score, out=score)
+        score += 1.0
+        np.divide(0.999, score, out=score)
+        comp = users.astype(np.float64)
+        comp += score
+        del score
+        order = np.argsort(comp, kind="quicksort")
+        del comp
+        us = users[order]
+        rank = np.arange(nb) - (ustart[us] - c0)
+        keep = order[rank < k[us]]
+        del order, us, rank, users
+        keep.sort()  # candidates are sorted, so sorted positions give sorted keys
+        out.append(ck[keep])
+        del keep
+    return np.concatenate(out) if out else cand_keys[:0].copy()
 
 
 def _candidate_counts(k, n_items, top10_share, affinity, oversample, cap):

@@ -20,6 +20,10 @@ import scipy.sparse as sp
 from .._validation import check_finite_array
 
 
+#: examples per block in :meth:`TaskBatch.unit_spend` (bounds its float64 temporaries)
+_SPEND_CHUNK = 1 << 22
+
+
 @dataclass(frozen=True)
 class TaskBatch:
     """m weighted regression tasks over shared unit features (see module docstring).
@@ -105,6 +109,9 @@ class TaskBatch:
         n_rows, n_cols = labels.shape
         lab = np.asarray(labels.data)
         w = np.asarray(weights.data)
+        nnz = labels.nnz
+        # positions fit int32 when nnz < 2^31: halves the permutation arrays (no int64 copies)
+        pos_dtype = np.int32 if nnz < 2**31 - 1 else np.int64
         if transpose:
             n_tasks, n_units = n_cols, n_rows
             if features.ndim != 2 or features.shape[0] != n_units:
@@ -112,25 +119,34 @@ class TaskBatch:
             # one O(nnz) counting sort (scipy's CSR -> CSC) of the entry positions, applied to both
             # data arrays: stable, so labels and weights stay aligned
             pos = sp.csr_matrix(
-                (np.arange(1, labels.nnz + 1, dtype=np.int64), labels.indices, labels.indptr), shape=labels.shape
+                (np.arange(1, nnz + 1, dtype=pos_dtype), labels.indices, labels.indptr), shape=labels.shape
             ).tocsc()
-            order = pos.data - 1
-            fid, lab, w = pos.indices.astype(np.int64), lab[order], w[order]
-            indptr = pos.indptr.astype(np.int64)
+            order = pos.data
+            order -= 1  # in place
+            lab = lab[order]
+            w = w[order]
+            del order
+            fid, indptr = pos.indices, pos.indptr.astype(np.int64)
+            del pos
         else:
             n_tasks, n_units = n_rows, n_cols
             if features.ndim != 2 or features.shape[0] != n_units:
                 raise ValueError(f"features must have {n_units} rows (one per unit), got shape {features.shape}")
-            fid = np.asarray(labels.indices, dtype=np.int64)
+            fid = labels.indices
             indptr = np.asarray(labels.indptr, dtype=np.int64)
         if drop_zero_weights:
             keep = w != 0
             if not np.all(keep):
-                task_of = np.repeat(np.arange(n_tasks), np.diff(indptr))[keep]
-                indptr = np.concatenate(([0], np.cumsum(np.bincount(task_of, minlength=n_tasks))))
+                # entries dropped before each task start (only the dropped positions are materialised)
+                dropped = np.flatnonzero(~keep)
+                indptr = indptr - np.searchsorted(dropped, indptr)
+                del dropped
                 fid, lab, w = fid[keep], lab[keep], w[keep]
+            del keep
         id_dtype = np.int32 if n_units < 2**31 - 1 else np.int64
-        return cls(indptr, fid.astype(id_dtype), features, lab, w, task_sizes, task_weights)
+        # a fresh array (never the caller's ``labels.indices``); converted only when needed
+        fid = fid.astype(id_dtype) if fid is labels.indices else fid.astype(id_dtype, copy=False)
+        return cls(indptr, fid, features, lab, w, task_sizes, task_weights)
 
     def with_features(self, features) -> "TaskBatch":
         """Same tasks, labels and weights with new unit features (e.g. the next ALS sweep)."""
@@ -172,7 +188,7 @@ class TaskBatch:
         the *sum* of its weights there, so repeats are merged before squaring; otherwise the
         budget check would under-state the sensitivity.
         """
-        w = self.weights.astype(np.float64)
+        w = self.weights
         fid = self.feature_ids
         if fid.size > 1:
             starts = np.zeros(fid.size, dtype=bool)
@@ -180,9 +196,18 @@ class TaskBatch:
             if np.any(~starts[1:] & (fid[1:] <= fid[:-1])):  # not strictly increasing inside a task
                 key = self.task_ids() * self.n_units + fid.astype(np.int64)
                 uniq, inv = np.unique(key, return_inverse=True)
-                merged = np.bincount(inv, weights=w, minlength=uniq.size)
+                merged = np.bincount(inv, weights=w.astype(np.float64), minlength=uniq.size)
                 return np.bincount(uniq % self.n_units, weights=merged * merged, minlength=self.n_units)
-        return np.bincount(fid, weights=w * w, minlength=self.n_units)
+            del starts
+        # = np.bincount(fid, weights=w.astype(float64) ** 2): the same sequential float64 sums in
+        # the same order (np.add.at is unbuffered), over blocks so no full-size float64 copies
+        spend = np.zeros(self.n_units, dtype=np.float64)
+        step = _SPEND_CHUNK
+        for s in range(0, fid.size, step):
+            ws = w[s : s + step].astype(np.float64)
+            ws *= ws
+            np.add.at(spend, fid[s : s + step], ws)
+        return spend
 
     def unit_budget(self) -> float:
         """beta = max over units of ``sum w^2`` (Krichene et al. 2023, Thm 3.3). Private: do not publish."""
