@@ -52,11 +52,14 @@ def calibrate_noise_multiplier(
     neighboring: str = "add_or_remove_one",
     rtol: float = 0.005,
     max_iterations: int = 200,
+    epsilon_fn: Callable[[dp_accounting.DpEvent], float] | None = None,
 ) -> float:
     """Smallest noise multiplier z with epsilon(build_event(z)) <= target_epsilon.
 
     ``target_epsilon = inf`` returns 0.0 (no noise). Raises ``ValueError`` if no z up to 1e8
-    reaches the target (e.g. a non-private event inside ``build_event``).
+    reaches the target (e.g. a non-private event inside ``build_event``). ``epsilon_fn`` replaces
+    the accountant call (event -> epsilon at ``delta``) for callers with their own accounting
+    convention; the bisection is the same.
     """
     target = check_epsilon(target_epsilon)
     delta = check_delta(delta)
@@ -64,10 +67,12 @@ def calibrate_noise_multiplier(
         return 0.0
 
     def eps(z: float) -> float:
+        if epsilon_fn is not None:
+            return float(epsilon_fn(build_event(z)))
         return epsilon_of_event(build_event(z), delta, accountant, orders, neighboring)
 
     hi = 1.0
-    if accountant == "pld":
+    if accountant == "pld" and epsilon_fn is None:
         # PLD is tighter than RDP, so the (cheap) RDP calibration is an upper bracket: start there
         try:
             hi = calibrate_noise_multiplier(target, delta, build_event, "rdp", orders, neighboring, rtol, max_iterations)

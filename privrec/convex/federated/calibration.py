@@ -102,38 +102,8 @@ def pld_replace_one_epsilon(event: dp_accounting.DpEvent, delta: float, interval
 def _calibrate_pld(epsilon: float, delta: float, build, rtol: float = 0.005) -> float:
     """Smallest multiplier z (bisection, relative tolerance ``rtol`` on epsilon) with
     replace-one PLD epsilon(build(z)) <= epsilon; the result never exceeds the target."""
-    target = check_epsilon(epsilon)
-    if math.isinf(target):
-        return 0.0
-
-    def eps(z):
-        return pld_replace_one_epsilon(build(z), delta)
-
-    hi = 1.0
-    e_hi = eps(hi)
-    while e_hi > target:
-        hi *= 2.0
-        if hi > 1e8:
-            raise ValueError(f"cannot reach epsilon={target} at delta={delta}: noise multiplier would exceed 1e8")
-        e_hi = eps(hi)
-    lo = hi / 2.0
-    e_lo = eps(lo)
-    while e_lo <= target:
-        hi, e_hi = lo, e_lo
-        lo /= 2.0
-        if lo < 1e-6:
-            return hi
-        e_lo = eps(lo)
-    for _ in range(200):  # invariant: eps(lo) > target >= eps(hi)
-        if e_hi >= (1.0 - rtol) * target or hi - lo <= 1e-12 * hi:
-            break
-        mid = 0.5 * (lo + hi)
-        e_mid = eps(mid)
-        if e_mid > target:
-            lo = mid
-        else:
-            hi, e_hi = mid, e_mid
-    return hi
+    return calibrate_noise_multiplier(epsilon, delta, build, rtol=rtol,
+                                      epsilon_fn=lambda event: pld_replace_one_epsilon(event, delta))
 
 
 def sensitivity_factor(sampling: str) -> float:
