@@ -252,3 +252,37 @@ def check_memory(n_rows, n_cols, itemsize, what: str, limit: int | None = None) 
         raise ValueError(f"{what} would need {_gib(need)} ({r:,} x {c:,} x {s} bytes), more than the limit of "
                          f"{_gib(cap)} (set PRIVREC_MAX_ARRAY_BYTES to change it); use fewer factors or less data")
     return need
+
+
+def sparse_to_csr(matrix, name: str = "matrix") -> sp.csr_matrix:
+    """A scipy sparse matrix or array (CSR, CSC, COO, ...) as CSR, checked *before* scipy converts it
+    (scipy's COO -> CSR sums duplicates silently; a corrupt CSC would be read out of bounds)."""
+    import scipy.sparse as sp
+
+    fmt = matrix.format
+    if fmt == "csr":
+        return matrix
+    if len(matrix.shape) != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {matrix.shape}")
+    n_rows, n_cols = matrix.shape
+    if fmt == "csc":
+        # the CSC arrays are the CSR arrays of the transpose: one structural check of those
+        t = sp.csr_matrix((matrix.data, matrix.indices, matrix.indptr), shape=(n_cols, n_rows))
+        check_csr_structure(t, f"{name} (CSC)")
+        return sp.csr_matrix(matrix.tocsr())
+    if fmt == "coo":
+        row, col, data = np.asarray(matrix.row), np.asarray(matrix.col), np.asarray(matrix.data)
+        if not (len(row) == len(col) == len(data)):
+            raise ValueError(f"{name} (COO) is corrupt: row, col and data differ in length")
+        if len(row) and (row.min() < 0 or row.max() >= n_rows or col.min() < 0 or col.max() >= n_cols):
+            raise ValueError(f"{name} (COO) has coordinates outside its shape {matrix.shape}")
+        if data.dtype.kind not in "biuf":
+            raise ValueError(f"{name} must hold numeric ratings, got dtype {data.dtype}")
+        out = sp.csr_matrix(matrix.tocsr())
+        if out.nnz != len(data):
+            n_dup = len(data) - out.nnz
+            raise ValueError(f"{name} (COO) has {n_dup} duplicate (user, item) entr{'y' if n_dup == 1 else 'ies'}; "
+                             f"privrec rejects duplicates instead of summing them: build it with "
+                             f"Interactions.from_arrays(..., duplicates=...)")
+        return out
+    return sp.csr_matrix(matrix.tocsr())  # DOK / LIL / BSR / DIA cannot hold duplicates

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from privrec._validation import check_csr_structure
+from privrec._validation import check_csr_structure, sparse_to_csr
 
 DUPLICATE_POLICIES = ("last", "first", "sum", "max", "error")
 
@@ -386,41 +386,14 @@ class Interactions:
 
 
 def _as_checked_csr(matrix) -> sp.csr_matrix:
-    """Any scipy sparse matrix as CSR, without letting scipy sum duplicates or index out of bounds.
-
-    A CSR is returned as is (checked by the caller); a CSC is re-read as the CSR of its transpose
-    and checked before scipy converts it; a COO has its coordinates bounds-checked and its
-    duplicates counted (scipy's COO -> CSR conversion would sum them silently).
-    """
+    """Any scipy sparse matrix as CSR, without letting scipy sum duplicates or index out of bounds
+    (:func:`privrec._validation.sparse_to_csr`; a CSR is returned as is, checked by the caller)."""
     if not sp.issparse(matrix):
         raise ValueError(f"matrix must be a scipy sparse matrix, got {type(matrix).__name__}")
     if len(matrix.shape) != 2:
         raise ValueError(f"matrix must be 2-D, got shape {matrix.shape}")
-    fmt = matrix.format
-    if fmt == "csr":
-        return matrix if isinstance(matrix, sp.csr_matrix) else sp.csr_matrix(matrix)
-    if fmt == "csc":
-        n_rows, n_cols = matrix.shape
-        t = sp.csr_matrix((matrix.data, matrix.indices, matrix.indptr), shape=(n_cols, n_rows))
-        check_csr_structure(t, "matrix (CSC)")
-        return sp.csr_matrix(matrix.tocsr())
-    if fmt == "coo":
-        n_rows, n_cols = matrix.shape
-        row, col, data = np.asarray(matrix.row), np.asarray(matrix.col), np.asarray(matrix.data)
-        if not (len(row) == len(col) == len(data)):
-            raise ValueError("matrix (COO) is corrupt: row, col and data differ in length")
-        if len(row) and (row.min() < 0 or row.max() >= n_rows or col.min() < 0 or col.max() >= n_cols):
-            raise ValueError(f"matrix (COO) has coordinates outside its shape {matrix.shape}")
-        if data.dtype.kind not in "biuf":
-            raise ValueError(f"matrix must hold numeric values, got dtype {data.dtype}")
-        out = sp.csr_matrix(matrix.tocsr())
-        if out.nnz != len(data):
-            n_dup = len(data) - out.nnz
-            raise ValueError(f"matrix (COO) has {n_dup} duplicate (row, column) entr{'y' if n_dup == 1 else 'ies'}; "
-                             f"privrec rejects duplicates instead of summing them: build it with "
-                             f"Interactions.from_arrays(..., duplicates=...)")
-        return out
-    return sp.csr_matrix(matrix.tocsr())
+    out = sparse_to_csr(matrix, "matrix")
+    return out if isinstance(out, sp.csr_matrix) else sp.csr_matrix(out)
 
 
 def _as_selector(idx, n: int, what: str) -> np.ndarray:

@@ -53,7 +53,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
 from .._io import atomic_path
-from .._validation import check_csr_structure, check_int, check_memory
+from .._validation import check_csr_structure, check_int, check_memory, sparse_to_csr
 
 FORMAT_NAME = "privrec-model"
 FORMAT_VERSION = 2
@@ -78,38 +78,6 @@ class RatingRangeWarning(UserWarning):
 
 
 # ---------------------------------------------------------------------- input checks
-
-def _sparse_to_csr(matrix, name: str) -> sp.csr_matrix:
-    """A scipy sparse matrix or array (CSR, CSC, COO, ...) as CSR, checked *before* scipy converts it
-    (scipy's COO -> CSR sums duplicates silently; a corrupt CSC would be read out of bounds)."""
-    fmt = matrix.format
-    if fmt == "csr":
-        return matrix
-    if len(matrix.shape) != 2:
-        raise ValueError(f"{name} must be 2-D, got shape {matrix.shape}")
-    n_rows, n_cols = matrix.shape
-    if fmt == "csc":
-        # the CSC arrays are the CSR arrays of the transpose: one structural check of those
-        t = sp.csr_matrix((matrix.data, matrix.indices, matrix.indptr), shape=(n_cols, n_rows))
-        check_csr_structure(t, f"{name} (CSC)")
-        return sp.csr_matrix(matrix.tocsr())
-    if fmt == "coo":
-        row, col, data = np.asarray(matrix.row), np.asarray(matrix.col), np.asarray(matrix.data)
-        if not (len(row) == len(col) == len(data)):
-            raise ValueError(f"{name} (COO) is corrupt: row, col and data differ in length")
-        if len(row) and (row.min() < 0 or row.max() >= n_rows or col.min() < 0 or col.max() >= n_cols):
-            raise ValueError(f"{name} (COO) has coordinates outside its shape {matrix.shape}")
-        if data.dtype.kind not in "biuf":
-            raise ValueError(f"{name} must hold numeric ratings, got dtype {data.dtype}")
-        out = sp.csr_matrix(matrix.tocsr())
-        if out.nnz != len(data):
-            n_dup = len(data) - out.nnz
-            raise ValueError(f"{name} (COO) has {n_dup} duplicate (user, item) entr{'y' if n_dup == 1 else 'ies'}; "
-                             f"privrec rejects duplicates instead of summing them: build it with "
-                             f"Interactions.from_arrays(..., duplicates=...)")
-        return out
-    return sp.csr_matrix(matrix.tocsr())  # DOK / LIL / BSR / DIA cannot hold duplicates
-
 
 def _dense_to_csr(user_items, name: str) -> sp.csr_matrix:
     """A dense users x items array as CSR: **NaN marks an unrated entry; every other value, 0
@@ -167,7 +135,7 @@ def as_user_items(user_items, name: str = "user_items", n_items: int | None = No
         matrix = _dense_to_csr(user_items, name)
     if matrix.ndim != 2:
         raise ValueError(f"{name} must be 2-D, got shape {matrix.shape}")
-    matrix = _sparse_to_csr(matrix, name)
+    matrix = sparse_to_csr(matrix, name)
     if n_items is not None and matrix.shape[1] != n_items:
         raise ValueError(f"{name} has {matrix.shape[1]} item columns, but the model was fitted on {n_items} items "
                          f"(X has {matrix.shape[1]} features, but {model} is expecting {n_items} features as input)")
