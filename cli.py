@@ -1,4 +1,5 @@
 """Thin shim so ``python cli.py ...`` works from a checkout; the CLI lives in :mod:`privrec.cli`."""
+
 import sys
 
 from privrec.cli import main

@@ -78,8 +78,17 @@ class Popularity(_Offsets):
 class PrivateBias(_Offsets):
     """See the module docstring. ``random_state``: seed for experiments (voids the guarantee)."""
 
-    def __init__(self, epsilon: float, delta: float, k: int = 50, explicit: bool = True, rating_bound: float = 5.0,
-                 item_ridge: float | None = None, user_ridge: float = 5.0, random_state=None):
+    def __init__(
+        self,
+        epsilon: float,
+        delta: float,
+        k: int = 50,
+        explicit: bool = True,
+        rating_bound: float = 5.0,
+        item_ridge: float | None = None,
+        user_ridge: float = 5.0,
+        random_state=None,
+    ):
         self.epsilon, self.delta, self.k, self.explicit = epsilon, delta, k, explicit
         self.rating_bound, self.item_ridge, self.user_ridge = rating_bound, item_ridge, user_ridge
         self.random_state = random_state
@@ -88,8 +97,9 @@ class PrivateBias(_Offsets):
         R = sp.csr_matrix(R)
         rng = make_rng(self.random_state)
         n_events = 4 if self.explicit else 1
-        z = calibrate_noise_multiplier(self.epsilon, self.delta, lambda s: compose([gaussian_event(s)] * n_events),
-                                       accountant="pld")
+        z = calibrate_noise_multiplier(
+            self.epsilon, self.delta, lambda s: compose([gaussian_event(s)] * n_events), accountant="pld"
+        )
         ledger = PrivacyLedger()
         counts = private_item_counts(R, self.k, z, rng)
         counts.record(ledger)

@@ -29,8 +29,13 @@ def shared_datasets() -> Path | None:
 def environment() -> dict:
     import numpy as np
 
-    return {"python": platform.python_version(), "numpy": np.__version__, "machine": platform.machine(),
-            "cpus": os.cpu_count(), "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 def write_json(path: Path, obj) -> Path:

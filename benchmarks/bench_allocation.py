@@ -27,9 +27,9 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import RESULTS, environment, log, write_json, write_text  # noqa: E402
+from _common import RESULTS, environment, log, write_json, write_text
 
-from privrec.allocation import (  # noqa: E402
+from privrec.allocation import (
     adaptive_weights,
     head_items,
     private_global_mean,
@@ -38,7 +38,7 @@ from privrec.allocation import (  # noqa: E402
     uniform_weights,
     user_spend,
 )
-from privrec.solvers import SSPSolver, TaskBatch  # noqa: E402
+from privrec.solvers import SSPSolver, TaskBatch
 
 FULL = dict(n_users=136_677, n_items=20_108, nnz=9_990_000)
 
@@ -72,8 +72,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--quick", action="store_true", help="1/50 of the size (seconds)")
     ap.add_argument("--no-solvers", action="store_true", help="skip the SSP solve timing")
     ap.add_argument("--dim", type=int, default=64, help="SSP factors (16 in --quick)")
-    ap.add_argument("--item-frac", type=float, default=0.1,
-                    help="SSP on the top item_frac items by noisy count (reference ML-20M setting; 1 = all)")
+    ap.add_argument(
+        "--item-frac",
+        type=float,
+        default=0.1,
+        help="SSP on the top item_frac items by noisy count (reference ML-20M setting; 1 = all)",
+    )
     ap.add_argument("--budget", type=float, default=100.0)
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
@@ -112,7 +116,9 @@ def main(argv=None) -> dict:
     w_glob, res["adaptive_weights_global"] = timed(adaptive_weights, ui, counts, 0.25, args.budget, mode="global")
     for name, w in (("uniform", w_uni), ("tail", w_tail), ("adaptive", w_ada), ("global", w_glob)):
         assert user_spend(ui, w).max() <= args.budget, name
-    pipeline = res["private_item_counts"] + max(res["uniform_weights"], res["tail_weights"], res["adaptive_weights_per_user"])
+    pipeline = res["private_item_counts"] + max(
+        res["uniform_weights"], res["tail_weights"], res["adaptive_weights_per_user"]
+    )
     out = {
         "benchmark": "bench_allocation",
         "quick": args.quick,

@@ -35,26 +35,52 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as C  # noqa: E402
-import _publish as P  # noqa: E402
+import _common as C
+import _publish as P
 
-from privrec.convex import MultiTaskDPRegressor, MultiTaskProblem  # noqa: E402
-from privrec.data.synthetic import multitask_regression  # noqa: E402
+from privrec.convex import MultiTaskDPRegressor, MultiTaskProblem
+from privrec.data.synthetic import multitask_regression
 
-FULL = dict(n_users=10_000, n_tasks=100, dim=5, powers=(1.0, 2.0), epsilons=(0.5, 1.0, 5.0, 20.0),
-            mus=(0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 1.0), seeds=3,
-            ssp_regs=(0.3, 1.0, 3.0, 10.0, 30.0), gd_strong_convexity=(0.03, 0.1, 0.3), gd_iterations=100)
-QUICK = dict(n_users=800, n_tasks=25, dim=5, powers=(1.0, 2.0), epsilons=(1.0, 5.0), mus=(0.0, 0.5, 1.0),
-             seeds=1, ssp_regs=(1.0, 10.0), gd_strong_convexity=(0.1,), gd_iterations=30)
+FULL = dict(
+    n_users=10_000,
+    n_tasks=100,
+    dim=5,
+    powers=(1.0, 2.0),
+    epsilons=(0.5, 1.0, 5.0, 20.0),
+    mus=(0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 1.0),
+    seeds=3,
+    ssp_regs=(0.3, 1.0, 3.0, 10.0, 30.0),
+    gd_strong_convexity=(0.03, 0.1, 0.3),
+    gd_iterations=100,
+)
+QUICK = dict(
+    n_users=800,
+    n_tasks=25,
+    dim=5,
+    powers=(1.0, 2.0),
+    epsilons=(1.0, 5.0),
+    mus=(0.0, 0.5, 1.0),
+    seeds=1,
+    ssp_regs=(1.0, 10.0),
+    gd_strong_convexity=(0.1,),
+    gd_iterations=30,
+)
 DELTA = 1e-5
 
 
 def _split_validation(problem: MultiTaskProblem, rng):
     """Carve 1/8 of the training examples out as a validation set."""
     is_val = rng.random(problem.n_examples) < 0.125
+
     def sub(sel):
-        return MultiTaskProblem(problem.tasks[sel], problem.user_index[sel], problem.labels[sel],
-                                user_features=problem.user_features, n_tasks=problem.n_tasks)
+        return MultiTaskProblem(
+            problem.tasks[sel],
+            problem.user_index[sel],
+            problem.labels[sel],
+            user_features=problem.user_features,
+            n_tasks=problem.n_tasks,
+        )
+
     return sub(~is_val), sub(is_val)
 
 
@@ -67,8 +93,9 @@ def run(cfg: dict, quiet: bool = False, weight_mode: str = "global") -> dict:
     rows = []
     t0 = time.time()
     for a in cfg["powers"]:
-        data = multitask_regression(n_users=cfg["n_users"], n_tasks=cfg["n_tasks"], dim=cfg["dim"], power=a,
-                                    random_state=int(a * 1000))
+        data = multitask_regression(
+            n_users=cfg["n_users"], n_tasks=cfg["n_tasks"], dim=cfg["dim"], power=a, random_state=int(a * 1000)
+        )
         full_train = MultiTaskProblem.from_task_examples(data.train, data.features)
         test = MultiTaskProblem.from_task_examples(data.test, data.features)
         train, val = _split_validation(full_train, np.random.default_rng(7))
@@ -79,14 +106,18 @@ def run(cfg: dict, quiet: bool = False, weight_mode: str = "global") -> dict:
                 for mu in cfg["mus"]:
                     best = None
                     for h in grid:
-                        kw = dict(solver=solver, epsilon=eps, delta=DELTA, weight_exponent=mu,
-                                  weight_mode=weight_mode)
+                        kw = dict(solver=solver, epsilon=eps, delta=DELTA, weight_exponent=mu, weight_mode=weight_mode)
                         if solver == "ssp":
                             kw["reg"] = h
                         else:
                             kw.update(reg=1e-2, strong_convexity=h, iterations=cfg["gd_iterations"])
-                        v = [_rmse(MultiTaskDPRegressor(task_counts=counts_fit, random_state=s, **kw)
-                                   .fit(problem=train), val) for s in range(cfg["seeds"])]
+                        v = [
+                            _rmse(
+                                MultiTaskDPRegressor(task_counts=counts_fit, random_state=s, **kw).fit(problem=train),
+                                val,
+                            )
+                            for s in range(cfg["seeds"])
+                        ]
                         if best is None or np.mean(v) < best[0]:
                             best = (float(np.mean(v)), h, kw)
                     test_rmse, eps_rep = [], []
@@ -95,14 +126,36 @@ def run(cfg: dict, quiet: bool = False, weight_mode: str = "global") -> dict:
                         est.fit(problem=full_train)
                         test_rmse.append(_rmse(est, test))
                         eps_rep.append(est.privacy_report()["epsilon"])
-                    rows.append(dict(a=a, epsilon=eps, solver=solver, mu=mu, hyper=best[1], val_rmse=best[0],
-                                     test_rmse=float(np.mean(test_rmse)), test_rmse_std=float(np.std(test_rmse)),
-                                     reported_epsilon=float(max(eps_rep))))
-                C.log(f"a={a} eps={eps} {solver}: " + ", ".join(
-                    f"mu={r['mu']:.3g}:{r['test_rmse']:.4f}" for r in rows
-                    if r["a"] == a and r["epsilon"] == eps and r["solver"] == solver), quiet)
-    return {"config": cfg, "delta": DELTA, "weight_mode": weight_mode, "rows": rows, "seconds": time.time() - t0,
-            "environment": C.environment()}
+                    rows.append(
+                        dict(
+                            a=a,
+                            epsilon=eps,
+                            solver=solver,
+                            mu=mu,
+                            hyper=best[1],
+                            val_rmse=best[0],
+                            test_rmse=float(np.mean(test_rmse)),
+                            test_rmse_std=float(np.std(test_rmse)),
+                            reported_epsilon=float(max(eps_rep)),
+                        )
+                    )
+                C.log(
+                    f"a={a} eps={eps} {solver}: "
+                    + ", ".join(
+                        f"mu={r['mu']:.3g}:{r['test_rmse']:.4f}"
+                        for r in rows
+                        if r["a"] == a and r["epsilon"] == eps and r["solver"] == solver
+                    ),
+                    quiet,
+                )
+    return {
+        "config": cfg,
+        "delta": DELTA,
+        "weight_mode": weight_mode,
+        "rows": rows,
+        "seconds": time.time() - t0,
+        "environment": C.environment(),
+    }
 
 
 def analyse(res: dict) -> dict:
@@ -112,50 +165,88 @@ def analyse(res: dict) -> dict:
     for a in res["config"]["powers"]:
         for solver in ("ssp", "noisy_gd"):
             for eps in res["config"]["epsilons"]:
-                sel = {r["mu"]: r["test_rmse"] for r in rows if r["a"] == a and r["solver"] == solver
-                       and r["epsilon"] == eps}
+                sel = {
+                    r["mu"]: r["test_rmse"]
+                    for r in rows
+                    if r["a"] == a and r["solver"] == solver and r["epsilon"] == eps
+                }
                 best_mu = min(sel, key=sel.get)
                 if eps == eps_min:
                     gap = sel[0.0] / sel[best_mu] - 1
                     claims["uniform_clearly_worse_at_low_eps"].append(
-                        dict(a=a, solver=solver, epsilon=eps, best_mu=best_mu, rmse_mu0=sel[0.0],
-                             rmse_best=sel[best_mu], relative_gap=gap, holds=bool(gap >= 0.05)))
+                        dict(
+                            a=a,
+                            solver=solver,
+                            epsilon=eps,
+                            best_mu=best_mu,
+                            rmse_mu0=sel[0.0],
+                            rmse_best=sel[best_mu],
+                            relative_gap=gap,
+                            holds=bool(gap >= 0.05),
+                        )
+                    )
                 if solver == "ssp" and 0.5 in sel:
                     gap = sel[0.5] / sel[best_mu] - 1
                     claims["ssp_mu_half_near_best"].append(
-                        dict(a=a, epsilon=eps, best_mu=best_mu, rmse_mu_half=sel[0.5], rmse_best=sel[best_mu],
-                             relative_gap=gap, holds=bool(gap <= 0.05)))
-    return {k: {"cases": v, "holds_all": all(c["holds"] for c in v),
-                "holds_count": f"{sum(c['holds'] for c in v)}/{len(v)}"} for k, v in claims.items()}
+                        dict(
+                            a=a,
+                            epsilon=eps,
+                            best_mu=best_mu,
+                            rmse_mu_half=sel[0.5],
+                            rmse_best=sel[best_mu],
+                            relative_gap=gap,
+                            holds=bool(gap <= 0.05),
+                        )
+                    )
+    return {
+        k: {
+            "cases": v,
+            "holds_all": all(c["holds"] for c in v),
+            "holds_count": f"{sum(c['holds'] for c in v)}/{len(v)}",
+        }
+        for k, v in claims.items()
+    }
 
 
 def markdown(res: dict, claims: dict) -> str:
     cfg = res["config"]
-    lines = [f"# Appendix C: test RMSE vs mu ({'quick' if res.get('quick') else 'full'} run)", "",
-             f"m={cfg['n_tasks']}, d={cfg['dim']}, n={cfg['n_users']}, delta={res['delta']}, seeds={cfg['seeds']}, "
-             f"weight mode {res['weight_mode']}, "
-             f"exact (public) task counts; hyper-parameters chosen on a validation split. "
-             f"Run time {res['seconds']:.0f} s.", ""]
+    lines = [
+        f"# Appendix C: test RMSE vs mu ({'quick' if res.get('quick') else 'full'} run)",
+        "",
+        f"m={cfg['n_tasks']}, d={cfg['dim']}, n={cfg['n_users']}, delta={res['delta']}, seeds={cfg['seeds']}, "
+        f"weight mode {res['weight_mode']}, "
+        f"exact (public) task counts; hyper-parameters chosen on a validation split. "
+        f"Run time {res['seconds']:.0f} s.",
+        "",
+    ]
     mus = cfg["mus"]
     lines.append("| a | solver | eps | " + " | ".join(f"mu={m:g}" for m in mus) + " |")
     lines.append("|---|---|---|" + "---|" * len(mus))
     for a in cfg["powers"]:
         for solver in ("ssp", "noisy_gd"):
             for eps in cfg["epsilons"]:
-                sel = {r["mu"]: r["test_rmse"] for r in res["rows"] if r["a"] == a and r["solver"] == solver
-                       and r["epsilon"] == eps}
+                sel = {
+                    r["mu"]: r["test_rmse"]
+                    for r in res["rows"]
+                    if r["a"] == a and r["solver"] == solver and r["epsilon"] == eps
+                }
                 best = min(sel.values())
                 cells = [(f"**{sel[m]:.4f}**" if sel[m] == best else f"{sel[m]:.4f}") for m in mus]
                 lines.append(f"| {a:g} | {solver} | {eps:g} | " + " | ".join(cells) + " |")
     lines += ["", "## Claims", ""]
     c1 = claims["uniform_clearly_worse_at_low_eps"]
-    lines.append(f"- mu = 0 at least 5% worse than the best mu at the lowest eps: "
-                 f"{'REPRODUCED' if c1['holds_all'] else 'NOT fully reproduced'} ({c1['holds_count']}; gaps "
-                 + ", ".join(f"a={c['a']:g}/{c['solver']}: {100 * c['relative_gap']:.1f}%" for c in c1["cases"]) + ")")
+    lines.append(
+        f"- mu = 0 at least 5% worse than the best mu at the lowest eps: "
+        f"{'REPRODUCED' if c1['holds_all'] else 'NOT fully reproduced'} ({c1['holds_count']}; gaps "
+        + ", ".join(f"a={c['a']:g}/{c['solver']}: {100 * c['relative_gap']:.1f}%" for c in c1["cases"])
+        + ")"
+    )
     c2 = claims["ssp_mu_half_near_best"]
-    lines.append(f"- SSP: mu = 1/2 within 5% of the best mu: "
-                 f"{'REPRODUCED' if c2['holds_all'] else 'NOT fully reproduced'} ({c2['holds_count']}; worst gap "
-                 f"{100 * max(c['relative_gap'] for c in c2['cases']):.1f}%)")
+    lines.append(
+        f"- SSP: mu = 1/2 within 5% of the best mu: "
+        f"{'REPRODUCED' if c2['holds_all'] else 'NOT fully reproduced'} ({c2['holds_count']}; worst gap "
+        f"{100 * max(c['relative_gap'] for c in c2['cases']):.1f}%)"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -169,8 +260,11 @@ def plot(res: dict, path: Path) -> str | None:
         for c_i, solver in enumerate(("ssp", "noisy_gd")):
             ax = axes[r_i][c_i]
             for eps in cfg["epsilons"]:
-                pts = sorted((r["mu"], r["test_rmse"], r["test_rmse_std"]) for r in res["rows"]
-                             if r["a"] == a and r["solver"] == solver and r["epsilon"] == eps)
+                pts = sorted(
+                    (r["mu"], r["test_rmse"], r["test_rmse_std"])
+                    for r in res["rows"]
+                    if r["a"] == a and r["solver"] == solver and r["epsilon"] == eps
+                )
                 mu, y, e = map(np.array, zip(*pts))
                 ax.errorbar(mu, y, yerr=e, marker="o", label=f"eps={eps:g}")
             ax.set_yscale("log")

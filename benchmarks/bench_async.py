@@ -56,18 +56,40 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as C  # noqa: E402
-import _publish as P  # noqa: E402
+import _common as C
+import _publish as P
 
-from privrec.convex import AsyncDPLearner, ridge_objective, ridge_optimum  # noqa: E402
+from privrec.convex import AsyncDPLearner, ridge_objective, ridge_optimum
 
 SIGMA = 1e-2
-FULL = dict(T=1000, runs=100, traj_eps=(0.1, 1.0, 10.0), n_owners=3, scale_sizes=(1000, 3000, 10000),
-            scale_eps=(0.1, 0.3, 1.0, 3.0, 10.0), scale_runs=20, region_n_i=2000, region_owners=(2, 3, 5, 8, 12),
-            region_eps=(0.1, 1.0, 10.0, 100.0), region_runs=10, grad_bound=1.0)
-QUICK = dict(T=100, runs=5, traj_eps=(1.0, 10.0), n_owners=3, scale_sizes=(300, 1000), scale_eps=(1.0, 10.0),
-             scale_runs=3, region_n_i=300, region_owners=(2, 5), region_eps=(1.0, 100.0), region_runs=3,
-             grad_bound=1.0)
+FULL = dict(
+    T=1000,
+    runs=100,
+    traj_eps=(0.1, 1.0, 10.0),
+    n_owners=3,
+    scale_sizes=(1000, 3000, 10000),
+    scale_eps=(0.1, 0.3, 1.0, 3.0, 10.0),
+    scale_runs=20,
+    region_n_i=2000,
+    region_owners=(2, 3, 5, 8, 12),
+    region_eps=(0.1, 1.0, 10.0, 100.0),
+    region_runs=10,
+    grad_bound=1.0,
+)
+QUICK = dict(
+    T=100,
+    runs=5,
+    traj_eps=(1.0, 10.0),
+    n_owners=3,
+    scale_sizes=(300, 1000),
+    scale_eps=(1.0, 10.0),
+    scale_runs=3,
+    region_n_i=300,
+    region_owners=(2, 5),
+    region_eps=(1.0, 100.0),
+    region_runs=3,
+    grad_bound=1.0,
+)
 
 
 def _scale_rows(X):
@@ -112,16 +134,26 @@ def synthetic(n_total: int, rng, p: int = 5, owner=None, heterogeneity: float = 
 
 def _learner(cfg, eps, seed, step=0.5):
     T = cfg["T"]
-    return AsyncDPLearner(epsilon=eps, n_steps=T, rho=step * T**2 * SIGMA, sigma=SIGMA, theta_max=1e5,
-                          grad_bound=cfg["grad_bound"], random_state=seed)
+    return AsyncDPLearner(
+        epsilon=eps,
+        n_steps=T,
+        rho=step * T**2 * SIGMA,
+        sigma=SIGMA,
+        theta_max=1e5,
+        grad_bound=cfg["grad_bound"],
+        random_state=seed,
+    )
 
 
 def _simulate(learner, X, y, owner, runs, checkpoints=None):
     """``learner.simulate`` plus its accounting (max over owners, accountant epsilons)."""
     traj = learner.simulate(X, y, owner, runs, checkpoints)
     rep = learner.simulation_report()
-    return traj, {"epsilon_per_run_max": _max_eps(r["epsilon_per_run_max"] for r in rep.values()),
-                  "epsilon_all_runs": _max_eps(r["epsilon"] for r in rep.values()), "runs": int(runs)}
+    return traj, {
+        "epsilon_per_run_max": _max_eps(r["epsilon_per_run_max"] for r in rep.values()),
+        "epsilon_all_runs": _max_eps(r["epsilon"] for r in rep.values()),
+        "runs": int(runs),
+    }
 
 
 def _max_eps(values) -> float:
@@ -147,10 +179,14 @@ def part_trajectory(cfg, quiet):
             if best is None or psi[-1].mean() < best[1][-1].mean():
                 best = (step, psi)
         step, psi = best
-        out["curves"][str(eps)] = {"step": step, "accounting": tried, "mean": psi.mean(axis=1).tolist(),
-                                   "p25": np.percentile(psi, 25, axis=1).tolist(),
-                                   "p50": np.percentile(psi, 50, axis=1).tolist(),
-                                   "p75": np.percentile(psi, 75, axis=1).tolist()}
+        out["curves"][str(eps)] = {
+            "step": step,
+            "accounting": tried,
+            "mean": psi.mean(axis=1).tolist(),
+            "p25": np.percentile(psi, 25, axis=1).tolist(),
+            "p50": np.percentile(psi, 50, axis=1).tolist(),
+            "p75": np.percentile(psi, 75, axis=1).tolist(),
+        }
         C.log(f"trajectory eps={eps}: final mean psi {psi[-1].mean():.4g}", quiet)
     return out
 
@@ -166,8 +202,18 @@ def part_scaling(cfg, quiet):
         for eps in cfg["scale_eps"]:
             traj, acct = _simulate(_learner(cfg, eps, 1), X, y, owner, cfg["scale_runs"])
             e_psi = float(np.mean(_psi(traj[cfg["T"]], X, y, f_star)))
-            rows.append(dict(n_i=n_i, n=N * n_i, epsilon=eps, mean_psi=e_psi, floor=floor,
-                             excess=e_psi - floor, x=N / eps**2 / (N * n_i) ** 2, accounting=acct))
+            rows.append(
+                dict(
+                    n_i=n_i,
+                    n=N * n_i,
+                    epsilon=eps,
+                    mean_psi=e_psi,
+                    floor=floor,
+                    excess=e_psi - floor,
+                    x=N / eps**2 / (N * n_i) ** 2,
+                    accounting=acct,
+                )
+            )
         C.log(f"scaling n_i={n_i} done", quiet)
     xs = np.array([r["x"] for r in rows])
     ex = np.array([r["excess"] for r in rows])
@@ -181,8 +227,16 @@ def part_scaling(cfg, quiet):
     c = float(np.exp(np.median(ly - lx)))  # fit with slope fixed at 1
     pred = np.log(c) + lx
     r2 = float(1 - np.sum((ly - pred) ** 2) / max(np.sum((ly - ly.mean()) ** 2), 1e-300))
-    return {"rows": rows, "fit": {"c": c, "loglog_slope": slope, "r2_slope_one": r2, "cells_fitted": int(ok.sum()),
-                                  "loglog_slope_all_cells": slope_all}}
+    return {
+        "rows": rows,
+        "fit": {
+            "c": c,
+            "loglog_slope": slope,
+            "r2_slope_one": r2,
+            "cells_fitted": int(ok.sum()),
+            "loglog_slope_all_cells": slope_all,
+        },
+    }
 
 
 def part_region(cfg, quiet, heterogeneity=0.0):
@@ -196,8 +250,16 @@ def part_region(cfg, quiet, heterogeneity=0.0):
         for eps in cfg["region_eps"]:
             traj, acct = _simulate(_learner(cfg, eps, 2), X, y, owner, cfg["region_runs"])
             e_psi = float(np.mean(_psi(traj[cfg["T"]], X, y, f_star)))
-            rows.append(dict(owners=N, epsilon=eps, psi_collaborative=e_psi, psi_alone=alone,
-                             owner1_gains=bool(e_psi < alone), accounting=acct))
+            rows.append(
+                dict(
+                    owners=N,
+                    epsilon=eps,
+                    psi_collaborative=e_psi,
+                    psi_alone=alone,
+                    owner1_gains=bool(e_psi < alone),
+                    accounting=acct,
+                )
+            )
         C.log(f"region (heterogeneity {heterogeneity}) N={N} done", quiet)
     return {"rows": rows, "n_i": n_i, "heterogeneity": heterogeneity}
 
@@ -209,70 +271,121 @@ def analyse(res):
     final = [tr[e]["mean"][-1] for e in eps_sorted]
     better_with_eps = bool(all(a >= b for a, b in zip(final, final[1:])))
     fit = res["scaling"]["fit"]
-    out = {"psi_decreases_with_k": decreasing, "larger_eps_better": better_with_eps,
-           "scaling_slope_near_one": bool(abs(fit["loglog_slope"] - 1) < 0.25), "scaling_fit": fit}
+    out = {
+        "psi_decreases_with_k": decreasing,
+        "larger_eps_better": better_with_eps,
+        "scaling_slope_near_one": bool(abs(fit["loglog_slope"] - 1) < 0.25),
+        "scaling_fit": fit,
+    }
     for key in ("region", "region_heterogeneous"):
         region = res[key]["rows"]
         big = max(r["owners"] for r in region), max(r["epsilon"] for r in region)
         small = min(r["owners"] for r in region), min(r["epsilon"] for r in region)
         g = {(r["owners"], r["epsilon"]): r["owner1_gains"] for r in region}
-        out[key] = {"gains_at_large_N_eps": bool(g[big]), "no_gain_at_small_N_eps": bool(not g[small]),
-                    "gain_cells": int(sum(g.values())), "cells": len(region),
-                    "gain_region": sorted([list(k) for k, v in g.items() if v])}
+        out[key] = {
+            "gains_at_large_N_eps": bool(g[big]),
+            "no_gain_at_small_N_eps": bool(not g[small]),
+            "gain_cells": int(sum(g.values())),
+            "cells": len(region),
+            "gain_region": sorted([list(k) for k, v in g.items() if v]),
+        }
     return out
 
 
 def markdown(res, claims):
     cfg = res["config"]
     tr = res["trajectory"]
-    L = [f"# Asynchronous DP learner ({'quick' if res.get('quick') else 'full'} run)", "",
-         f"Ridge, sigma={SIGMA}, T={cfg['T']}, rho=0.5 T^2 sigma, per-example L1 clip {cfg['grad_bound']}, "
-         f"c=1/2. Run time {res['seconds']:.0f} s.", "",
-         f"## psi(theta_L,k) over {cfg['runs']} runs: {tr['dataset']} (n={tr['n']}, p={tr['p']}, N={cfg['n_owners']})",
-         "", "| eps | k | mean | p25 | p50 | p75 |", "|---|---|---|---|---|---|"]
+    L = [
+        f"# Asynchronous DP learner ({'quick' if res.get('quick') else 'full'} run)",
+        "",
+        f"Ridge, sigma={SIGMA}, T={cfg['T']}, rho=0.5 T^2 sigma, per-example L1 clip {cfg['grad_bound']}, "
+        f"c=1/2. Run time {res['seconds']:.0f} s.",
+        "",
+        f"## psi(theta_L,k) over {cfg['runs']} runs: {tr['dataset']} (n={tr['n']}, p={tr['p']}, N={cfg['n_owners']})",
+        "",
+        "| eps | k | mean | p25 | p50 | p75 |",
+        "|---|---|---|---|---|---|",
+    ]
     ks = tr["k"]
     show = sorted({0, len(ks) // 4, len(ks) // 2, len(ks) - 1})
     for e, cur in tr["curves"].items():
         for i in show:
-            L.append(f"| {e} (step {cur['step']:g}) | {ks[i]} | {cur['mean'][i]:.4g} | {cur['p25'][i]:.4g} | {cur['p50'][i]:.4g} | "
-                     f"{cur['p75'][i]:.4g} |")
-    L += ["", "Accounting (RDP accountant over each simulate call's recorded Laplace events, delta = "
-          f"{res.get('delta', 'learner default')}): largest single-run epsilon over owners / epsilon of "
-          "publishing all the call's runs together:", "",
-          "| eps | step | eps one run (max owner) | eps all runs |", "|---|---|---|---|"]
+            L.append(
+                f"| {e} (step {cur['step']:g}) | {ks[i]} | {cur['mean'][i]:.4g} | {cur['p25'][i]:.4g} | {cur['p50'][i]:.4g} | "
+                f"{cur['p75'][i]:.4g} |"
+            )
+    L += [
+        "",
+        "Accounting (RDP accountant over each simulate call's recorded Laplace events, delta = "
+        f"{res.get('delta', 'learner default')}): largest single-run epsilon over owners / epsilon of "
+        "publishing all the call's runs together:",
+        "",
+        "| eps | step | eps one run (max owner) | eps all runs |",
+        "|---|---|---|---|",
+    ]
     for e, cur in tr["curves"].items():
         for a in cur.get("accounting", []):
             L.append(f"| {e} | {a['step']:g} | {a['epsilon_per_run_max']:.4g} | {a['epsilon_all_runs']:.4g} |")
     fit = res["scaling"]["fit"]
-    L += ["", f"## E psi vs eps and n (synthetic, N={cfg['n_owners']}, {cfg['scale_runs']} runs; excess over the "
-          "noise-free floor)", "", "| n_i | eps | E psi | floor | excess | sum(1/eps^2)/n^2 |", "|---|---|---|---|---|---|"]
+    L += [
+        "",
+        f"## E psi vs eps and n (synthetic, N={cfg['n_owners']}, {cfg['scale_runs']} runs; excess over the "
+        "noise-free floor)",
+        "",
+        "| n_i | eps | E psi | floor | excess | sum(1/eps^2)/n^2 |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in res["scaling"]["rows"]:
-        L.append(f"| {r['n_i']} | {r['epsilon']:g} | {r['mean_psi']:.4g} | {r['floor']:.3g} | {r['excess']:.4g} | "
-                 f"{r['x']:.3g} |")
-    L.append(f"\nFit excess = c sum_i 1/eps_i^2 / n^2 on the {fit['cells_fitted']} cells with excess < 1: "
-             f"c = {fit['c']:.4g}; free log-log slope {fit['loglog_slope']:.3f} (theory 1); R^2 with slope 1: "
-             f"{fit['r2_slope_one']:.3f}. All cells: slope {fit['loglog_slope_all_cells']:.3f}.")
+        L.append(
+            f"| {r['n_i']} | {r['epsilon']:g} | {r['mean_psi']:.4g} | {r['floor']:.3g} | {r['excess']:.4g} | "
+            f"{r['x']:.3g} |"
+        )
+    L.append(
+        f"\nFit excess = c sum_i 1/eps_i^2 / n^2 on the {fit['cells_fitted']} cells with excess < 1: "
+        f"c = {fit['c']:.4g}; free log-log slope {fit['loglog_slope']:.3f} (theory 1); R^2 with slope 1: "
+        f"{fit['r2_slope_one']:.3f}. All cells: slope {fit['loglog_slope_all_cells']:.3f}."
+    )
     for key in ("region", "region_heterogeneous"):
         reg = res[key]
-        L += ["", f"## Does owner 1 gain by collaborating? (n_i = {reg['n_i']}, owner heterogeneity "
-              f"{reg['heterogeneity']}; alone = its own ridge optimum)", "",
-              "| owners N | eps | E psi collaborative | psi alone | gains |", "|---|---|---|---|---|"]
+        L += [
+            "",
+            f"## Does owner 1 gain by collaborating? (n_i = {reg['n_i']}, owner heterogeneity "
+            f"{reg['heterogeneity']}; alone = its own ridge optimum)",
+            "",
+            "| owners N | eps | E psi collaborative | psi alone | gains |",
+            "|---|---|---|---|---|",
+        ]
         for r in reg["rows"]:
-            L.append(f"| {r['owners']} | {r['epsilon']:g} | {r['psi_collaborative']:.4g} | {r['psi_alone']:.4g} | "
-                     f"{'yes' if r['owner1_gains'] else 'no'} |")
+            L.append(
+                f"| {r['owners']} | {r['epsilon']:g} | {r['psi_collaborative']:.4g} | {r['psi_alone']:.4g} | "
+                f"{'yes' if r['owner1_gains'] else 'no'} |"
+            )
     accts = [r["accounting"] for part in ("scaling", "region", "region_heterogeneous") for r in res[part]["rows"]]
-    worst = max((a["epsilon_per_run_max"] / r_eps for a, r_eps in
-                 zip(accts, [r["epsilon"] for part in ("scaling", "region", "region_heterogeneous")
-                             for r in res[part]["rows"]])), default=float("nan"))
+    worst = max(
+        (
+            a["epsilon_per_run_max"] / r_eps
+            for a, r_eps in zip(
+                accts,
+                [r["epsilon"] for part in ("scaling", "region", "region_heterogeneous") for r in res[part]["rows"]],
+            )
+        ),
+        default=float("nan"),
+    )
     L += ["", f"Scaling / region cells: largest ratio (accountant epsilon of one run) / (owner budget) = {worst:.4g}."]
-    L += ["", "## Claims (measured)", "",
-          f"- psi decreases with k (median): {claims['psi_decreases_with_k']}",
-          f"- larger eps gives lower final E psi: {claims['larger_eps_better']}",
-          f"- E psi excess ~ sum 1/eps^2 / n^2 (slope within 0.25 of 1): {claims['scaling_slope_near_one']} "
-          f"(slope {fit['loglog_slope']:.3f})",
-          ] + [f"- {key}: owner 1 gains at the largest N and eps: {claims[key]['gains_at_large_N_eps']}; not at the "
-               f"smallest: {claims[key]['no_gain_at_small_N_eps']} ({claims[key]['gain_cells']}/{claims[key]['cells']} "
-               f"cells gain: {claims[key]['gain_region']})" for key in ("region", "region_heterogeneous")]
+    L += [
+        "",
+        "## Claims (measured)",
+        "",
+        f"- psi decreases with k (median): {claims['psi_decreases_with_k']}",
+        f"- larger eps gives lower final E psi: {claims['larger_eps_better']}",
+        f"- E psi excess ~ sum 1/eps^2 / n^2 (slope within 0.25 of 1): {claims['scaling_slope_near_one']} "
+        f"(slope {fit['loglog_slope']:.3f})",
+    ] + [
+        f"- {key}: owner 1 gains at the largest N and eps: {claims[key]['gains_at_large_N_eps']}; not at the "
+        f"smallest: {claims[key]['no_gain_at_small_N_eps']} ({claims[key]['gain_cells']}/{claims[key]['cells']} "
+        f"cells gain: {claims[key]['gain_region']})"
+        for key in ("region", "region_heterogeneous")
+    ]
     return "\n".join(L) + "\n"
 
 

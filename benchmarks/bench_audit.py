@@ -67,17 +67,28 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as C  # noqa: E402
+import _common as C
 
-from privrec.privacy.audit import gdp_epsilon, run_audit, separation  # noqa: E402
+from privrec.privacy.audit import gdp_epsilon, run_audit, separation
 
 DELTA = 1e-5
 EPSILON = 4.0
 DPALS_METHODS = ("dpals-uniform", "dpals-tail", "ada-dpals", "dpsgd-uniform", "dpsgd-tail", "ada-dpsgd")
 # settings under which the DPALS canary is strongest (applied when DPALS accepts them)
-DPALS_AUDIT_SETTINGS = dict(factors=1, iterations=1, gd_iterations=1, biases=False, center=False,
-                            regularization=1e-5, reg_exponent=0.0, user_regularization=1e-12, user_reg_exponent=0.0,
-                            init_scale=1e-6, budget=20, accountant="rdp")
+DPALS_AUDIT_SETTINGS = dict(
+    factors=1,
+    iterations=1,
+    gd_iterations=1,
+    biases=False,
+    center=False,
+    regularization=1e-5,
+    reg_exponent=0.0,
+    user_regularization=1e-12,
+    user_reg_exponent=0.0,
+    init_scale=1e-6,
+    budget=20,
+    accountant="rdp",
+)
 FULL = dict(runs=600, joint_runs=1500, control_runs=4000, power_runs=300)
 QUICK = dict(runs=40, joint_runs=60, control_runs=4000, power_runs=40)
 
@@ -107,17 +118,28 @@ def dpals_case(method: str, epsilon: float = EPSILON, label: str | None = None) 
     DPALS, used, dropped = _dpals_settings()
 
     def fit_release(data, seed):  # seed unused: all randomness (noise, init, sampling) is OS entropy
-        model = DPALS(method=method, epsilon=epsilon, delta=DELTA, random_state=None, **used).fit(data, show_progress=False)
+        model = DPALS(method=method, epsilon=epsilon, delta=DELTA, random_state=None, **used).fit(
+            data, show_progress=False
+        )
         return float(np.linalg.norm(np.asarray(model.item_factors_, dtype=np.float64).sum(axis=0)))
 
     def reported():
         model = DPALS(method=method, epsilon=epsilon, delta=DELTA, random_state=None, **used)
         return float(model.fit(_dpals_data(canary=True), show_progress=False).privacy_report()["epsilon"])
 
-    return dict(name=label or f"DPALS {method}", family="dpals", epsilon=epsilon, fit_release=fit_release,
-                d0=_dpals_data(), d1=_dpals_data(canary=True), reported=reported, neighbouring="add/remove one user",
-                canary="user rating the 20 items everyone rates 0.2 with 5", statistic="|sum of released item factors|",
-                settings={**used, "dropped (not accepted)": dropped})
+    return dict(
+        name=label or f"DPALS {method}",
+        family="dpals",
+        epsilon=epsilon,
+        fit_release=fit_release,
+        d0=_dpals_data(),
+        d1=_dpals_data(canary=True),
+        reported=reported,
+        neighbouring="add/remove one user",
+        canary="user rating the 20 items everyone rates 0.2 with 5",
+        statistic="|sum of released item factors|",
+        settings={**used, "dropped (not accepted)": dropped},
+    )
 
 
 # -------------------------------------------------------------------------------------- multitask
@@ -132,8 +154,7 @@ def _multitask_problems():
     X /= np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None]
     y = rng.uniform(-1, 1, tasks.size)
     p0 = MultiTaskProblem(tasks, users, y, features=X, n_tasks=m)
-    p1 = MultiTaskProblem(np.r_[tasks, 0], np.r_[users, n], np.r_[y, 1.0], features=np.r_[X, [[1.0, 0.0]]],
-                          n_tasks=m)
+    p1 = MultiTaskProblem(np.r_[tasks, 0], np.r_[users, n], np.r_[y, 1.0], features=np.r_[X, [[1.0, 0.0]]], n_tasks=m)
     return p0, p1
 
 
@@ -152,11 +173,19 @@ def multitask_case(solver: str, epsilon: float = EPSILON) -> dict:
         return float(make().fit(problem=problem).params_[0, 0])
 
     p0, p1 = _multitask_problems()
-    return dict(name=f"MultiTaskDPRegressor ({solver})", family="multitask", epsilon=epsilon, fit_release=fit_release,
-                d0=p0, d1=p1, reported=lambda: float(make().fit(problem=p1).privacy_report()["epsilon"]),
-                neighbouring="add/remove one user",
-                canary="sole user of task 0 with x = (1, 0) (the clip), y = 1 (the label bound)",
-                statistic="task 0's first parameter", settings=extra)
+    return dict(
+        name=f"MultiTaskDPRegressor ({solver})",
+        family="multitask",
+        epsilon=epsilon,
+        fit_release=fit_release,
+        d0=p0,
+        d1=p1,
+        reported=lambda: float(make().fit(problem=p1).privacy_report()["epsilon"]),
+        neighbouring="add/remove one user",
+        canary="sole user of task 0 with x = (1, 0) (the clip), y = 1 (the label bound)",
+        statistic="task 0's first parameter",
+        settings=extra,
+    )
 
 
 # ------------------------------------------------------------------------------------------ joint
@@ -171,20 +200,28 @@ def joint_case(regime: str, epsilon: float = EPSILON) -> dict:
     settings = dict(n_steps=50, owners_per_step=4, records_per_owner=1, clip_norm=1.0, average=False)
 
     def make():
-        return JointDPSGD(PersonalBiasLinear(1), regime=regime, epsilon=epsilon, delta=DELTA, random_state=None,
-                          **settings)
+        return JointDPSGD(
+            PersonalBiasLinear(1), regime=regime, epsilon=epsilon, delta=DELTA, random_state=None, **settings
+        )
 
     def fit_release(y, seed):
         est = make().fit(X, y, owner)
         s = float(np.asarray(est.shared_).ravel()[0])
         return s + float(np.asarray(est.personal_)[0].ravel()[0]) if regime == "full" else s
 
-    return dict(name=f"JointDPSGD (regime={regime!r})", family="joint", epsilon=epsilon, fit_release=fit_release,
-                d0=y0, d1=y1, reported=lambda: float(make().fit(X, y1, owner).privacy_report()["epsilon"]),
-                neighbouring="replace one record",
-                canary="owner 0's only record: label -1000 -> +1000 (clipped gradient reversed)",
-                statistic="shared weight" + (" + owner 0's personal bias" if regime == "full" else ""),
-                settings=settings)
+    return dict(
+        name=f"JointDPSGD (regime={regime!r})",
+        family="joint",
+        epsilon=epsilon,
+        fit_release=fit_release,
+        d0=y0,
+        d1=y1,
+        reported=lambda: float(make().fit(X, y1, owner).privacy_report()["epsilon"]),
+        neighbouring="replace one record",
+        canary="owner 0's only record: label -1000 -> +1000 (clipped gradient reversed)",
+        statistic="shared weight" + (" + owner 0's personal bias" if regime == "full" else ""),
+        settings=settings,
+    )
 
 
 # -------------------------------------------------------------------------------------- federated
@@ -196,8 +233,9 @@ def federated_case(epsilon: float = EPSILON) -> dict:
     y0 = np.full(10, -1000.0)
     y1 = y0.copy()
     y1[0] = 1000.0
-    settings = dict(algorithm="mb_sgd", rounds=20, batch_size=5, step_size=0.1, clip=1.0,
-                    sampling="without_replacement")
+    settings = dict(
+        algorithm="mb_sgd", rounds=20, batch_size=5, step_size=0.1, clip=1.0, sampling="without_replacement"
+    )
 
     def make():
         return FederatedDPRegressor(epsilon=epsilon, delta=DELTA, random_state=None, **settings)
@@ -206,12 +244,19 @@ def federated_case(epsilon: float = EPSILON) -> dict:
         est = make().fit(X, y, silos)
         return float(np.asarray(est.coef_).ravel()[0] + np.asarray(est.intercept_).ravel()[0])
 
-    return dict(name="FederatedDPRegressor (ISRL-DP MB-SGD)", family="federated", epsilon=epsilon,
-                fit_release=fit_release, d0=y0, d1=y1,
-                reported=lambda: float(np.asarray(make().fit(X, y1, silos).epsilons_)[0]),
-                neighbouring="replace one record of silo 0",
-                canary="one record of silo 0: label -1000 -> +1000 (clipped gradient reversed)",
-                statistic="coef + intercept", settings=settings)
+    return dict(
+        name="FederatedDPRegressor (ISRL-DP MB-SGD)",
+        family="federated",
+        epsilon=epsilon,
+        fit_release=fit_release,
+        d0=y0,
+        d1=y1,
+        reported=lambda: float(np.asarray(make().fit(X, y1, silos).epsilons_)[0]),
+        neighbouring="replace one record of silo 0",
+        canary="one record of silo 0: label -1000 -> +1000 (clipped gradient reversed)",
+        statistic="coef + intercept",
+        settings=settings,
+    )
 
 
 # ---------------------------------------------------------------------------------------- control
@@ -224,10 +269,20 @@ def control_case(epsilon: float = EPSILON) -> dict:
     def fit_release(value, seed):
         return float(value + np.random.default_rng().normal(0.0, z))
 
-    return dict(name="control: Gaussian with 10x too little noise", family="control", epsilon=epsilon,
-                fit_release=fit_release, d0=0.0, d1=1.0, reported=lambda: epsilon,
-                neighbouring="value 0 -> 1 (sensitivity 1)", canary="the full sensitivity",
-                statistic="the released value", settings={"noise_multiplier": z}, expect_violation=True)
+    return dict(
+        name="control: Gaussian with 10x too little noise",
+        family="control",
+        epsilon=epsilon,
+        fit_release=fit_release,
+        d0=0.0,
+        d1=1.0,
+        reported=lambda: epsilon,
+        neighbouring="value 0 -> 1 (sensitivity 1)",
+        canary="the full sensitivity",
+        statistic="the released value",
+        settings={"noise_multiplier": z},
+        expect_violation=True,
+    )
 
 
 # ------------------------------------------------------------------------------------------- run
@@ -242,19 +297,35 @@ def cases(cfg: dict) -> list[tuple[dict, int]]:
 
 
 def audit_case(case: dict, runs: int) -> dict:
-    res, s0, s1 = run_audit(case["fit_release"], case["d0"], case["d1"], n_runs=runs, delta=DELTA,
-                            confidence=0.95, return_scores=True)
+    res, s0, s1 = run_audit(
+        case["fit_release"], case["d0"], case["d1"], n_runs=runs, delta=DELTA, confidence=0.95, return_scores=True
+    )
     eps_rep = case["reported"]()
     dprime = separation(s0, s1)
-    return {"mechanism": case["name"], "family": case["family"], "epsilon_target": case["epsilon"],
-            "epsilon_reported": eps_rep, "epsilon_lower_95": res.eps_lower, "runs_per_dataset": runs,
-            "fpr": res.fpr, "fnr": res.fnr, "fpr_upper": res.fpr_upper, "fnr_upper": res.fnr_upper,
-            "threshold": res.threshold, "orientation": res.orientation, "n_eval": res.n_eval,
-            "epsilon_point": res.eps_point, "d_prime": dprime, "epsilon_gdp_of_d_prime": gdp_epsilon(dprime, DELTA),
-            "lower_le_reported": bool(res.eps_lower <= eps_rep),
-            "expect_violation": case.get("expect_violation", False),
-            "neighbouring": case["neighbouring"], "canary": case["canary"], "statistic": case["statistic"],
-            "settings": case["settings"]}
+    return {
+        "mechanism": case["name"],
+        "family": case["family"],
+        "epsilon_target": case["epsilon"],
+        "epsilon_reported": eps_rep,
+        "epsilon_lower_95": res.eps_lower,
+        "runs_per_dataset": runs,
+        "fpr": res.fpr,
+        "fnr": res.fnr,
+        "fpr_upper": res.fpr_upper,
+        "fnr_upper": res.fnr_upper,
+        "threshold": res.threshold,
+        "orientation": res.orientation,
+        "n_eval": res.n_eval,
+        "epsilon_point": res.eps_point,
+        "d_prime": dprime,
+        "epsilon_gdp_of_d_prime": gdp_epsilon(dprime, DELTA),
+        "lower_le_reported": bool(res.eps_lower <= eps_rep),
+        "expect_violation": case.get("expect_violation", False),
+        "neighbouring": case["neighbouring"],
+        "canary": case["canary"],
+        "statistic": case["statistic"],
+        "settings": case["settings"],
+    }
 
 
 def run(quick: bool = False, only=None, quiet: bool = False) -> dict:
@@ -265,12 +336,20 @@ def run(quick: bool = False, only=None, quiet: bool = False) -> dict:
             continue
         row = audit_case(case, runs)
         rows.append(row)
-        C.log(f"{row['mechanism']}: eps_lower={row['epsilon_lower_95']:.3f} reported={row['epsilon_reported']:.3f} "
-              f"d'={row['d_prime']:.2f}", quiet)
+        C.log(
+            f"{row['mechanism']}: eps_lower={row['epsilon_lower_95']:.3f} reported={row['epsilon_reported']:.3f} "
+            f"d'={row['d_prime']:.2f}",
+            quiet,
+        )
     findings = [r["mechanism"] for r in rows if not r["lower_le_reported"] and not r["expect_violation"]]
     control_ok = all(not r["lower_le_reported"] for r in rows if r["expect_violation"])
-    return {"config": {**cfg, "delta": DELTA, "epsilon": EPSILON, "confidence": 0.95, "quick": quick},
-            "rows": rows, "violations": findings, "control_caught": control_ok, "environment": C.environment()}
+    return {
+        "config": {**cfg, "delta": DELTA, "epsilon": EPSILON, "confidence": 0.95, "quick": quick},
+        "rows": rows,
+        "violations": findings,
+        "control_caught": control_ok,
+        "environment": C.environment(),
+    }
 
 
 def _f(v, nd=3) -> str:
@@ -283,26 +362,39 @@ def _f(v, nd=3) -> str:
 
 def markdown(res: dict, command: str) -> str:
     cfg = res["config"]
-    L = [f"# Empirical privacy audit ({'quick' if cfg['quick'] else 'full'} run)", "",
-         f"Produced by `{command}` ({res['environment']['time_utc']}). See the docstring of "
-         "`benchmarks/bench_audit.py` for the method; `privrec/privacy/audit.py` for the statistics.", "",
-         f"delta = {cfg['delta']}, target epsilon = {cfg['epsilon']} (unless stated), confidence 95% "
-         "(Clopper-Pearson upper bounds on FPR and FNR, jointly), threshold chosen on half the runs and "
-         "evaluated on the other half. Noise always from OS entropy. eps_lower <= eps_reported means "
-         "*no violation found*, not a proof of privacy; d' and eps(d') show how strong each canary is "
-         "(Gaussian-model point estimate, not a bound).", "",
-         "| mechanism | eps reported | eps_lower (95%) | runs / dataset | FPR / FNR (eval) | d' | eps(d') point "
-         "| eps_lower <= eps_reported |", "|---|---|---|---|---|---|---|---|"]
+    L = [
+        f"# Empirical privacy audit ({'quick' if cfg['quick'] else 'full'} run)",
+        "",
+        f"Produced by `{command}` ({res['environment']['time_utc']}). See the docstring of "
+        "`benchmarks/bench_audit.py` for the method; `privrec/privacy/audit.py` for the statistics.",
+        "",
+        f"delta = {cfg['delta']}, target epsilon = {cfg['epsilon']} (unless stated), confidence 95% "
+        "(Clopper-Pearson upper bounds on FPR and FNR, jointly), threshold chosen on half the runs and "
+        "evaluated on the other half. Noise always from OS entropy. eps_lower <= eps_reported means "
+        "*no violation found*, not a proof of privacy; d' and eps(d') show how strong each canary is "
+        "(Gaussian-model point estimate, not a bound).",
+        "",
+        "| mechanism | eps reported | eps_lower (95%) | runs / dataset | FPR / FNR (eval) | d' | eps(d') point "
+        "| eps_lower <= eps_reported |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in res["rows"]:
-        ok = (("yes" if r["lower_le_reported"] else "no: **violation**") if not r["expect_violation"] else
-              ("no: violation caught, as intended" if not r["lower_le_reported"] else "yes: **control not caught**"))
-        L.append(f"| {r['mechanism']} | {_f(r['epsilon_reported'])} | {_f(r['epsilon_lower_95'])} | "
-                 f"{r['runs_per_dataset']} | {r['fpr']:.3f} / {r['fnr']:.3f} | {_f(r['d_prime'], 2)} | "
-                 f"{_f(r['epsilon_gdp_of_d_prime'], 2)} | {ok} |")
+        ok = (
+            ("yes" if r["lower_le_reported"] else "no: **violation**")
+            if not r["expect_violation"]
+            else ("no: violation caught, as intended" if not r["lower_le_reported"] else "yes: **control not caught**")
+        )
+        L.append(
+            f"| {r['mechanism']} | {_f(r['epsilon_reported'])} | {_f(r['epsilon_lower_95'])} | "
+            f"{r['runs_per_dataset']} | {r['fpr']:.3f} / {r['fnr']:.3f} | {_f(r['d_prime'], 2)} | "
+            f"{_f(r['epsilon_gdp_of_d_prime'], 2)} | {ok} |"
+        )
     L += ["", "Canaries and statistics:", ""]
     for r in res["rows"]:
-        L.append(f"- **{r['mechanism']}** ({r['neighbouring']}): canary = {r['canary']}; statistic = "
-                 f"{r['statistic']}; settings {r['settings']}")
+        L.append(
+            f"- **{r['mechanism']}** ({r['neighbouring']}): canary = {r['canary']}; statistic = "
+            f"{r['statistic']}; settings {r['settings']}"
+        )
     L += ["", "## Verdict", ""]
     if res["violations"]:
         L.append("**Violations found (eps_lower > eps_reported at 95%): " + ", ".join(res["violations"]) + ".**")

@@ -61,10 +61,16 @@ def load_insurance(folder: Path):
     import pandas as pd
 
     df = pd.read_csv(folder / "insurance" / "insurance.csv")
-    X = np.column_stack([
-        df["age"], (df["sex"] == "male"), df["bmi"], df["children"], (df["smoker"] == "yes"),
-        df["region"].astype("category").cat.codes,
-    ]).astype(np.float64)
+    X = np.column_stack(
+        [
+            df["age"],
+            (df["sex"] == "male"),
+            df["bmi"],
+            df["children"],
+            (df["smoker"] == "yes"),
+            df["region"].astype("category").cat.codes,
+        ]
+    ).astype(np.float64)
     return X, df["charges"].to_numpy(np.float64)
 
 
@@ -99,8 +105,10 @@ def standardise(Xtr, Xte):
     # public scaling: average row norm ~1, rows clipped to the unit ball, intercept column, then / sqrt 2
     d = Xtr.shape[1]
     Xtr, Xte = clip_rows(Xtr / math.sqrt(d), 1.0), clip_rows(Xte / math.sqrt(d), 1.0)
-    return (np.hstack([Xtr, np.ones((len(Xtr), 1))]) / math.sqrt(2),
-            np.hstack([Xte, np.ones((len(Xte), 1))]) / math.sqrt(2))
+    return (
+        np.hstack([Xtr, np.ones((len(Xtr), 1))]) / math.sqrt(2),
+        np.hstack([Xte, np.ones((len(Xte), 1))]) / math.sqrt(2),
+    )
 
 
 # ------------------------------------------------------------------------------ tasks
@@ -118,8 +126,16 @@ def task_insurance(folder, rng, n_silos=5):
     def metric(theta):
         return float(np.sqrt(np.sum((yte - Xte @ theta) ** 2) / np.sum((yte - ybar) ** 2)))
 
-    return dict(Xtr=Xtr, ytr=ytr, groups=groups, loss=SquaredLoss(), metric=metric, clip=4.0, n_available=None,
-                metric_name="relative RMSE (test)")
+    return dict(
+        Xtr=Xtr,
+        ytr=ytr,
+        groups=groups,
+        loss=SquaredLoss(),
+        metric=metric,
+        clip=4.0,
+        n_available=None,
+        metric_name="relative RMSE (test)",
+    )
 
 
 def task_obesity(folder, rng):
@@ -131,8 +147,16 @@ def task_obesity(folder, rng):
     def metric(theta):
         return float(np.mean((Xte @ theta).argmax(1) != y[te]))
 
-    return dict(Xtr=Xtr, ytr=y[tr], groups=y[tr], loss=SoftmaxLoss(k), metric=metric, clip=2.0, n_available=3,
-                metric_name="test error")
+    return dict(
+        Xtr=Xtr,
+        ytr=y[tr],
+        groups=y[tr],
+        loss=SoftmaxLoss(k),
+        metric=metric,
+        clip=2.0,
+        n_available=3,
+        metric_name="test error",
+    )
 
 
 def task_digits(rng, n_components=20):
@@ -147,8 +171,16 @@ def task_digits(rng, n_components=20):
     def metric(theta):
         return float(np.mean((Xte @ theta > 0) != (y[te] > 0.5)))
 
-    return dict(Xtr=Xtr, ytr=y[tr], groups=digit[tr] // 2, loss=LogisticLoss(), metric=metric, clip=2.0,
-                n_available=None, metric_name="test error")
+    return dict(
+        Xtr=Xtr,
+        ytr=y[tr],
+        groups=digit[tr] // 2,
+        loss=LogisticLoss(),
+        metric=metric,
+        clip=2.0,
+        n_available=None,
+        metric_name="test error",
+    )
 
 
 # ------------------------------------------------------------------------------ runs
@@ -182,8 +214,16 @@ def run_task(name, make_task, eps_grid, steps_grid, trials, rounds, batch_frac, 
                         assert max(res.epsilons) <= eps * (1 + 1e-9), "a silo exceeded its budget"
                 scores[step] = (float(np.mean(vals)), float(np.std(vals)))
             best = min(scores, key=lambda s: scores[s][0])
-            rows.append(dict(method=method, epsilon=eps, metric=scores[best][0], std=scores[best][1],
-                             step_size=best, max_silo_epsilon=max_eps if math.isfinite(eps) else None))
+            rows.append(
+                dict(
+                    method=method,
+                    epsilon=eps,
+                    metric=scores[best][0],
+                    std=scores[best][1],
+                    step_size=best,
+                    max_silo_epsilon=max_eps if math.isfinite(eps) else None,
+                )
+            )
             log(f"{name}: {method} eps={eps}: {scores[best][0]:.4f} (step {best})")
     return rows, time.perf_counter() - t0
 
@@ -197,10 +237,14 @@ def claims(rows, eps_grid):
     np_local = val("Local SGD (non-private)", math.inf)
     np_mb = val("MB-SGD (non-private)", math.inf)
     rel = [(lo - m) / lo if lo > 0 else 0.0 for m, lo in zip(mb, loc)]
-    return dict(mb_beats_local_every_eps=bool(all(m < lo for m, lo in zip(mb, loc))),
-                relative_improvement_over_local=dict(zip(map(str, eps_grid), rel)),
-                mb_at_largest_eps=mb[-1], nonprivate_local_sgd=np_local, nonprivate_mb_sgd=np_mb,
-                mb_at_largest_eps_within_10pct_of_nonprivate_local=bool(mb[-1] <= 1.1 * np_local))
+    return dict(
+        mb_beats_local_every_eps=bool(all(m < lo for m, lo in zip(mb, loc))),
+        relative_improvement_over_local=dict(zip(map(str, eps_grid), rel)),
+        mb_at_largest_eps=mb[-1],
+        nonprivate_local_sgd=np_local,
+        nonprivate_mb_sgd=np_mb,
+        mb_at_largest_eps_within_10pct_of_nonprivate_local=bool(mb[-1] <= 1.1 * np_local),
+    )
 
 
 def plot(path, name, rows, eps_grid, metric_name):
@@ -215,8 +259,14 @@ def plot(path, name, rows, eps_grid, metric_name):
     for m in METHODS:
         r = [x for x in rows if x["method"] == m]
         if m.startswith("ISRL"):
-            ax.errorbar([x["epsilon"] for x in r], [x["metric"] for x in r], [x["std"] for x in r], marker="o",
-                        label=m, capsize=2)
+            ax.errorbar(
+                [x["epsilon"] for x in r],
+                [x["metric"] for x in r],
+                [x["std"] for x in r],
+                marker="o",
+                label=m,
+                capsize=2,
+            )
         else:
             ax.axhline(r[0]["metric"], ls="--", lw=1, label=m, color="gray" if "MB" in m else "black")
     ax.set_xscale("log")
@@ -237,12 +287,21 @@ def summary_section(rec) -> list[str]:
     """Markdown section of one dataset's record (as written to ``federated_<name>.json``)."""
     rows, eps_grid, cl = rec["rows"], rec["eps_grid"], rec["claims"]
     relation = rec.get("neighboring")
-    note = "" if relation == "replace_one" else (
-        " -- **stale: computed before the privacy audit, noise calibrated under add/remove-one, not the "
-        "ISRL-DP replace-one relation; rerun with --datasets " + rec["dataset"] + "**")
-    out = [f"## {rec['dataset']}: {rec['metric']} vs eps (R = {rec['rounds']}, {rec['n_silos']} silos, M = "
-           f"{rec['n_available'] or rec['n_silos']}){note}", "",
-           "| eps | " + " | ".join(METHODS) + " |", "|---|" + "---|" * len(METHODS)]
+    note = (
+        ""
+        if relation == "replace_one"
+        else (
+            " -- **stale: computed before the privacy audit, noise calibrated under add/remove-one, not the "
+            "ISRL-DP replace-one relation; rerun with --datasets " + rec["dataset"] + "**"
+        )
+    )
+    out = [
+        f"## {rec['dataset']}: {rec['metric']} vs eps (R = {rec['rounds']}, {rec['n_silos']} silos, M = "
+        f"{rec['n_available'] or rec['n_silos']}){note}",
+        "",
+        "| eps | " + " | ".join(METHODS) + " |",
+        "|---|" + "---|" * len(METHODS),
+    ]
     for e in eps_grid:
         cells = []
         for m in METHODS:
@@ -250,11 +309,15 @@ def summary_section(rec) -> list[str]:
             cells.append(f"{r['metric']:.4f} ± {r['std']:.4f}")
         out.append(f"| {e} | " + " | ".join(cells) + " |")
     rel = ", ".join(f"eps {k}: {100 * v:+.1f}%" for k, v in cl["relative_improvement_over_local"].items())
-    out += ["", f"- ISRL-DP MB-SGD beats ISRL-DP Local SGD at every eps: **{cl['mb_beats_local_every_eps']}** "
-            f"(relative improvement {rel})",
-            f"- At the largest eps MB-SGD reaches {cl['mb_at_largest_eps']:.4f} vs non-private Local SGD "
-            f"{cl['nonprivate_local_sgd']:.4f} and non-private MB-SGD {cl['nonprivate_mb_sgd']:.4f}",
-            f"- wall time {rec['seconds']:.1f} s", ""]
+    out += [
+        "",
+        f"- ISRL-DP MB-SGD beats ISRL-DP Local SGD at every eps: **{cl['mb_beats_local_every_eps']}** "
+        f"(relative improvement {rel})",
+        f"- At the largest eps MB-SGD reaches {cl['mb_at_largest_eps']:.4f} vs non-private Local SGD "
+        f"{cl['nonprivate_local_sgd']:.4f} and non-private MB-SGD {cl['nonprivate_mb_sgd']:.4f}",
+        f"- wall time {rec['seconds']:.1f} s",
+        "",
+    ]
     return out
 
 
@@ -262,8 +325,13 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="seconds-long smoke version")
     ap.add_argument("--trials", type=int, default=None)
-    ap.add_argument("--datasets", nargs="+", choices=DATASETS, default=list(DATASETS),
-                    help="run only these (the summary is rebuilt from every dataset's JSON in --out)")
+    ap.add_argument(
+        "--datasets",
+        nargs="+",
+        choices=DATASETS,
+        default=list(DATASETS),
+        help="run only these (the summary is rebuilt from every dataset's JSON in --out)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
@@ -279,14 +347,21 @@ def main(argv=None):
     tasks = []
     if "insurance" in args.datasets:
         if folder is not None and (folder / "insurance").is_dir():
-            tasks.append(("insurance", lambda rng: task_insurance(folder, rng),
-                          [1.0] if q else [0.125, 0.25, 0.5, 1.0, 2.0, 3.0], 35))
+            tasks.append(
+                (
+                    "insurance",
+                    lambda rng: task_insurance(folder, rng),
+                    [1.0] if q else [0.125, 0.25, 0.5, 1.0, 2.0, 3.0],
+                    35,
+                )
+            )
         else:
             log("insurance: shared datasets folder absent, skipped")
     if "obesity" in args.datasets:
         if folder is not None and (folder / "obesity").is_dir():
-            tasks.append(("obesity", lambda rng: task_obesity(folder, rng),
-                          [3.0] if q else [0.5, 1.0, 3.0, 6.0, 9.0], 100))
+            tasks.append(
+                ("obesity", lambda rng: task_obesity(folder, rng), [3.0] if q else [0.5, 1.0, 3.0, 6.0, 9.0], 100)
+            )
         else:
             log("obesity: shared datasets folder absent, skipped")
     if "digits" in args.datasets:
@@ -300,21 +375,40 @@ def main(argv=None):
         rows, secs = run_task(name, make, eps_grid, steps_grid, trials, R, 0.1, 10, log)
         cl = claims(rows, eps_grid)
         task = make(np.random.default_rng(1000))
-        rec = dict(dataset=name, rounds=R, trials=trials, eps_grid=eps_grid, metric=task["metric_name"],
-                   neighboring="replace_one", accountant="pld (Poisson sampling)",
-                   n_silos=int(len(np.unique(task["groups"]))), n_available=task["n_available"], rows=rows,
-                   claims=cl, seconds=secs, quick=q)
+        rec = dict(
+            dataset=name,
+            rounds=R,
+            trials=trials,
+            eps_grid=eps_grid,
+            metric=task["metric_name"],
+            neighboring="replace_one",
+            accountant="pld (Poisson sampling)",
+            n_silos=int(len(np.unique(task["groups"]))),
+            n_available=task["n_available"],
+            rows=rows,
+            claims=cl,
+            seconds=secs,
+            quick=q,
+        )
         results[name] = rec
         atomic_write_text(args.out / f"federated_{name}{suffix}.json", json.dumps(rec, indent=1, default=str))
-        plot(args.out / f"federated_{name}{suffix}.png", f"{name} ({task['metric_name']})", rows, eps_grid,
-             task["metric_name"])
-    summary = ["# Federated ISRL-DP benchmarks (spec 002)", "",
-               f"Mode: {'quick' if q else 'full'}; trials per setting: {trials}; step size grid {steps_grid} "
-               "(best mean test metric per method and eps: non-private tuning, as in the paper); batch K_i = 10% "
-               "of n_i; Local SGD: K = 10 single-record local steps; delta_i = 1/n_i^2; noise per silo from "
-               "dp_accounting's PLD accountant under replace-one, the ISRL-DP relation (Poisson sampling). "
-               "Preprocessing (standardisation, PCA, label scaling) is fitted on the training rows: not private.",
-               ""]
+        plot(
+            args.out / f"federated_{name}{suffix}.png",
+            f"{name} ({task['metric_name']})",
+            rows,
+            eps_grid,
+            task["metric_name"],
+        )
+    summary = [
+        "# Federated ISRL-DP benchmarks (spec 002)",
+        "",
+        f"Mode: {'quick' if q else 'full'}; trials per setting: {trials}; step size grid {steps_grid} "
+        "(best mean test metric per method and eps: non-private tuning, as in the paper); batch K_i = 10% "
+        "of n_i; Local SGD: K = 10 single-record local steps; delta_i = 1/n_i^2; noise per silo from "
+        "dp_accounting's PLD accountant under replace-one, the ISRL-DP relation (Poisson sampling). "
+        "Preprocessing (standardisation, PCA, label scaling) is fitted on the training rows: not private.",
+        "",
+    ]
     for name in DATASETS:  # every dataset with a result in --out, freshly run or not
         path = args.out / f"federated_{name}{suffix}.json"
         if name in results:

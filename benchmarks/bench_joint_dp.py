@@ -44,16 +44,39 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as C  # noqa: E402
-import _publish as P  # noqa: E402
+import _common as C
+import _publish as P
 
-from privrec.convex import JointDPSGD, PersonalBiasSoftmax  # noqa: E402
+from privrec.convex import JointDPSGD, PersonalBiasSoftmax
 
-FULL = dict(owners=(4, 16, 64, 128, 256), epsilons=(1.0, 2.0, 5.0, 10.0), seeds=5, steps=100, epochs=5,
-            records_per_owner=16, learning_rate=1.0, max_classes=8, delta=1e-4, clip=1.0, shared_radius=30.0,
-            personal_radius=10.0)
-QUICK = dict(owners=(8, 64), epsilons=(2.0,), seeds=1, steps=20, epochs=1, records_per_owner=8,
-             learning_rate=1.0, max_classes=8, delta=1e-4, clip=1.0, shared_radius=30.0, personal_radius=10.0)
+FULL = dict(
+    owners=(4, 16, 64, 128, 256),
+    epsilons=(1.0, 2.0, 5.0, 10.0),
+    seeds=5,
+    steps=100,
+    epochs=5,
+    records_per_owner=16,
+    learning_rate=1.0,
+    max_classes=8,
+    delta=1e-4,
+    clip=1.0,
+    shared_radius=30.0,
+    personal_radius=10.0,
+)
+QUICK = dict(
+    owners=(8, 64),
+    epsilons=(2.0,),
+    seeds=1,
+    steps=20,
+    epochs=1,
+    records_per_owner=8,
+    learning_rate=1.0,
+    max_classes=8,
+    delta=1e-4,
+    clip=1.0,
+    shared_radius=30.0,
+    personal_radius=10.0,
+)
 REGIMES = ("individual", "nonprivate", "full", "joint")
 
 
@@ -106,8 +129,13 @@ def run(cfg: dict, quiet: bool = False) -> dict:
             B = max(1, n // 2)
             steps = cfg["steps"]
             steps_ind = max(1, int(cfg["epochs"] * ytr.size / n))
-            common = dict(clip_norm=cfg["clip"], shared_radius=cfg["shared_radius"],
-                          personal_radius=cfg["personal_radius"], delta=cfg["delta"], average=False)
+            common = dict(
+                clip_norm=cfg["clip"],
+                shared_radius=cfg["shared_radius"],
+                personal_radius=cfg["personal_radius"],
+                delta=cfg["delta"],
+                average=False,
+            )
             shared_kw = dict(records_per_owner=cfg["records_per_owner"], learning_rate=cfg["learning_rate"])
 
             def acc(est):
@@ -119,16 +147,33 @@ def run(cfg: dict, quiet: bool = False) -> dict:
                 kw = dict(n_steps=steps_ind) if regime == "individual" else dict(n_steps=steps, **shared_kw)
                 est = JointDPSGD(model, regime=regime, owners_per_step=B, random_state=seed, **common, **kw)
                 est.fit(Xtr, ytr, otr)
-                rows.append(dict(n=n, seed=seed, regime=regime, epsilon=None, accuracy=acc(est),
-                                 reported_epsilon=None))
+                rows.append(dict(n=n, seed=seed, regime=regime, epsilon=None, accuracy=acc(est), reported_epsilon=None))
             for eps in cfg["epsilons"]:
                 for regime in ("full", "joint"):
-                    est = JointDPSGD(model, regime=regime, epsilon=eps, n_steps=steps, owners_per_step=B,
-                                     random_state=seed, **common, **shared_kw).fit(Xtr, ytr, otr)
-                    rows.append(dict(n=n, seed=seed, regime=regime, epsilon=eps, accuracy=acc(est),
-                                     reported_epsilon=est.privacy_report()["epsilon"],
-                                     noise_std=est.info_.noise_std, learning_rate=est.info_.learning_rate,
-                                     steps=steps, owners_per_step=B))
+                    est = JointDPSGD(
+                        model,
+                        regime=regime,
+                        epsilon=eps,
+                        n_steps=steps,
+                        owners_per_step=B,
+                        random_state=seed,
+                        **common,
+                        **shared_kw,
+                    ).fit(Xtr, ytr, otr)
+                    rows.append(
+                        dict(
+                            n=n,
+                            seed=seed,
+                            regime=regime,
+                            epsilon=eps,
+                            accuracy=acc(est),
+                            reported_epsilon=est.privacy_report()["epsilon"],
+                            noise_std=est.info_.noise_std,
+                            learning_rate=est.info_.learning_rate,
+                            steps=steps,
+                            owners_per_step=B,
+                        )
+                    )
         C.log(f"n={n} done ({time.time() - t0:.0f} s)", quiet)
     return {"config": cfg, "rows": rows, "seconds": time.time() - t0, "environment": C.environment()}
 
@@ -149,34 +194,52 @@ def analyse(res: dict) -> dict:
     cases = []
     for eps in low:
         gaps = {n: t[(n, "joint", eps)][0] - t[(n, "full", eps)][0] for n in cfg["owners"]}
-        cases.append(dict(epsilon=eps, gaps={str(n): g for n, g in gaps.items()},
-                          joint_ge_full_all_n=bool(all(g >= 0 for g in gaps.values())),
-                          gap_grows=bool(gaps[max(cfg["owners"])] > gaps[min(cfg["owners"])])))
-    beats_individual = {str(n): {str(e): bool(t[(n, "joint", e)][0] > t[(n, "individual", None)][0])
-                                 for e in cfg["epsilons"]} for n in cfg["owners"]}
-    return {"low_eps_cases": cases,
-            "holds": bool(all(c["joint_ge_full_all_n"] and c["gap_grows"] for c in cases)),
-            "joint_beats_individual": beats_individual}
+        cases.append(
+            dict(
+                epsilon=eps,
+                gaps={str(n): g for n, g in gaps.items()},
+                joint_ge_full_all_n=bool(all(g >= 0 for g in gaps.values())),
+                gap_grows=bool(gaps[max(cfg["owners"])] > gaps[min(cfg["owners"])]),
+            )
+        )
+    beats_individual = {
+        str(n): {str(e): bool(t[(n, "joint", e)][0] > t[(n, "individual", None)][0]) for e in cfg["epsilons"]}
+        for n in cfg["owners"]
+    }
+    return {
+        "low_eps_cases": cases,
+        "holds": bool(all(c["joint_ge_full_all_n"] and c["gap_grows"] for c in cases)),
+        "joint_beats_individual": beats_individual,
+    }
 
 
 def markdown(res: dict, claims: dict) -> str:
     t = table(res)
     cfg = res["config"]
-    lines = [f"# Joint DP on digits: mean per-owner test accuracy ({'quick' if res.get('quick') else 'full'} run)", "",
-             f"{cfg['seeds']} seeds, T={cfg['steps']} steps of B = n // 2 owners x k={cfg['records_per_owner']} "
-             f"records, lr={cfg['learning_rate']}, last iterate; individual: {cfg['epochs']} passes; "
-             f"delta={cfg['delta']}, clip={cfg['clip']}. Run time {res['seconds']:.0f} s.", "",
-             "| n | eps | individual | no-DP | full DP | joint DP |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"# Joint DP on digits: mean per-owner test accuracy ({'quick' if res.get('quick') else 'full'} run)",
+        "",
+        f"{cfg['seeds']} seeds, T={cfg['steps']} steps of B = n // 2 owners x k={cfg['records_per_owner']} "
+        f"records, lr={cfg['learning_rate']}, last iterate; individual: {cfg['epochs']} passes; "
+        f"delta={cfg['delta']}, clip={cfg['clip']}. Run time {res['seconds']:.0f} s.",
+        "",
+        "| n | eps | individual | no-DP | full DP | joint DP |",
+        "|---|---|---|---|---|---|",
+    ]
     for n in cfg["owners"]:
         ind, nod = t[(n, "individual", None)][0], t[(n, "nonprivate", None)][0]
         for eps in cfg["epsilons"]:
-            lines.append(f"| {n} | {eps:g} | {ind:.4f} | {nod:.4f} | {t[(n, 'full', eps)][0]:.4f} | "
-                         f"{t[(n, 'joint', eps)][0]:.4f} |")
+            lines.append(
+                f"| {n} | {eps:g} | {ind:.4f} | {nod:.4f} | {t[(n, 'full', eps)][0]:.4f} | "
+                f"{t[(n, 'joint', eps)][0]:.4f} |"
+            )
     lines += ["", "## Claim: joint DP >= full DP at low eps, gap growing with n", ""]
     for c in claims["low_eps_cases"]:
-        lines.append(f"- eps={c['epsilon']:g}: joint-full gaps " + ", ".join(
-            f"n={n}: {g:+.4f}" for n, g in c["gaps"].items())
-            + f" -> joint >= full for all n: {c['joint_ge_full_all_n']}, gap grows: {c['gap_grows']}")
+        lines.append(
+            f"- eps={c['epsilon']:g}: joint-full gaps "
+            + ", ".join(f"n={n}: {g:+.4f}" for n, g in c["gaps"].items())
+            + f" -> joint >= full for all n: {c['joint_ge_full_all_n']}, gap grows: {c['gap_grows']}"
+        )
     lines.append(f"- overall: {'REPRODUCED' if claims['holds'] else 'NOT fully reproduced'}")
     return "\n".join(lines) + "\n"
 

@@ -42,8 +42,8 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
-
 from _common import RESULTS, environment, log, write_json, write_text  # noqa: E402
+
 from privrec.data import load_dataset  # noqa: E402
 from privrec.models import ALS, DPALS  # noqa: E402
 from privrec.models._solve import _blas_single_thread  # noqa: E402
@@ -56,8 +56,9 @@ def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # Linux: KiB
 
 
-def heavy_head_matrix(n_users: int, n_items: int, n_interactions: int, exponent: float = 1.1, min_per_user: int = 20,
-                      seed: int = 0) -> sp.csr_matrix:
+def heavy_head_matrix(
+    n_users: int, n_items: int, n_interactions: int, exponent: float = 1.1, min_per_user: int = 20, seed: int = 0
+) -> sp.csr_matrix:
     """Seeded users x items ratings with Zipf(``exponent``) item popularity over a random item order.
 
     Items per user: ``min_per_user`` + log-normal(0, 1.4) scaled to the total, capped at half the
@@ -105,8 +106,9 @@ def time_implicit_iteration(R, factors: int, threads: int, seed: int = 0) -> flo
     from implicit.cpu.als import AlternatingLeastSquares
 
     with _blas_single_thread():
-        model = AlternatingLeastSquares(factors=factors, iterations=1, num_threads=threads, random_state=seed,
-                                        dtype=np.float32)
+        model = AlternatingLeastSquares(
+            factors=factors, iterations=1, num_threads=threads, random_state=seed, dtype=np.float32
+        )
         t = time.perf_counter()
         model.fit(R, show_progress=False)
         return time.perf_counter() - t
@@ -133,12 +135,26 @@ def time_als_sweep(R, factors: int, threads: int, solver: str) -> tuple[float, f
 
 
 def time_dpals_sweep(R, factors: int, threads: int, epsilon: float) -> dict:
-    dp = DPALS(method="ada-dpals", epsilon=epsilon, delta=1e-5, factors=factors, iterations=1, budget=100,
-               center=False, rating_bound=5.0, num_threads=threads, random_state=0)
+    dp = DPALS(
+        method="ada-dpals",
+        epsilon=epsilon,
+        delta=1e-5,
+        factors=factors,
+        iterations=1,
+        budget=100,
+        center=False,
+        rating_bound=5.0,
+        num_threads=threads,
+        random_state=0,
+    )
     t = time.perf_counter()
     _fit(dp, R)
-    return {"fit_s": time.perf_counter() - t, "sweep_s": float(dp.fit_timings_["steps"][0]),
-            "preprocess_s": float(dp.fit_timings_["preprocess"]), "epsilon": dp.privacy_report()["epsilon"]}
+    return {
+        "fit_s": time.perf_counter() - t,
+        "sweep_s": float(dp.fit_timings_["steps"][0]),
+        "preprocess_s": float(dp.fit_timings_["preprocess"]),
+        "epsilon": dp.privacy_report()["epsilon"],
+    }
 
 
 def item_step_batch(R, factors: int, seed: int = 0):
@@ -234,16 +250,25 @@ def _measure(name, R, factors, threads, args, repeats) -> dict:
         keep("gramian_s", g["seconds"])
         keep("gramian_cpu_s", g["cpu_seconds"])
         best["gemm_gflops"] = max(best.get("gemm_gflops", 0.0), gemm_gflops(1024 if args.quick else 2048))
-        best["gemm_cpu_gflops"] = max(best.get("gemm_cpu_gflops", 0.0), gemm_gflops(1024 if args.quick else 2048, cpu=True))
+        best["gemm_cpu_gflops"] = max(
+            best.get("gemm_cpu_gflops", 0.0), gemm_gflops(1024 if args.quick else 2048, cpu=True)
+        )
     d = batch.dim
     flops = 2.0 * batch.nnz * d * d
     imp = best["implicit_iteration_s"]
     res = {
-        "n_users": int(R.shape[0]), "n_items": int(R.shape[1]), "nnz": int(R.nnz),
+        "n_users": int(R.shape[0]),
+        "n_items": int(R.shape[1]),
+        "nnz": int(R.nnz),
         "top_item_share": float(np.bincount(R.indices, minlength=R.shape[1]).max() / R.shape[0]),
         **best,
-        "gramian": {"seconds": best["gramian_s"], "gflop": flops / 1e9, "gflops": flops / best["gramian_s"] / 1e9, "dim": d,
-                    "cpu_gflops": flops / best["gramian_cpu_s"] / 1e9},
+        "gramian": {
+            "seconds": best["gramian_s"],
+            "gflop": flops / 1e9,
+            "gflops": flops / best["gramian_s"] / 1e9,
+            "dim": d,
+            "cpu_gflops": flops / best["gramian_cpu_s"] / 1e9,
+        },
         "dpals_epsilon": dp["epsilon"],
         "ratio_als_cg_vs_implicit": best["als_sweep_cg_s"] / imp,
         "ratio_als_exact_vs_implicit": best["als_sweep_exact_s"] / imp,
@@ -252,11 +277,13 @@ def _measure(name, R, factors, threads, args, repeats) -> dict:
     res["gramian_vs_gemm"] = res["gramian"]["gflops"] / best["gemm_gflops"]
     # the same ratio per CPU-second (both sides): what a busy machine's wall clock hides
     res["gramian_vs_gemm_cpu"] = res["gramian"]["cpu_gflops"] / best["gemm_cpu_gflops"]
-    log(f"{name}: implicit {imp:.2f} s; ALS CG {res['ratio_als_cg_vs_implicit']:.2f}x, exact "
+    log(
+        f"{name}: implicit {imp:.2f} s; ALS CG {res['ratio_als_cg_vs_implicit']:.2f}x, exact "
         f"{res['ratio_als_exact_vs_implicit']:.2f}x; ada-dpals {res['ratio_dpals_vs_implicit']:.2f}x; Gramian "
         f"{res['gramian']['gflops']:.1f} GFLOP/s = {res['gramian_vs_gemm']:.2f}x GEMM {best['gemm_gflops']:.1f} "
         f"(per CPU-second {res['gramian_vs_gemm_cpu']:.2f}x)",
-        args.quiet)
+        args.quiet,
+    )
     return res
 
 
@@ -275,20 +302,45 @@ def _run(argv) -> dict:
         log(f"generating heavy-head {spec}", args.quiet)
         matrices["heavy-head"] = heavy_head_matrix(**spec, seed=0)
 
-    res = {"preset": preset, "factors": factors, "threads": threads, "quick": bool(args.quick), "repeats": repeats,
-           "environment": environment(), "heavy_head": HEAVY_HEAD_QUICK if args.quick else HEAVY_HEAD,
-           "matrices": {}}
+    res = {
+        "preset": preset,
+        "factors": factors,
+        "threads": threads,
+        "quick": bool(args.quick),
+        "repeats": repeats,
+        "environment": environment(),
+        "heavy_head": HEAVY_HEAD_QUICK if args.quick else HEAVY_HEAD,
+        "matrices": {},
+    }
     for name, M in matrices.items():
         res["matrices"][name] = _measure(name, M, factors, threads, args, repeats)
     first = res["matrices"][preset]  # the preset's figures at the top level (issue 4 keys)
-    for key in ("n_users", "n_items", "nnz", "implicit_iteration_s", "als_sweep_exact_s", "als_sweep_cg_s",
-                "dpals_sweep_s", "dpals_preprocess_s", "dpals_epsilon", "gemm_gflops", "gramian",
-                "ratio_als_exact_vs_implicit", "ratio_als_cg_vs_implicit", "ratio_dpals_vs_implicit", "gramian_vs_gemm",
-                "gramian_vs_gemm_cpu"):
+    for key in (
+        "n_users",
+        "n_items",
+        "nnz",
+        "implicit_iteration_s",
+        "als_sweep_exact_s",
+        "als_sweep_cg_s",
+        "dpals_sweep_s",
+        "dpals_preprocess_s",
+        "dpals_epsilon",
+        "gemm_gflops",
+        "gramian",
+        "ratio_als_exact_vs_implicit",
+        "ratio_als_cg_vs_implicit",
+        "ratio_dpals_vs_implicit",
+        "gramian_vs_gemm",
+        "gramian_vs_gemm_cpu",
+    ):
         res[key] = first[key]
     res["peak_rss_gb"] = peak_rss_gb()
-    res["targets"] = {"ratio_als_vs_implicit": 2.0, "ratio_dpals_vs_implicit": 3.0, "peak_rss_gb": 3.0,
-                      "gramian_vs_gemm": 0.7}
+    res["targets"] = {
+        "ratio_als_vs_implicit": 2.0,
+        "ratio_dpals_vs_implicit": 3.0,
+        "peak_rss_gb": 3.0,
+        "gramian_vs_gemm": 0.7,
+    }
 
     name = "bench_speed_quick" if args.quick else "bench_speed"
     out = Path(args.out)
@@ -299,7 +351,8 @@ def _run(argv) -> dict:
             f"| {mname} | {r['n_users']:,} x {r['n_items']:,}, nnz {r['nnz']:,} | {r['implicit_iteration_s']:.2f} | "
             f"{r['ratio_als_cg_vs_implicit']:.2f} | {r['ratio_als_exact_vs_implicit']:.2f} | "
             f"{r['ratio_dpals_vs_implicit']:.2f} | {r['gramian']['gflops']:.1f} / {r['gemm_gflops']:.1f} "
-            f"({r['gramian_vs_gemm']:.2f}; per CPU-s {r['gramian_vs_gemm_cpu']:.2f}) |")
+            f"({r['gramian_vs_gemm']:.2f}; per CPU-s {r['gramian_vs_gemm_cpu']:.2f}) |"
+        )
     md = (
         f"# {name}\n\nfactors {factors}, float32, {threads} threads, cpus {os.cpu_count()}; implicit with "
         f"single-threaded BLAS; best of {repeats} interleaved repetitions\n\n"

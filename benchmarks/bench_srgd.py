@@ -99,8 +99,8 @@ def main(argv=None):
     eps, delta = args.epsilon, 1e-6
     problems = [make_problem(np.random.default_rng(100 + t), n, d) for t in range(trials)]
     rows = []
-    times = {m: 0.0 for m in METHODS}
-    calls = {m: 0 for m in METHODS}
+    times = dict.fromkeys(METHODS, 0.0)
+    calls = dict.fromkeys(METHODS, 0)
     t_start = time.perf_counter()
     for T in T_grid:
         for m in METHODS:
@@ -119,36 +119,61 @@ def main(argv=None):
                     assert res.epsilon <= eps
                 mean = float(np.mean(vals))
                 if best is None or mean < best["excess_risk"]:
-                    best = dict(method=m, steps=T, batch_size=n // T, excess_risk=mean, std=float(np.std(vals)),
-                                config=cfg, epsilon=max(epss), neighboring="replace_one",
-                                epsilon_zero_out=max(eps_zo))
+                    best = dict(
+                        method=m,
+                        steps=T,
+                        batch_size=n // T,
+                        excess_risk=mean,
+                        std=float(np.std(vals)),
+                        config=cfg,
+                        epsilon=max(epss),
+                        neighboring="replace_one",
+                        epsilon_zero_out=max(eps_zo),
+                    )
             rows.append(best)
             print(f"T={T:4d} {m:24s} excess risk {best['excess_risk']:.3e} {best['config']}", file=sys.stderr)
     per_call = {m: times[m] / max(calls[m], 1) for m in METHODS}
     best_by = {m: min(r["excess_risk"] for r in rows if r["method"] == m) for m in METHODS}
-    rec = dict(n=n, d=d, epsilon=eps, delta=delta, neighboring="replace_one", trials=trials, T_grid=T_grid,
-               rows=rows, quick=q,
-               seconds=time.perf_counter() - t_start,
-               time_ratio_srgd_over_dpsgd=per_call[METHODS[0]] / per_call[METHODS[1]],
-               time_ratio_ftrl_over_dpsgd=per_call[METHODS[2]] / per_call[METHODS[1]],
-               best_excess_risk=best_by)
+    rec = dict(
+        n=n,
+        d=d,
+        epsilon=eps,
+        delta=delta,
+        neighboring="replace_one",
+        trials=trials,
+        T_grid=T_grid,
+        rows=rows,
+        quick=q,
+        seconds=time.perf_counter() - t_start,
+        time_ratio_srgd_over_dpsgd=per_call[METHODS[0]] / per_call[METHODS[1]],
+        time_ratio_ftrl_over_dpsgd=per_call[METHODS[2]] / per_call[METHODS[1]],
+        best_excess_risk=best_by,
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     sfx = "_quick" if q else ""
     atomic_write_text(args.out / f"srgd_excess_risk{sfx}.json", json.dumps(rec, indent=1))
-    lines = ["# Accelerated-DP-SRGD vs DP-SGD vs DP-FTRL (spec 001)", "",
-             f"Least squares with known optimum, n = {n}, d = {d}, single epoch, eps = {eps}, delta = {delta} "
-             "under replace-one (implies the paper's zero-out relation), "
-             f"{trials} trial(s); mean excess population risk at the best grid configuration (non-private tuning).",
-             "", "| T (batch steps) | B | " + " | ".join(METHODS) + " |", "|---|---|" + "---|" * len(METHODS)]
+    lines = [
+        "# Accelerated-DP-SRGD vs DP-SGD vs DP-FTRL (spec 001)",
+        "",
+        f"Least squares with known optimum, n = {n}, d = {d}, single epoch, eps = {eps}, delta = {delta} "
+        "under replace-one (implies the paper's zero-out relation), "
+        f"{trials} trial(s); mean excess population risk at the best grid configuration (non-private tuning).",
+        "",
+        "| T (batch steps) | B | " + " | ".join(METHODS) + " |",
+        "|---|---|" + "---|" * len(METHODS),
+    ]
     for T in T_grid:
-        cells = [next(f"{r['excess_risk']:.3e}" for r in rows if r["method"] == m and r["steps"] == T)
-                 for m in METHODS]
+        cells = [next(f"{r['excess_risk']:.3e}" for r in rows if r["method"] == m and r["steps"] == T) for m in METHODS]
         lines.append(f"| {T} | {n // T} | " + " | ".join(cells) + " |")
-    lines += ["", "Best over T: " + ", ".join(f"{m} {v:.3e}" for m, v in best_by.items()),
-              f"Every run: replace-one epsilon <= {eps} (max {max(r['epsilon'] for r in rows):.4f}); the same noise "
-              f"under the paper's zero-out relation has epsilon <= {max(r['epsilon_zero_out'] for r in rows):.4f}",
-              f"Wall time per run relative to DP-SGD (same process): DP-SRGD x{rec['time_ratio_srgd_over_dpsgd']:.2f}"
-              f", DP-FTRL x{rec['time_ratio_ftrl_over_dpsgd']:.2f}", ""]
+    lines += [
+        "",
+        "Best over T: " + ", ".join(f"{m} {v:.3e}" for m, v in best_by.items()),
+        f"Every run: replace-one epsilon <= {eps} (max {max(r['epsilon'] for r in rows):.4f}); the same noise "
+        f"under the paper's zero-out relation has epsilon <= {max(r['epsilon_zero_out'] for r in rows):.4f}",
+        f"Wall time per run relative to DP-SGD (same process): DP-SRGD x{rec['time_ratio_srgd_over_dpsgd']:.2f}"
+        f", DP-FTRL x{rec['time_ratio_ftrl_over_dpsgd']:.2f}",
+        "",
+    ]
     atomic_write_text(args.out / f"srgd_excess_risk{sfx}.md", "\n".join(lines))
     try:
         import matplotlib
@@ -159,8 +184,14 @@ def main(argv=None):
         fig, ax = plt.subplots(figsize=(5, 3.5))
         for m in METHODS:
             r = [x for x in rows if x["method"] == m]
-            ax.errorbar([x["steps"] for x in r], [x["excess_risk"] for x in r], [x["std"] for x in r], marker="o",
-                        capsize=2, label=m)
+            ax.errorbar(
+                [x["steps"] for x in r],
+                [x["excess_risk"] for x in r],
+                [x["std"] for x in r],
+                marker="o",
+                capsize=2,
+                label=m,
+            )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("batch steps T (B = n / T)")

@@ -47,14 +47,16 @@ except ImportError:  # pragma: no cover - script mode
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import _common as C  # type: ignore
 
-from privrec.evaluation import ReferenceNeighbours  # noqa: E402
-from privrec.evaluation import experiment as X  # noqa: E402
+from privrec.evaluation import ReferenceNeighbours
+from privrec.evaluation import experiment as X
 
 ADA_MUS_CLAIM = (0.25, 1 / 3, 0.5)
-FAMILIES = {"dpals": ("dpals-uniform", "dpals-tail", "ada-dpals"),
-            "dpsgd": ("dpsgd-uniform", "dpsgd-tail", "ada-dpsgd")}
+FAMILIES = {
+    "dpals": ("dpals-uniform", "dpals-tail", "ada-dpals"),
+    "dpsgd": ("dpsgd-uniform", "dpsgd-tail", "ada-dpsgd"),
+}
 PARTS = ("all", "tradeoff", "mu", "sliced")
-ALS_RIDGES = (40.0, 100.0, 200.0, 400.0)   # validation grid of the non-private reference (--tune-als)
+ALS_RIDGES = (40.0, 100.0, 200.0, 400.0)  # validation grid of the non-private reference (--tune-als)
 ALS_GRAVITIES = (0.2,)
 
 
@@ -68,7 +70,7 @@ class DatasetRun:
     data_dir: str | None = None
     heldout_users: int | None = None
     label: str | None = None
-    params: dict = field(default_factory=dict)   # model parameters shared by every method
+    params: dict = field(default_factory=dict)  # model parameters shared by every method
 
     @property
     def key(self) -> str:
@@ -83,8 +85,8 @@ class Config:
     seed: int = 0
     tag: str = ""
     mu_sweep_methods: tuple = ("ada-dpals", "ada-dpsgd")  # the others run the claim mus only
-    methods: tuple | None = None      # run only these methods; merged into an existing results file
-    tune_als: bool = False            # held-out users: choose the ALS reference on validation users
+    methods: tuple | None = None  # run only these methods; merged into an existing results file
+    tune_als: bool = False  # held-out users: choose the ALS reference on validation users
     als_ridges: tuple = ALS_RIDGES
     als_gravities: tuple = ALS_GRAVITIES
 
@@ -93,10 +95,22 @@ def quick_config() -> Config:
     """Seconds: the small embedded generator at reduced scale, both protocols, two epsilons."""
     common = {"iterations": 1, "factors": 4}
     return Config(
-        datasets=[DatasetRun("synthetic-skew", "random", scale=0.1, label="synthetic-skew-rmse", params=common),
-                  DatasetRun("synthetic-skew", "heldout-users", scale=0.15, heldout_users=60,
-                             label="synthetic-skew-topk", params=common)],
-        epsilons=(1.0, 5.0), mus=(0.0, 0.25, 0.5), tag="_quick", mu_sweep_methods=("ada-dpals",))
+        datasets=[
+            DatasetRun("synthetic-skew", "random", scale=0.1, label="synthetic-skew-rmse", params=common),
+            DatasetRun(
+                "synthetic-skew",
+                "heldout-users",
+                scale=0.15,
+                heldout_users=60,
+                label="synthetic-skew-topk",
+                params=common,
+            ),
+        ],
+        epsilons=(1.0, 5.0),
+        mus=(0.0, 0.25, 0.5),
+        tag="_quick",
+        mu_sweep_methods=("ada-dpals",),
+    )
 
 
 def full_config(ml10m_scale: float = 1.0, ml20m_scale: float = 1.0) -> Config:
@@ -105,15 +119,23 @@ def full_config(ml10m_scale: float = 1.0, ml20m_scale: float = 1.0) -> Config:
     ``scale`` < 1 subsamples a ``*-like`` preset's users and interactions (the item catalogue and
     the skew target are kept), for the scale study and for machines where the full size is slow.
     """
-    ds = [DatasetRun("ml10m-like", "random", scale=ml10m_scale, label=f"ml10m-like@{ml10m_scale:g}"),
-          DatasetRun("ml20m-like", "heldout-users", scale=ml20m_scale, label=f"ml20m-like@{ml20m_scale:g}",
-                     heldout_users=max(100, int(10_000 * ml20m_scale)))]
+    ds = [
+        DatasetRun("ml10m-like", "random", scale=ml10m_scale, label=f"ml10m-like@{ml10m_scale:g}"),
+        DatasetRun(
+            "ml20m-like",
+            "heldout-users",
+            scale=ml20m_scale,
+            label=f"ml20m-like@{ml20m_scale:g}",
+            heldout_users=max(100, int(10_000 * ml20m_scale)),
+        ),
+    ]
     shared = C.shared_datasets()
     if shared is not None and (shared / "ml-100k").is_dir():
         ds.append(DatasetRun("ml-100k", "random", data_dir=str(shared / "ml-100k")))
     if shared is not None and (shared / "hetrec2011-lastfm-2k").is_dir():
-        ds.append(DatasetRun("lastfm-2k", "heldout-users", data_dir=str(shared / "hetrec2011-lastfm-2k"),
-                             heldout_users=300))
+        ds.append(
+            DatasetRun("lastfm-2k", "heldout-users", data_dir=str(shared / "hetrec2011-lastfm-2k"), heldout_users=300)
+        )
     return Config(datasets=ds, mu_sweep_methods=("ada-dpals",))
 
 
@@ -148,8 +170,15 @@ def plan(cfg: Config, part: str) -> list[tuple[str, float | None, float | None]]
     return runs
 
 
-def tune_als(split, ridges=ALS_RIDGES, gravities=ALS_GRAVITIES, seed: int = 0, dataset: str = "",
-             quiet: bool = False, base_params: dict | None = None) -> tuple[dict, tuple]:
+def tune_als(
+    split,
+    ridges=ALS_RIDGES,
+    gravities=ALS_GRAVITIES,
+    seed: int = 0,
+    dataset: str = "",
+    quiet: bool = False,
+    base_params: dict | None = None,
+) -> tuple[dict, tuple]:
     """Choose the non-private ALS reference's ridge / gravity on the *validation* users.
 
     Held-out-users protocol only: each grid point is fitted on ``split.train`` (the training users)
@@ -170,23 +199,32 @@ def tune_als(split, ridges=ALS_RIDGES, gravities=ALS_GRAVITIES, seed: int = 0, d
             model.fit(split.train, show_progress=False)
             fit_s = time.perf_counter() - t0
             ev = evaluate_heldout(model, split.train, split.validation_history, split.validation_targets, k=20)
-            row = {**params, "val_recall@20": ev["metrics"]["recall@20"], "val_ndcg@20": ev["metrics"]["ndcg@20"],
-                   "fit_seconds": round(fit_s, 1)}
+            row = {
+                **params,
+                "val_recall@20": ev["metrics"]["recall@20"],
+                "val_ndcg@20": ev["metrics"]["ndcg@20"],
+                "fit_seconds": round(fit_s, 1),
+            }
             grid.append(row)
-            C.log(f"{dataset} ALS tuning ridge={r:g} gravity={g:g}: val recall@20={row['val_recall@20']:.4f} "
-                  f"fit {fit_s:.1f}s", quiet)
+            C.log(
+                f"{dataset} ALS tuning ridge={r:g} gravity={g:g}: val recall@20={row['val_recall@20']:.4f} "
+                f"fit {fit_s:.1f}s",
+                quiet,
+            )
             if best is None or row["val_recall@20"] > best[0]["val_recall@20"]:
                 best = (row, (model, fit_s))
             else:
                 del model
     row, fitted = best
     defaults = {**X.HELDOUT_ALS_DEFAULTS, **(base_params or {})}
-    record = {"selection": "max validation Recall@20 (validation users only; test users unused)",
-              "n_validation_users": int(split.validation_history.shape[0]),
-              "fixed": {k: v for k, v in defaults.items() if k not in ("regularization", "unobserved_weight")},
-              "spec_8": {"regularization": 40.0, "unobserved_weight": 0.2},
-              "grid": grid,
-              "best": {"regularization": row["regularization"], "unobserved_weight": row["unobserved_weight"]}}
+    record = {
+        "selection": "max validation Recall@20 (validation users only; test users unused)",
+        "n_validation_users": int(split.validation_history.shape[0]),
+        "fixed": {k: v for k, v in defaults.items() if k not in ("regularization", "unobserved_weight")},
+        "spec_8": {"regularization": 40.0, "unobserved_weight": 0.2},
+        "grid": grid,
+        "best": {"regularization": row["regularization"], "unobserved_weight": row["unobserved_weight"]},
+    }
     return record, fitted
 
 
@@ -210,8 +248,11 @@ def validation_evaluator(split):
         return lambda model: {"rmse": evaluate_ratings(model, split.train, val, history=split.train)["metrics"]["rmse"]}
     if split.validation_history is None or split.validation_targets is None:
         return None
-    return lambda model: {"recall@20": evaluate_heldout(model, split.train, split.validation_history,
-                                                        split.validation_targets, k=20)["metrics"]["recall@20"]}
+    return lambda model: {
+        "recall@20": evaluate_heldout(model, split.train, split.validation_history, split.validation_targets, k=20)[
+            "metrics"
+        ]["recall@20"]
+    }
 
 
 def _merge_existing(path: Path, results: dict, methods) -> dict:
@@ -224,23 +265,39 @@ def _merge_existing(path: Path, results: dict, methods) -> dict:
     merged = dict(old)
     merged["runs"] = kept + results["runs"]
     merged["skipped"] = [s for s in old.get("skipped", []) if s.get("method") not in methods] + results["skipped"]
-    merged["reruns"] = old.get("reruns", []) + [{"methods": list(methods), "wall_seconds": results["wall_seconds"],
-                                                 "environment": results["environment"]}]
+    merged["reruns"] = old.get("reruns", []) + [
+        {"methods": list(methods), "wall_seconds": results["wall_seconds"], "environment": results["environment"]}
+    ]
     if "als_tuning" in results:
         merged["als_tuning"] = {**old.get("als_tuning", {}), **results["als_tuning"]}
     return merged
 
 
-def run(cfg: Config, part: str = "all", out_dir: Path | None = None, quiet: bool = False,
-        make_plots: bool = True, deadline_s: float | None = None) -> dict:
+def run(
+    cfg: Config,
+    part: str = "all",
+    out_dir: Path | None = None,
+    quiet: bool = False,
+    make_plots: bool = True,
+    deadline_s: float | None = None,
+) -> dict:
     """Run the configured benchmark and write JSON, plots and the markdown tables."""
     if part not in PARTS:
         raise ValueError(f"part must be one of {PARTS}, got {part!r}")
     out_dir = Path(out_dir or C.RESULTS)
     t_start = time.perf_counter()
-    results = {"config": {"part": part, "epsilons": list(cfg.epsilons), "mus": list(cfg.mus), "seed": cfg.seed,
-                          "datasets": [asdict(d) for d in cfg.datasets]},
-               "environment": C.environment(), "runs": [], "skipped": []}
+    results = {
+        "config": {
+            "part": part,
+            "epsilons": list(cfg.epsilons),
+            "mus": list(cfg.mus),
+            "seed": cfg.seed,
+            "datasets": [asdict(d) for d in cfg.datasets],
+        },
+        "environment": C.environment(),
+        "runs": [],
+        "skipped": [],
+    }
     for ds in cfg.datasets:
         C.log(f"{ds.key}: loading ({ds.name}, scale {ds.scale})", quiet)
         try:
@@ -253,16 +310,18 @@ def run(cfg: Config, part: str = "all", out_dir: Path | None = None, quiet: bool
         val_eval = validation_evaluator(split)
         reference, als_fitted, als_params = None, None, {}
         if cfg.tune_als and ds.protocol == "heldout-users" and (cfg.methods is None or "als" in cfg.methods):
-            rec, als_fitted = tune_als(split, cfg.als_ridges, cfg.als_gravities, cfg.seed, ds.key, quiet,
-                                     base_params=ds.params)
+            rec, als_fitted = tune_als(
+                split, cfg.als_ridges, cfg.als_gravities, cfg.seed, ds.key, quiet, base_params=ds.params
+            )
             results.setdefault("als_tuning", {})[ds.key] = rec
             als_params = dict(rec["best"])
         for method, eps, mu in plan(cfg, part):
             if cfg.methods is not None and method not in cfg.methods:
                 continue
             if deadline_s is not None and time.perf_counter() - t_start > deadline_s:
-                results["skipped"].append({"dataset": ds.key, "method": method, "epsilon": eps, "mu": mu,
-                                           "reason": "time budget exhausted"})
+                results["skipped"].append(
+                    {"dataset": ds.key, "method": method, "epsilon": eps, "mu": mu, "reason": "time budget exhausted"}
+                )
                 continue
             params = dict(ds.params)
             if mu is not None:
@@ -270,13 +329,28 @@ def run(cfg: Config, part: str = "all", out_dir: Path | None = None, quiet: bool
             if method == "als":
                 params.update(als_params)
             try:
-                model, res = X.run_experiment(split, method, epsilon=eps, params=params, seed=cfg.seed,
-                                              reference=reference, dataset=ds.key, pld=False,
-                                              paper_sliced=ds.protocol == "heldout-users",
-                                              fitted=als_fitted if method == "als" else None)
+                model, res = X.run_experiment(
+                    split,
+                    method,
+                    epsilon=eps,
+                    params=params,
+                    seed=cfg.seed,
+                    reference=reference,
+                    dataset=ds.key,
+                    pld=False,
+                    paper_sliced=ds.protocol == "heldout-users",
+                    fitted=als_fitted if method == "als" else None,
+                )
             except (ValueError, ImportError) as exc:
-                results["skipped"].append({"dataset": ds.key, "method": method, "epsilon": eps, "mu": mu,
-                                           "reason": f"{type(exc).__name__}: {exc}"})
+                results["skipped"].append(
+                    {
+                        "dataset": ds.key,
+                        "method": method,
+                        "epsilon": eps,
+                        "mu": mu,
+                        "reason": f"{type(exc).__name__}: {exc}",
+                    }
+                )
                 C.log(f"{ds.key} {method} eps={eps}: skipped ({exc})", quiet)
                 continue
             if method == "als":  # neighbours of the reference computed once per dataset
@@ -290,9 +364,12 @@ def run(cfg: Config, part: str = "all", out_dir: Path | None = None, quiet: bool
             res["n_events"] = len(res.get("privacy_events", {}).get("events", []))
             res.pop("privacy_events", None)  # the JSON keeps epsilon_spent; the ledger is in the CLI output
             results["runs"].append(res)
-            C.log(f"{ds.key} {method:<14} eps={eps} mu={mu}: {metric_name(ds.protocol)}="
-                  f"{res['metrics'][metric_name(ds.protocol)]:.4f} eps_spent={res['epsilon_spent']} "
-                  f"fit {res['fit_seconds']:.1f}s", quiet)
+            C.log(
+                f"{ds.key} {method:<14} eps={eps} mu={mu}: {metric_name(ds.protocol)}="
+                f"{res['metrics'][metric_name(ds.protocol)]:.4f} eps_spent={res['epsilon_spent']} "
+                f"fit {res['fit_seconds']:.1f}s",
+                quiet,
+            )
     results["wall_seconds"] = round(time.perf_counter() - t_start, 1)
     out_dir.mkdir(parents=True, exist_ok=True)
     if cfg.methods is not None:  # partial rerun: merge into the dataset's existing file
@@ -312,8 +389,14 @@ def collect(out_dir: Path | None = None, make_plots: bool = True) -> dict:
     files = sorted(out_dir.glob("tradeoff_ds-*.json"))
     if not files:
         raise ValueError(f"no tradeoff_ds-*.json files in {out_dir}; run with --datasets first")
-    merged = {"config": [], "environment": C.environment(), "runs": [], "skipped": [], "wall_seconds": 0.0,
-              "sources": [f.name for f in files]}
+    merged = {
+        "config": [],
+        "environment": C.environment(),
+        "runs": [],
+        "skipped": [],
+        "wall_seconds": 0.0,
+        "sources": [f.name for f in files],
+    }
     for f in files:
         r = C.read_json(f)
         merged["config"].append(r["config"])
@@ -322,7 +405,8 @@ def collect(out_dir: Path | None = None, make_plots: bool = True) -> dict:
         merged["wall_seconds"] += r.get("wall_seconds", 0.0)
         for d in r["config"]["datasets"]:
             merged.setdefault("walls", {})[d.get("label") or d["name"]] = r.get("wall_seconds", 0.0) / len(
-                r["config"]["datasets"])
+                r["config"]["datasets"]
+            )
     merged["analysis"] = analyse(merged)
     C.write_json(out_dir / "tradeoff.json", merged)
     if make_plots:
@@ -362,48 +446,83 @@ def write_summary(merged: dict, out_dir: Path) -> Path:
         text = path.read_text()
         if ANALYSIS_MARKER in text:
             kept = text.split(ANALYSIS_MARKER, 1)[1].strip()
-    lines = ["# privrec benchmark summary: privacy-utility trade-off (spec 004 §7, issue 5)", "",
-             "Generated by `python benchmarks/bench_tradeoff.py --collect` from the per-dataset result files "
-             f"({', '.join(merged['sources'])}). Every epsilon below is computed by the RDP accountant over the "
-             "DpEvents each fit recorded (target epsilon in the column header; `epsilon_spent` per run in "
-             "`tradeoff.json`). Noise is seeded (seed 0) for reproducibility: a known seed voids the guarantee, "
-             "so these are experiments, not private releases.", "", "## Regenerate", "", "```", REGENERATE, "```", "",
-             "## What ran", "", "| dataset | protocol | users x items (train) | train interactions | runs | fit s (sum) "
-             "| process wall min | trivial baseline |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# privrec benchmark summary: privacy-utility trade-off (spec 004 §7, issue 5)",
+        "",
+        "Generated by `python benchmarks/bench_tradeoff.py --collect` from the per-dataset result files "
+        f"({', '.join(merged['sources'])}). Every epsilon below is computed by the RDP accountant over the "
+        "DpEvents each fit recorded (target epsilon in the column header; `epsilon_spent` per run in "
+        "`tradeoff.json`). Noise is seeded (seed 0) for reproducibility: a known seed voids the guarantee, "
+        "so these are experiments, not private releases.",
+        "",
+        "## Regenerate",
+        "",
+        "```",
+        REGENERATE,
+        "```",
+        "",
+        "## What ran",
+        "",
+        "| dataset | protocol | users x items (train) | train interactions | runs | fit s (sum) "
+        "| process wall min | trivial baseline |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     base = C.read_json(out_dir / "baselines.json") if (out_dir / "baselines.json").is_file() else {}
     for ds in merged["analysis"]:
         rs = [r for r in merged["runs"] if r["dataset"] == ds]
-        lines.append(f"| {ds} | {rs[0]['protocol']} | {rs[0]['n_users']} x {rs[0]['n_items']} | {rs[0]['n_train']} | "
-                     f"{len(rs)} | {sum(r['fit_seconds'] for r in rs):.0f} | "
-                     f"{merged.get('walls', {}).get(ds, float('nan')) / 60:.1f} | "
-                     + ", ".join(f"{k} {_f(v)}" for k, v in base.get(ds, {}).items()) + " |")
-    lines += ["", f"Total wall time of the per-dataset processes: {merged['wall_seconds'] / 60:.1f} min "
-              "(sum over processes; they ran concurrently on a shared 2-core machine).", "",
-              "## Claim verdicts (issue 5 'Done when'; measured)", "",
-              "| dataset | eps | family | ada > tail > uniform | ada vs tail b0 / b1 (>= 10%?) |", "|---|---|---|---|---|"]
+        lines.append(
+            f"| {ds} | {rs[0]['protocol']} | {rs[0]['n_users']} x {rs[0]['n_items']} | {rs[0]['n_train']} | "
+            f"{len(rs)} | {sum(r['fit_seconds'] for r in rs):.0f} | "
+            f"{merged.get('walls', {}).get(ds, float('nan')) / 60:.1f} | "
+            + ", ".join(f"{k} {_f(v)}" for k, v in base.get(ds, {}).items())
+            + " |"
+        )
+    lines += [
+        "",
+        f"Total wall time of the per-dataset processes: {merged['wall_seconds'] / 60:.1f} min "
+        "(sum over processes; they ran concurrently on a shared 2-core machine).",
+        "",
+        "## Claim verdicts (issue 5 'Done when'; measured)",
+        "",
+        "| dataset | eps | family | ada > tail > uniform | ada vs tail b0 / b1 (>= 10%?) |",
+        "|---|---|---|---|---|",
+    ]
     for ds, e in merged["analysis"].items():
         for eps, v in e["by_epsilon"].items():
             if float(eps) not in (1.0, 5.0):
                 continue
             for fam, c in v["claims"].items():
-                lines.append(f"| {ds} | {eps} | {fam} | {_f(c['ordering_ada>tail>uniform'])} | "
-                             f"{_f(100 * c['ada_vs_tail_bucket0_rel'], 1)}% / {_f(100 * c['ada_vs_tail_bucket1_rel'], 1)}% "
-                             f"({_f(c['tail_buckets_>=10%'])}) |")
+                lines.append(
+                    f"| {ds} | {eps} | {fam} | {_f(c['ordering_ada>tail>uniform'])} | "
+                    f"{_f(100 * c['ada_vs_tail_bucket0_rel'], 1)}% / {_f(100 * c['ada_vs_tail_bucket1_rel'], 1)}% "
+                    f"({_f(c['tail_buckets_>=10%'])}) |"
+                )
     lines += ["", "## Tables", "", markdown(merged), "## Plots", ""]
     for p in merged.get("plots", []):
         lines.append(f"- [{Path(p).name}]({Path(p).name})")
     others = [n for n in ("bench_speed.md", "appendix_c.md") if (out_dir / n).is_file()]
     if others:
         lines += ["", "## Other benchmarks of the suite", ""]
-        lines += [f"- [{n}]({n})" + (" (speed vs implicit, issue 4)" if "speed" in n else
-                                     " (Appendix C synthetic, RMSE vs mu)") for n in others]
+        lines += [
+            f"- [{n}]({n})"
+            + (" (speed vs implicit, issue 4)" if "speed" in n else " (Appendix C synthetic, RMSE vs mu)")
+            for n in others
+        ]
     lines += ["", ANALYSIS_MARKER, "", kept, ""]
     C.write_text(path, "\n".join(lines))
     return path
 
 
-def eval_speed(n_users: int = 10_000, n_items: int = 20_108, factors: int = 64, history: int = 58,
-               targets: int = 15, seed: int = 0, out_dir: Path | None = None, tag: str = "") -> dict:
+def eval_speed(
+    n_users: int = 10_000,
+    n_items: int = 20_108,
+    factors: int = 64,
+    history: int = 58,
+    targets: int = 15,
+    seed: int = 0,
+    out_dir: Path | None = None,
+    tag: str = "",
+) -> dict:
     """Time the full held-out evaluation at ``ml20m-like`` size against a naive peer, same process.
 
     Sizes default to the ml20m-like held-out test fold (10,000 users x 20,108 items, ~58 fold-in and
@@ -426,8 +545,9 @@ def eval_speed(n_users: int = 10_000, n_items: int = 20_108, factors: int = 64, 
 
     def sample(k):
         cols = rng.choice(n_items, size=n_users * k, p=pop)
-        m = sp.csr_matrix((np.ones(cols.size, np.float32), (np.repeat(np.arange(n_users), k), cols)),
-                          shape=(n_users, n_items))
+        m = sp.csr_matrix(
+            (np.ones(cols.size, np.float32), (np.repeat(np.arange(n_users), k), cols)), shape=(n_users, n_items)
+        )
         m.data[:] = 1.0
         return m
 
@@ -456,22 +576,31 @@ def eval_speed(n_users: int = 10_000, n_items: int = 20_108, factors: int = 64, 
         total += float(np.sum(hits / np.minimum(20, nt[rows])))
         users += rows.size
     t_peer = time.perf_counter() - t0
-    res = {"n_users": n_users, "n_items": n_items, "factors": factors, "seconds_ranking": round(t_rank, 3),
-           "seconds_sliced_recall": round(t_sliced, 3), "seconds_total": round(t_rank + t_sliced, 3),
-           "seconds_peer_argsort_recall_only": round(t_peer, 3),
-           "ratio_ranking_vs_peer": round(t_rank / t_peer, 3) if t_peer else None,
-           "recall@20_ours": ours["recall@20"], "recall@20_peer": total / max(users, 1),
-           "environment": C.environment()}
+    res = {
+        "n_users": n_users,
+        "n_items": n_items,
+        "factors": factors,
+        "seconds_ranking": round(t_rank, 3),
+        "seconds_sliced_recall": round(t_sliced, 3),
+        "seconds_total": round(t_rank + t_sliced, 3),
+        "seconds_peer_argsort_recall_only": round(t_peer, 3),
+        "ratio_ranking_vs_peer": round(t_rank / t_peer, 3) if t_peer else None,
+        "recall@20_ours": ours["recall@20"],
+        "recall@20_peer": total / max(users, 1),
+        "environment": C.environment(),
+    }
     if out_dir is not None:
         C.write_json(Path(out_dir) / f"eval_speed{tag}.json", res)
-        C.write_text(Path(out_dir) / f"eval_speed{tag}.md",
-                     f"# Evaluation speed (held-out users, {n_users} x {n_items}, d={factors})\n\n"
-                     f"- Recall@20 + NDCG@20 + coverage: {res['seconds_ranking']:.2f} s "
-                     f"({res['ratio_ranking_vs_peer']:.2f}x the time of a full-argsort Recall@20 peer, "
-                     f"{res['seconds_peer_argsort_recall_only']:.2f} s, same process)\n"
-                     f"- paper sliced recall (k = 100..20 over the top-10% items): {res['seconds_sliced_recall']:.2f} s\n"
-                     f"- total {res['seconds_total']:.2f} s; Recall@20 ours {res['recall@20_ours']:.5f} = "
-                     f"peer {res['recall@20_peer']:.5f}\n")
+        C.write_text(
+            Path(out_dir) / f"eval_speed{tag}.md",
+            f"# Evaluation speed (held-out users, {n_users} x {n_items}, d={factors})\n\n"
+            f"- Recall@20 + NDCG@20 + coverage: {res['seconds_ranking']:.2f} s "
+            f"({res['ratio_ranking_vs_peer']:.2f}x the time of a full-argsort Recall@20 peer, "
+            f"{res['seconds_peer_argsort_recall_only']:.2f} s, same process)\n"
+            f"- paper sliced recall (k = 100..20 over the top-10% items): {res['seconds_sliced_recall']:.2f} s\n"
+            f"- total {res['seconds_total']:.2f} s; Recall@20 ours {res['recall@20_ours']:.5f} = "
+            f"peer {res['recall@20_peer']:.5f}\n",
+        )
     return res
 
 
@@ -503,8 +632,9 @@ def trivial_baselines(cfg: Config, out_dir: Path | None = None, quiet: bool = Fa
 
 # ------------------------------------------------------------------------------------------ analysis
 def _select(runs, dataset, method, eps):
-    return [r for r in runs if r["dataset"] == dataset and r["method"] == method
-            and (eps is None or r["epsilon"] == eps)]
+    return [
+        r for r in runs if r["dataset"] == dataset and r["method"] == method and (eps is None or r["epsilon"] == eps)
+    ]
 
 
 def _overall(r):
@@ -521,8 +651,11 @@ def best_ada(runs, dataset, method, eps, protocol):
 
     The test metric plays no part in the choice: it is reported at the validation-selected mu.
     """
-    cands = [r for r in _select(runs, dataset, method, eps)
-             if r.get("mu") is not None and any(math.isclose(r["mu"], m) for m in ADA_MUS_CLAIM)]
+    cands = [
+        r
+        for r in _select(runs, dataset, method, eps)
+        if r.get("mu") is not None and any(math.isclose(r["mu"], m) for m in ADA_MUS_CLAIM)
+    ]
     cands = [r for r in cands if _finite(_validation(r))]
     if not cands:
         return None
@@ -549,21 +682,30 @@ def analyse(results: dict) -> dict:
         rs = [r for r in runs if r["dataset"] == ds]
         protocol = rs[0]["protocol"]
         als = _select(rs, ds, "als", None)
-        entry = {"protocol": protocol, "metric": metric_name(protocol),
-                 "als": _overall(als[0]) if als else None, "by_epsilon": {}}
+        entry = {
+            "protocol": protocol,
+            "metric": metric_name(protocol),
+            "als": _overall(als[0]) if als else None,
+            "by_epsilon": {},
+        }
         for eps in sorted({r["epsilon"] for r in rs if r["epsilon"] is not None}):
             row, claims = {}, {}
             for fam, (uni, tail, ada) in FAMILIES.items():
                 u = _select(rs, ds, uni, eps)
                 t = _select(rs, ds, tail, eps)
                 a = best_ada(rs, ds, ada, eps, protocol)
-                vals = {uni: _overall(u[0]) if u else None, tail: _overall(t[0]) if t else None,
-                        ada: _overall(a) if a else None}
+                vals = {
+                    uni: _overall(u[0]) if u else None,
+                    tail: _overall(t[0]) if t else None,
+                    ada: _overall(a) if a else None,
+                }
                 row.update(vals)
                 row[f"{ada}_best_mu"] = a["mu"] if a else None
                 if u and t and a:
-                    ok_order = (_improvement(vals[ada], vals[tail], protocol) > 0
-                                and _improvement(vals[tail], vals[uni], protocol) > 0)
+                    ok_order = (
+                        _improvement(vals[ada], vals[tail], protocol) > 0
+                        and _improvement(vals[tail], vals[uni], protocol) > 0
+                    )
                     sk = sliced_name(protocol)
                     tail_b = [_improvement(a["sliced"][sk][b], t[0]["sliced"][sk][b], protocol) for b in (0, 1)]
                     claims[fam] = {
@@ -591,8 +733,10 @@ def _f(v, nd=4) -> str:
 
 def markdown(results: dict) -> str:
     """Tables of overall metrics, claims and per-bucket values, as measured."""
-    lines = ["ada columns: the test metric at the mu (of 1/4, 1/3, 1/2) with the best *validation* metric; "
-             "the test fold is never used to choose a hyper-parameter.\n"]
+    lines = [
+        "ada columns: the test metric at the mu (of 1/4, 1/3, 1/2) with the best *validation* metric; "
+        "the test fold is never used to choose a hyper-parameter.\n"
+    ]
     an = results["analysis"]
     runs = results["runs"]
     for ds, e in an.items():
@@ -602,18 +746,25 @@ def markdown(results: dict) -> str:
         lines.append("|---" * (len(methods) + 2) + "|")
         for eps, v in e["by_epsilon"].items():
             o = v["overall"]
-            lines.append(f"| {eps} | " + " | ".join(_f(o.get(m)) for m in methods)
-                         + f" | {_f(o.get('ada-dpals_best_mu'), 3)} / {_f(o.get('ada-dpsgd_best_mu'), 3)} |")
+            lines.append(
+                f"| {eps} | "
+                + " | ".join(_f(o.get(m)) for m in methods)
+                + f" | {_f(o.get('ada-dpals_best_mu'), 3)} / {_f(o.get('ada-dpsgd_best_mu'), 3)} |"
+            )
         lines.append("")
-        lines.append("| eps | family | ada > tail > uniform | ada vs tail (overall) | ada vs tail bucket 0 | "
-                     "bucket 1 | both >= 10% |")
+        lines.append(
+            "| eps | family | ada > tail > uniform | ada vs tail (overall) | ada vs tail bucket 0 | "
+            "bucket 1 | both >= 10% |"
+        )
         lines.append("|---|---|---|---|---|---|---|")
         for eps, v in e["by_epsilon"].items():
             for fam, c in v["claims"].items():
-                lines.append(f"| {eps} | {fam} | {_f(c['ordering_ada>tail>uniform'])} | "
-                             f"{_f(100 * c['ada_vs_tail_overall_rel'], 1)}% | "
-                             f"{_f(100 * c['ada_vs_tail_bucket0_rel'], 1)}% | "
-                             f"{_f(100 * c['ada_vs_tail_bucket1_rel'], 1)}% | {_f(c['tail_buckets_>=10%'])} |")
+                lines.append(
+                    f"| {eps} | {fam} | {_f(c['ordering_ada>tail>uniform'])} | "
+                    f"{_f(100 * c['ada_vs_tail_overall_rel'], 1)}% | "
+                    f"{_f(100 * c['ada_vs_tail_bucket0_rel'], 1)}% | "
+                    f"{_f(100 * c['ada_vs_tail_bucket1_rel'], 1)}% | {_f(c['tail_buckets_>=10%'])} |"
+                )
         lines.append("")
         # per-bucket table at the smallest epsilon (plus ALS)
         rs = [r for r in runs if r["dataset"] == ds]
@@ -628,8 +779,9 @@ def markdown(results: dict) -> str:
             sel += cand[:1]
         if sel:
             nb = len(sel[0]["sliced"][sk])
-            lines.append(f"Per-bucket {sk} at eps = {eps0} (bucket 0 = least popular; "
-                         f"neighbour overlap with ALS in brackets):\n")
+            lines.append(
+                f"Per-bucket {sk} at eps = {eps0} (bucket 0 = least popular; neighbour overlap with ALS in brackets):\n"
+            )
             lines.append("| method | " + " | ".join(f"b{b}" for b in range(nb)) + " |")
             lines.append("|---" * (nb + 1) + "|")
             for r in sel:
@@ -639,9 +791,14 @@ def markdown(results: dict) -> str:
                 lines.append(f"| {name} | " + " | ".join(cells) + " |")
             lines.append("")
     if results.get("skipped"):
-        lines.append("Skipped: " + "; ".join(
-            f"{s['dataset']} {s.get('method', '')} {s.get('epsilon', '') or ''}: {s['reason']}"
-            for s in results["skipped"][:20]) + ("" if len(results["skipped"]) <= 20 else " ..."))
+        lines.append(
+            "Skipped: "
+            + "; ".join(
+                f"{s['dataset']} {s.get('method', '')} {s.get('epsilon', '') or ''}: {s['reason']}"
+                for s in results["skipped"][:20]
+            )
+            + ("" if len(results["skipped"]) <= 20 else " ...")
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -668,8 +825,14 @@ def plots(results: dict, out_dir: Path, tag: str = "") -> list[str]:
         for fam, ms in FAMILIES.items():  # colour = allocation, line style = family
             for m, colour, marker in zip(ms, ("C0", "C1", "C2"), ("o", "s", "^")):
                 ys = [e["by_epsilon"][str(x)]["overall"].get(m) for x in eps_list]
-                ax.plot(eps_list, [math.nan if y is None else y for y in ys], "-" if fam == "dpals" else "--",
-                        marker=marker, color=colour, label=m)
+                ax.plot(
+                    eps_list,
+                    [math.nan if y is None else y for y in ys],
+                    "-" if fam == "dpals" else "--",
+                    marker=marker,
+                    color=colour,
+                    label=m,
+                )
         if e["als"] is not None:
             ax.axhline(e["als"], color="k", lw=1, label="ALS (non-private)")
         ax.set_xscale("log")
@@ -680,11 +843,19 @@ def plots(results: dict, out_dir: Path, tag: str = "") -> list[str]:
         written.append(_save(fig, out_dir / f"tradeoff_{ds}{tag}.png", plt))
         # sliced + overlap bars, one figure per epsilon
         sk = sliced_name(protocol)
-        for eps0, what, fname in [(e_, w_, f_) for e_ in eps_list
-                                  for w_, f_ in ((sk, "sliced"), ("neighbour_overlap@20", "overlap"))]:
-            sel = [(m, r) for m in [x for f in FAMILIES.values() for x in f]
-                   for r in ([best_ada(rs, ds, m, eps0, protocol)] if m.startswith("ada")
-                             else [x for x in rs if x["method"] == m and x["epsilon"] == eps0][:1]) if r]
+        for eps0, what, fname in [
+            (e_, w_, f_) for e_ in eps_list for w_, f_ in ((sk, "sliced"), ("neighbour_overlap@20", "overlap"))
+        ]:
+            sel = [
+                (m, r)
+                for m in [x for f in FAMILIES.values() for x in f]
+                for r in (
+                    [best_ada(rs, ds, m, eps0, protocol)]
+                    if m.startswith("ada")
+                    else [x for x in rs if x["method"] == m and x["epsilon"] == eps0][:1]
+                )
+                if r
+            ]
             if what == sk:
                 sel = [("als", r) for r in rs if r["method"] == "als"][:1] + sel
             sel = [(m, r) for m, r in sel if what in r.get("sliced", {})]
@@ -741,20 +912,38 @@ def build_parser(p=None):
     p.add_argument("--epsilons", type=float, nargs="+", default=None)
     p.add_argument("--datasets", nargs="+", default=None, help="restrict to these dataset keys")
     p.add_argument("--budget-minutes", type=float, default=None, help="skip remaining runs after this time")
-    p.add_argument("--label-suffix", default="",
-                   help="appended to the dataset labels (e.g. '@0.5' for a second, larger-scale run)")
-    p.add_argument("--collect", action="store_true",
-                   help="merge results/tradeoff_ds-*.json (one per dataset) into tradeoff.json/.md and plots")
-    p.add_argument("--eval-speed", action="store_true",
-                   help="time the full ml20m-like held-out evaluation against a full-argsort peer")
-    p.add_argument("--baselines", action="store_true",
-                   help="global-mean RMSE / popularity Recall@20 per dataset into results/baselines.json")
-    p.add_argument("--methods", nargs="+", default=None, choices=X.METHODS,
-                   help="run only these methods and merge them into the existing per-dataset results file "
-                        "(other methods' runs are kept); e.g. --methods als")
-    p.add_argument("--tune-als", action="store_true",
-                   help="held-out users: choose the ALS reference's ridge (and gravity) on the validation users "
-                        "and record the grid under 'als_tuning' in the results JSON")
+    p.add_argument(
+        "--label-suffix", default="", help="appended to the dataset labels (e.g. '@0.5' for a second, larger-scale run)"
+    )
+    p.add_argument(
+        "--collect",
+        action="store_true",
+        help="merge results/tradeoff_ds-*.json (one per dataset) into tradeoff.json/.md and plots",
+    )
+    p.add_argument(
+        "--eval-speed",
+        action="store_true",
+        help="time the full ml20m-like held-out evaluation against a full-argsort peer",
+    )
+    p.add_argument(
+        "--baselines",
+        action="store_true",
+        help="global-mean RMSE / popularity Recall@20 per dataset into results/baselines.json",
+    )
+    p.add_argument(
+        "--methods",
+        nargs="+",
+        default=None,
+        choices=X.METHODS,
+        help="run only these methods and merge them into the existing per-dataset results file "
+        "(other methods' runs are kept); e.g. --methods als",
+    )
+    p.add_argument(
+        "--tune-als",
+        action="store_true",
+        help="held-out users: choose the ALS reference's ridge (and gravity) on the validation users "
+        "and record the grid under 'als_tuning' in the results JSON",
+    )
     p.add_argument("--als-ridges", type=float, nargs="+", default=list(ALS_RIDGES))
     p.add_argument("--als-gravities", type=float, nargs="+", default=list(ALS_GRAVITIES))
     p.add_argument("--no-plots", action="store_true")
@@ -773,7 +962,9 @@ def main_from_args(args) -> int:
         return 0
     cfg = quick_config() if args.quick else full_config(args.ml10m_scale, args.ml20m_scale)
     if args.baselines:
-        cfg.datasets = [d for d in cfg.datasets if not args.datasets or d.key in args.datasets or d.name in args.datasets]
+        cfg.datasets = [
+            d for d in cfg.datasets if not args.datasets or d.key in args.datasets or d.name in args.datasets
+        ]
         print(json.dumps(trivial_baselines(cfg, args.out, args.quiet), indent=1))
         return 0
     if args.epsilons:
@@ -792,8 +983,14 @@ def main_from_args(args) -> int:
                 d.label = d.key + args.label_suffix
         if not args.quick and len(cfg.datasets) == 1:  # one file per dataset, merged by --collect
             cfg.tag = f"_ds-{cfg.datasets[0].key}"
-    res = run(cfg, args.part, args.out, quiet=args.quiet, make_plots=not args.no_plots,
-              deadline_s=None if args.budget_minutes is None else 60 * args.budget_minutes)
+    res = run(
+        cfg,
+        args.part,
+        args.out,
+        quiet=args.quiet,
+        make_plots=not args.no_plots,
+        deadline_s=None if args.budget_minutes is None else 60 * args.budget_minutes,
+    )
     print(markdown(res))
     return 0
 

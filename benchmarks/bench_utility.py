@@ -45,7 +45,7 @@ except ImportError:  # pragma: no cover - script mode
     import _common as C  # type: ignore
     from _baselines import GlobalMean, Popularity, PrivateBias  # type: ignore
 
-from privrec.evaluation import experiment as X  # noqa: E402
+from privrec.evaluation import experiment as X
 
 EPSILONS = (1.0, 5.0, 20.0)
 DEFAULT_DATASETS = ("ml-100k", "lastfm-2k", "ml10m-like@0.2")
@@ -55,14 +55,37 @@ REAL_FOLDERS = {"ml-100k": "ml-100k", "lastfm-2k": "hetrec2011-lastfm-2k"}
 def _ref_params(eps: float, implicit: bool) -> dict:
     col = 0 if eps <= 2 else (1 if eps <= 10 else 2)
     if implicit:
-        return dict(method="dpals-tail", feedback="implicit", biases=False, factors=64, iterations=(3, 4, 5)[col],
-                    regularization=(40.0, 30.0, 30.0)[col], user_regularization=(40.0, 30.0, 30.0)[col],
-                    unobserved_weight=(0.4, 0.2, 0.2)[col], max_norm=0.1, item_frac=0.1, reg_exponent=0.0,
-                    user_reg_exponent=0.0, gramian_ratio=1.0, accountant="rdp")
-    return dict(method="dpals-tail", biases=False, center=True, factors=(8, 32, 32)[col], iterations=(2, 3, 4)[col],
-                regularization=(60.0, 40.0, 40.0)[col], user_regularization=(60.0, 40.0, 40.0)[col],
-                reg_exponent=0.25, user_reg_exponent=0.25, max_norm=(0.2, 0.5, 0.5)[col], label_bound=2.5,
-                gramian_ratio=1.0, accountant="rdp")
+        return dict(
+            method="dpals-tail",
+            feedback="implicit",
+            biases=False,
+            factors=64,
+            iterations=(3, 4, 5)[col],
+            regularization=(40.0, 30.0, 30.0)[col],
+            user_regularization=(40.0, 30.0, 30.0)[col],
+            unobserved_weight=(0.4, 0.2, 0.2)[col],
+            max_norm=0.1,
+            item_frac=0.1,
+            reg_exponent=0.0,
+            user_reg_exponent=0.0,
+            gramian_ratio=1.0,
+            accountant="rdp",
+        )
+    return dict(
+        method="dpals-tail",
+        biases=False,
+        center=True,
+        factors=(8, 32, 32)[col],
+        iterations=(2, 3, 4)[col],
+        regularization=(60.0, 40.0, 40.0)[col],
+        user_regularization=(60.0, 40.0, 40.0)[col],
+        reg_exponent=0.25,
+        user_reg_exponent=0.25,
+        max_norm=(0.2, 0.5, 0.5)[col],
+        label_bound=2.5,
+        gramian_ratio=1.0,
+        accountant="rdp",
+    )
 
 
 def parse_dataset(spec: str):
@@ -98,19 +121,31 @@ def run_dataset(spec: str, seeds: int, epsilons, quiet: bool, allocations: bool 
     implicit = split.protocol != "random"
     delta = X.default_delta(split)
     metric = _metric(split)
-    out = {"dataset": spec, "protocol": split.protocol, "metric": metric, "delta": delta,
-           "n_users": int(split.train.shape[0]), "n_items": int(split.train.shape[1]), "n_train": int(split.train.nnz),
-           "yardsticks": {}, "cells": []}
+    out = {
+        "dataset": spec,
+        "protocol": split.protocol,
+        "metric": metric,
+        "delta": delta,
+        "n_users": int(split.train.shape[0]),
+        "n_items": int(split.train.shape[1]),
+        "n_train": int(split.train.nnz),
+        "yardsticks": {},
+        "cells": [],
+    }
     trivial = (Popularity() if implicit else GlobalMean()).fit(split.train)
     out["yardsticks"]["trivial"] = _score(trivial, split)
     t0 = time.perf_counter()
     als = X.make_model("als", protocol=split.protocol, seed=0).fit(split.train, show_progress=False)
     out["yardsticks"]["als"] = _score(als, split)
-    C.log(f"{spec}: trivial {out['yardsticks']['trivial']:.4f}  als {out['yardsticks']['als']:.4f} "
-          f"({time.perf_counter() - t0:.1f}s)", quiet)
+    C.log(
+        f"{spec}: trivial {out['yardsticks']['trivial']:.4f}  als {out['yardsticks']['als']:.4f} "
+        f"({time.perf_counter() - t0:.1f}s)",
+        quiet,
+    )
     for eps in epsilons:
-        names = ["default", "private-bias", "ref-dpals"] + (["default:dpals-uniform", "default:dpals-tail"]
-                                                            if allocations else [])
+        names = ["default", "private-bias", "ref-dpals"] + (
+            ["default:dpals-uniform", "default:dpals-tail"] if allocations else []
+        )
         for name in names:
             vals, spent = [], []
             t1 = time.perf_counter()
@@ -127,11 +162,21 @@ def run_dataset(spec: str, seeds: int, epsilons, quiet: bool, allocations: bool 
                 model.fit(split.train, **({} if name == "private-bias" else {"show_progress": False}))
                 vals.append(_score(model, split))
                 spent.append(model.epsilon_spent() if name == "private-bias" else model.privacy_report()["epsilon"])
-            cell = {"epsilon": eps, "model": name, "mean": float(np.mean(vals)), "std": float(np.std(vals)),
-                    "values": vals, "epsilon_spent": float(max(spent)), "seconds": time.perf_counter() - t1}
+            cell = {
+                "epsilon": eps,
+                "model": name,
+                "mean": float(np.mean(vals)),
+                "std": float(np.std(vals)),
+                "values": vals,
+                "epsilon_spent": float(max(spent)),
+                "seconds": time.perf_counter() - t1,
+            }
             out["cells"].append(cell)
-            C.log(f"{spec} eps={eps:g} {name:13s} {metric} {cell['mean']:.4f} ± {cell['std']:.4f} "
-                  f"(eps spent {cell['epsilon_spent']:.3f}, {cell['seconds']:.1f}s)", quiet)
+            C.log(
+                f"{spec} eps={eps:g} {name:13s} {metric} {cell['mean']:.4f} ± {cell['std']:.4f} "
+                f"(eps spent {cell['epsilon_spent']:.3f}, {cell['seconds']:.1f}s)",
+                quiet,
+            )
     return out
 
 
@@ -145,32 +190,55 @@ def verdicts(res: dict) -> list[str]:
         vs_trivial = better(d, res["yardsticks"]["trivial"])
         vs_bias = better(d, cells["private-bias"]["mean"])
         vs_ref = better(d, cells["ref-dpals"]["mean"])
-        lines.append(f"eps={eps:g}: default {'>=' if vs_trivial else 'WORSE than'} trivial; "
-                     f"{'>=' if vs_bias else 'worse than'} private-bias; {'>=' if vs_ref else 'worse than'} ref-dpals")
+        lines.append(
+            f"eps={eps:g}: default {'>=' if vs_trivial else 'WORSE than'} trivial; "
+            f"{'>=' if vs_bias else 'worse than'} private-bias; {'>=' if vs_ref else 'worse than'} ref-dpals"
+        )
     return lines
 
 
 def to_markdown(results: list[dict], command: str) -> str:
-    lines = ["# Utility of the default private model against baselines", "",
-             f"Command: `{command}`. Mean ± std over noise seeds (seeded for reproducibility: a known seed voids",
-             "the guarantee); epsilon spent from each model's own ledger; same split per dataset (seed 0).",
-             "`trivial` = training global mean (RMSE) / exact popularity (Recall@20); `als` = non-private ALS.", ""]
+    lines = [
+        "# Utility of the default private model against baselines",
+        "",
+        f"Command: `{command}`. Mean ± std over noise seeds (seeded for reproducibility: a known seed voids",
+        "the guarantee); epsilon spent from each model's own ledger; same split per dataset (seed 0).",
+        "`trivial` = training global mean (RMSE) / exact popularity (Recall@20); `als` = non-private ALS.",
+        "",
+    ]
     for r in results:
-        lines += [f"## {r['dataset']} ({r['protocol']}, {r['metric']}, {r['n_users']:,} users x {r['n_items']:,} items, "
-                  f"{r['n_train']:,} train, delta {r['delta']:.3g})", "",
-                  f"Yardsticks: trivial {r['yardsticks']['trivial']:.4f}, non-private ALS {r['yardsticks']['als']:.4f}.", "",
-                  "| epsilon | default | private-bias | ref-dpals |", "|---|---|---|---|"]
+        lines += [
+            f"## {r['dataset']} ({r['protocol']}, {r['metric']}, {r['n_users']:,} users x {r['n_items']:,} items, "
+            f"{r['n_train']:,} train, delta {r['delta']:.3g})",
+            "",
+            f"Yardsticks: trivial {r['yardsticks']['trivial']:.4f}, non-private ALS {r['yardsticks']['als']:.4f}.",
+            "",
+            "| epsilon | default | private-bias | ref-dpals |",
+            "|---|---|---|---|",
+        ]
         for eps in sorted({c["epsilon"] for c in r["cells"]}):
             row = {c["model"]: c for c in r["cells"] if c["epsilon"] == eps}
-            lines.append(f"| {eps:g} | " + " | ".join(
-                f"{row[m]['mean']:.4f} ± {row[m]['std']:.4f}" for m in ("default", "private-bias", "ref-dpals")) + " |")
+            lines.append(
+                f"| {eps:g} | "
+                + " | ".join(
+                    f"{row[m]['mean']:.4f} ± {row[m]['std']:.4f}" for m in ("default", "private-bias", "ref-dpals")
+                )
+                + " |"
+            )
         extra = sorted({c["model"] for c in r["cells"]} - {"default", "private-bias", "ref-dpals"})
         if extra:
-            lines += ["", "Allocations under the same automatic configuration (ada-dpals is `default`):", "",
-                      "| epsilon | " + " | ".join(extra) + " |", "|---" * (len(extra) + 1) + "|"]
+            lines += [
+                "",
+                "Allocations under the same automatic configuration (ada-dpals is `default`):",
+                "",
+                "| epsilon | " + " | ".join(extra) + " |",
+                "|---" * (len(extra) + 1) + "|",
+            ]
             for eps in sorted({c["epsilon"] for c in r["cells"]}):
                 row = {c["model"]: c for c in r["cells"] if c["epsilon"] == eps}
-                lines.append(f"| {eps:g} | " + " | ".join(f"{row[m]['mean']:.4f} ± {row[m]['std']:.4f}" for m in extra) + " |")
+                lines.append(
+                    f"| {eps:g} | " + " | ".join(f"{row[m]['mean']:.4f} ± {row[m]['std']:.4f}" for m in extra) + " |"
+                )
         lines += [""] + [f"- {v}" for v in verdicts(r)] + [""]
     return "\n".join(lines)
 
@@ -186,8 +254,15 @@ def plot(res: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     for name, colour in (("default", "C0"), ("private-bias", "C1"), ("ref-dpals", "C2")):
         cells = sorted((c for c in res["cells"] if c["model"] == name), key=lambda c: c["epsilon"])
-        ax.errorbar([c["epsilon"] for c in cells], [c["mean"] for c in cells], yerr=[c["std"] for c in cells],
-                    marker="o", color=colour, label=name, capsize=3)
+        ax.errorbar(
+            [c["epsilon"] for c in cells],
+            [c["mean"] for c in cells],
+            yerr=[c["std"] for c in cells],
+            marker="o",
+            color=colour,
+            label=name,
+            capsize=3,
+        )
     ax.axhline(res["yardsticks"]["trivial"], color="grey", ls="--", label="trivial")
     ax.axhline(res["yardsticks"]["als"], color="black", ls=":", label="ALS (non-private)")
     ax.set_xscale("log")
@@ -206,10 +281,18 @@ def main(argv=None) -> int:
     p.add_argument("--datasets", nargs="+", default=None, help="dataset[@scale] list")
     p.add_argument("--seeds", type=int, default=None)
     p.add_argument("--out", default=None, help="output folder (default benchmarks/results)")
-    p.add_argument("--allocations", action="store_true",
-                   help="also run dpals-uniform and dpals-tail under the default automatic configuration")
-    p.add_argument("--collect", nargs="+", default=None, metavar="JSON",
-                   help="merge the results of earlier runs (utility.json files) into one table and plots")
+    p.add_argument(
+        "--allocations",
+        action="store_true",
+        help="also run dpals-uniform and dpals-tail under the default automatic configuration",
+    )
+    p.add_argument(
+        "--collect",
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="merge the results of earlier runs (utility.json files) into one table and plots",
+    )
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
     if a.collect:
@@ -217,7 +300,9 @@ def main(argv=None) -> int:
         runs = [C.read_json(Path(f)) for f in a.collect]
         results = [r for run in runs for r in run["results"]]
         commands = [run["command"] for run in runs]
-        C.write_json(out_dir / "utility.json", {"environment": C.environment(), "commands": commands, "results": results})
+        C.write_json(
+            out_dir / "utility.json", {"environment": C.environment(), "commands": commands, "results": results}
+        )
         C.write_text(out_dir / "utility.md", to_markdown(results, "; ".join(c.strip() for c in commands)))
         for r in results:
             plot(r, out_dir / f"utility_{r['dataset'].replace('@', '-')}.png")
@@ -230,8 +315,9 @@ def main(argv=None) -> int:
     results = [r for r in (run_dataset(d, seeds, epsilons, a.quiet, a.allocations) for d in datasets) if r is not None]
     suffix = "_quick" if a.quick else ""
     command = "python benchmarks/bench_utility.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    C.write_json(out_dir / f"utility{suffix}.json", {"environment": C.environment(), "command": command,
-                                                    "results": results})
+    C.write_json(
+        out_dir / f"utility{suffix}.json", {"environment": C.environment(), "command": command, "results": results}
+    )
     C.write_text(out_dir / f"utility{suffix}.md", to_markdown(results, command.strip()))
     for r in results:
         plot(r, out_dir / f"utility_{r['dataset'].replace('@', '-')}{suffix}.png")

@@ -16,7 +16,7 @@ from importlib.util import find_spec
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # a checkout works uninstalled
 
-import privrec  # noqa: E402
+import privrec
 
 project = "privrec"
 author = "privrec contributors"
@@ -61,8 +61,14 @@ html_show_sourcelink = False
 
 
 # --- docstring hygiene (the docstrings belong to the package; fix the rendering here) ----------
-_SKLEARN_GENERATED = ("set_fit_request", "set_predict_request", "set_score_request", "set_transform_request",
-                      "set_partial_fit_request", "set_output")
+_SKLEARN_GENERATED = (
+    "set_fit_request",
+    "set_predict_request",
+    "set_score_request",
+    "set_transform_request",
+    "set_partial_fit_request",
+    "set_output",
+)
 
 
 def _skip_member(app, what, name, obj, skip, options):
@@ -100,9 +106,9 @@ _ENTRY = re.compile(r"^(\S[^:]*?)\s+:\s+(.*)$")
 
 def _entry(line: str, indent: str):
     """``(names, description)`` when ``line`` is a ``name : description`` entry at ``indent``."""
-    if not line.startswith(indent) or line[len(indent):].startswith((" ", "\t")):
+    if not line.startswith(indent) or line[len(indent) :].startswith((" ", "\t")):
         return None
-    m = _ENTRY.match(line[len(indent):])
+    m = _ENTRY.match(line[len(indent) :])
     return (m.group(1), m.group(2)) if m else None
 
 

@@ -28,14 +28,20 @@ from privrec.models import ALS, DPALS
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description="Private recommendations on MovieLens with privrec.")
-    p.add_argument("--data-dir", default=None,
-                   help="folder holding the MovieLens files (default: $PRIVREC_DATA or ./datasets)")
+    p.add_argument(
+        "--data-dir", default=None, help="folder holding the MovieLens files (default: $PRIVREC_DATA or ./datasets)"
+    )
     p.add_argument("--dataset", default="ml-100k", help="ml-100k (default), ml-1m, ml-10m, ml-20m, ml-latest-small")
-    p.add_argument("--synthetic", action="store_true",
-                   help="run on generated MovieLens-like ratings instead (no files needed)")
+    p.add_argument(
+        "--synthetic", action="store_true", help="run on generated MovieLens-like ratings instead (no files needed)"
+    )
     p.add_argument("--epsilon", type=float, default=5.0, help="privacy budget epsilon (default 5)")
-    p.add_argument("--delta", type=float, default=None,
-                   help="privacy budget delta (default: a power of ten below 1 / (100 * number of users))")
+    p.add_argument(
+        "--delta",
+        type=float,
+        default=None,
+        help="privacy budget delta (default: a power of ten below 1 / (100 * number of users))",
+    )
     p.add_argument("--user", default=None, help="user id to recommend for (default: the first test user)")
     p.add_argument("-n", type=int, default=10, help="number of recommendations (default 10)")
     return p.parse_args(argv)
@@ -48,9 +54,12 @@ def load(args):
     try:
         return load_dataset(args.dataset, data_dir=args.data_dir)
     except DatasetNotFoundError as exc:
-        print(f"MovieLens data not found: {exc}\n"
-              f"Download it with `privrec datasets prepare {args.dataset} --download`, pass its folder with "
-              "--data-dir, or run this example on generated data with --synthetic.", file=sys.stderr)
+        print(
+            f"MovieLens data not found: {exc}\n"
+            f"Download it with `privrec datasets prepare {args.dataset} --download`, pass its folder with "
+            "--data-dir, or run this example on generated data with --synthetic.",
+            file=sys.stderr,
+        )
         return None
 
 
@@ -109,12 +118,18 @@ def main(argv=None) -> int:
     # 4. the privacy report: every noise event of the fit and the epsilon an accountant computed
     report = model.privacy_report()
     eps, acc = report["epsilon"], report["accountant"]
-    print(f"\nprivacy: ({eps:.3g}, {report['delta']:.2g})-DP at the user level "
-          f"({report['neighboring']}: all of one user's ratings added or removed)")
-    print(f"  epsilon computed by the {acc.upper()} accountant over {len(report['events'])} recorded noise events "
-          f"(RDP: {report['epsilon_rdp']:.3g}, PLD: {report['epsilon_pld']:.3g})")
-    print(f"  meaning: removing all of one user's ratings changes the probability of any released item factors "
-          f"by at most a factor e^{eps:.3g} = {math.exp(eps):.3g}, except with probability {report['delta']:.2g}")
+    print(
+        f"\nprivacy: ({eps:.3g}, {report['delta']:.2g})-DP at the user level "
+        f"({report['neighboring']}: all of one user's ratings added or removed)"
+    )
+    print(
+        f"  epsilon computed by the {acc.upper()} accountant over {len(report['events'])} recorded noise events "
+        f"(RDP: {report['epsilon_rdp']:.3g}, PLD: {report['epsilon_pld']:.3g})"
+    )
+    print(
+        f"  meaning: removing all of one user's ratings changes the probability of any released item factors "
+        f"by at most a factor e^{eps:.3g} = {math.exp(eps):.3g}, except with probability {report['delta']:.2g}"
+    )
     print("  released: item factors and item biases (plus the noisy counts and mean); user embeddings never")
     labels = sorted({e["label"].split(":")[0] for e in report["events"]})
     print("  noise events: " + ", ".join(labels))

@@ -6,6 +6,7 @@ import math
 from numbers import Real
 
 import numpy as np
+import scipy.sparse as sp
 
 
 def check_epsilon(epsilon, name: str = "epsilon", allow_inf: bool = True) -> float:
@@ -84,8 +85,9 @@ def check_random_state_seed(random_state, name: str = "random_state"):
 
     (numpy's own message for ``-1`` is "expected non-negative integer", without the parameter name.)
     """
-    if random_state is None or isinstance(random_state, (np.random.Generator, np.random.RandomState,
-                                                         np.random.SeedSequence)):
+    if random_state is None or isinstance(
+        random_state, (np.random.Generator, np.random.RandomState, np.random.SeedSequence)
+    ):
         return random_state
     if isinstance(random_state, bool) or not isinstance(random_state, (int, np.integer)):
         raise ValueError(f"{name} must be None or a non-negative integer seed, got {random_state!r}")
@@ -97,6 +99,7 @@ def check_random_state_seed(random_state, name: str = "random_state"):
 
 
 # ------------------------------------------------------------------------------- sparse inputs
+
 
 def check_csr_structure(matrix, name: str = "matrix", *, finite: bool = True) -> bool:
     """Check the internal arrays of a CSR matrix before anything indexes with them.
@@ -116,8 +119,6 @@ def check_csr_structure(matrix, name: str = "matrix", *, finite: bool = True) ->
     Returns whether the column indices are sorted within every row (the caller may then set
     ``has_sorted_indices`` without scipy re-checking). Raises a one-line ``ValueError``.
     """
-    import scipy.sparse as sp
-
     if not sp.issparse(matrix) or matrix.format != "csr":
         got = matrix.format.upper() if sp.issparse(matrix) else type(matrix).__name__
         raise ValueError(f"{name} must be a scipy.sparse CSR matrix, got {got}")
@@ -133,8 +134,9 @@ def check_csr_structure(matrix, name: str = "matrix", *, finite: bool = True) ->
     if indptr.ndim != 1 or indices.ndim != 1 or data.ndim != 1:
         raise ValueError(f"{name} is corrupt: indptr, indices and data must be 1-D arrays")
     if indptr.dtype.kind not in "iu" or indices.dtype.kind not in "iu":
-        raise ValueError(f"{name} is corrupt: indptr / indices must be integer arrays, got {indptr.dtype} / "
-                         f"{indices.dtype}")
+        raise ValueError(
+            f"{name} is corrupt: indptr / indices must be integer arrays, got {indptr.dtype} / {indices.dtype}"
+        )
     if data.dtype.kind not in "biuf":
         raise ValueError(f"{name} must hold numeric values, got dtype {data.dtype}")
     if len(indptr) != n_rows + 1:
@@ -148,8 +150,9 @@ def check_csr_structure(matrix, name: str = "matrix", *, finite: bool = True) ->
         raise ValueError(f"{name} is corrupt: indptr[-1] is {int(indptr[-1])} but there are {nnz} stored entries")
     if n_rows and np.any(indptr[1:] < indptr[:-1]):
         row = int(np.flatnonzero(indptr[1:] < indptr[:-1])[0])
-        raise ValueError(f"{name} is corrupt: indptr decreases at row {row} ({int(indptr[row])} -> "
-                         f"{int(indptr[row + 1])})")
+        raise ValueError(
+            f"{name} is corrupt: indptr decreases at row {row} ({int(indptr[row])} -> {int(indptr[row + 1])})"
+        )
     if nnz == 0:
         return True
     lo, hi = int(indices.min()), int(indices.max())
@@ -157,16 +160,19 @@ def check_csr_structure(matrix, name: str = "matrix", *, finite: bool = True) ->
         bad = (indices < 0) | (indices >= n_cols)
         first = int(np.flatnonzero(bad)[0])
         row = int(np.searchsorted(indptr, first, side="right") - 1)
-        raise ValueError(f"{name} is corrupt: {int(np.count_nonzero(bad))} column index(es) outside [0, {n_cols}), "
-                         f"e.g. {int(indices[first])} in row {row}")
+        raise ValueError(
+            f"{name} is corrupt: {int(np.count_nonzero(bad))} column index(es) outside [0, {n_cols}), "
+            f"e.g. {int(indices[first])} in row {row}"
+        )
     if finite and data.dtype.kind == "f":
         ok = np.isfinite(data)
         if not ok.all():
             bad = nnz - int(np.count_nonzero(ok))
             first = int(np.flatnonzero(~ok)[0])
             row = int(np.searchsorted(indptr, first, side="right") - 1)
-            raise ValueError(f"{name} contains {bad} NaN or infinite value(s), e.g. in row {row}, column "
-                             f"{int(indices[first])}")
+            raise ValueError(
+                f"{name} contains {bad} NaN or infinite value(s), e.g. in row {row}, column {int(indices[first])}"
+            )
     if nnz < 2:
         return True
     # adjacent pairs inside one row: the first entry of every non-empty row (but the first) starts a new row
@@ -198,12 +204,15 @@ def check_csr_structure(matrix, name: str = "matrix", *, finite: bool = True) ->
 
 
 def _raise_duplicates(name: str, n_dup: int, row: int, col: int):
-    raise ValueError(f"{name} has {n_dup} duplicate (row, column) entr{'y' if n_dup == 1 else 'ies'}, e.g. row {row}, "
-                     f"column {col}; privrec rejects duplicates instead of summing them: resolve them first "
-                     f"(matrix.sum_duplicates(), or Interactions.from_arrays(..., duplicates=...))")
+    raise ValueError(
+        f"{name} has {n_dup} duplicate (row, column) entr{'y' if n_dup == 1 else 'ies'}, e.g. row {row}, "
+        f"column {col}; privrec rejects duplicates instead of summing them: resolve them first "
+        f"(matrix.sum_duplicates(), or Interactions.from_arrays(..., duplicates=...))"
+    )
 
 
 # ------------------------------------------------------------------------------- memory
+
 
 def _physical_memory() -> int | None:
     try:
@@ -249,16 +258,16 @@ def check_memory(n_rows, n_cols, itemsize, what: str, limit: int | None = None) 
     need = r * c * s
     cap = memory_limit() if limit is None else check_int(limit, "limit", 1)
     if need > cap:
-        raise ValueError(f"{what} would need {_gib(need)} ({r:,} x {c:,} x {s} bytes), more than the limit of "
-                         f"{_gib(cap)} (set PRIVREC_MAX_ARRAY_BYTES to change it); use fewer factors or less data")
+        raise ValueError(
+            f"{what} would need {_gib(need)} ({r:,} x {c:,} x {s} bytes), more than the limit of "
+            f"{_gib(cap)} (set PRIVREC_MAX_ARRAY_BYTES to change it); use fewer factors or less data"
+        )
     return need
 
 
 def sparse_to_csr(matrix, name: str = "matrix") -> sp.csr_matrix:
     """A scipy sparse matrix or array (CSR, CSC, COO, ...) as CSR, checked *before* scipy converts it
     (scipy's COO -> CSR sums duplicates silently; a corrupt CSC would be read out of bounds)."""
-    import scipy.sparse as sp
-
     fmt = matrix.format
     if fmt == "csr":
         return matrix
@@ -281,8 +290,10 @@ def sparse_to_csr(matrix, name: str = "matrix") -> sp.csr_matrix:
         out = sp.csr_matrix(matrix.tocsr())
         if out.nnz != len(data):
             n_dup = len(data) - out.nnz
-            raise ValueError(f"{name} (COO) has {n_dup} duplicate (user, item) entr{'y' if n_dup == 1 else 'ies'}; "
-                             f"privrec rejects duplicates instead of summing them: build it with "
-                             f"Interactions.from_arrays(..., duplicates=...)")
+            raise ValueError(
+                f"{name} (COO) has {n_dup} duplicate (user, item) entr{'y' if n_dup == 1 else 'ies'}; "
+                f"privrec rejects duplicates instead of summing them: build it with "
+                f"Interactions.from_arrays(..., duplicates=...)"
+            )
         return out
     return sp.csr_matrix(matrix.tocsr())  # DOK / LIL / BSR / DIA cannot hold duplicates

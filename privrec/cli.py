@@ -44,7 +44,7 @@ class CommandImportError(RuntimeError):
 class ArgumentParser(argparse.ArgumentParser):
     """``argparse`` parser whose errors are one line (``privrec fit: error: ...``), exit status 2."""
 
-    def error(self, message):  # noqa: D401 - argparse API
+    def error(self, message):
         text = " ".join(str(message).split())
         self.exit(2, f"{self.prog}: error: {text} (see '{self.prog} --help')\n")
 
@@ -55,8 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     Raises :class:`CommandImportError` if a command module cannot be imported or has no
     ``register(subparsers)``.
     """
-    parser = ArgumentParser(prog="privrec", description=DESCRIPTION,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(
+        prog="privrec", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--version", action="version", version=f"privrec {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
@@ -64,8 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(full)
         except Exception as exc:
-            raise CommandImportError(f"command module {full} failed to import: "
-                                     f"{type(exc).__name__}: {_one_line(exc)}") from exc
+            raise CommandImportError(
+                f"command module {full} failed to import: {type(exc).__name__}: {_one_line(exc)}"
+            ) from exc
         register = getattr(module, "register", None)
         if not callable(register):
             raise CommandImportError(f"command module {full} has no register(subparsers) function")

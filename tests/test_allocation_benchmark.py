@@ -18,8 +18,12 @@ def test_bench_allocation_quick(tmp_path):
     saved = json.loads((tmp_path / "bench_allocation_quick.json").read_text())
     assert saved["nnz"] == out["nnz"] > 0
     assert set(saved["seconds"]) == {
-        "private_item_counts", "private_global_mean", "uniform_weights", "tail_weights",
-        "adaptive_weights_per_user", "adaptive_weights_global",
+        "private_item_counts",
+        "private_global_mean",
+        "uniform_weights",
+        "tail_weights",
+        "adaptive_weights_per_user",
+        "adaptive_weights_global",
     }
     assert saved["counts_plus_allocation_seconds_worst"] > 0
     assert saved["ssp"]["tasks"] > 0 and saved["ssp"]["dim"] == 4

@@ -8,12 +8,11 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_allocation_helpers import interaction_matrices
 
 from privrec.allocation import head_items, private_global_mean, private_head_items, private_item_counts
 from privrec.allocation._rows import sample_per_row
 from privrec.privacy import PrivacyLedger
-
-from test_allocation_helpers import interaction_matrices
 
 
 @settings(max_examples=60, deadline=None)

@@ -44,8 +44,13 @@ def remove_unit(batch, j: int):
 
     keep = batch.feature_ids != j
     sizes = np.bincount(batch.task_ids()[keep], minlength=batch.n_tasks)
-    return TaskBatch(np.concatenate(([0], np.cumsum(sizes))), batch.feature_ids[keep], batch.features,
-                     batch.labels[keep], batch.weights[keep])
+    return TaskBatch(
+        np.concatenate(([0], np.cumsum(sizes))),
+        batch.feature_ids[keep],
+        batch.features,
+        batch.labels[keep],
+        batch.weights[keep],
+    )
 
 
 def test_remove_unit_drops_only_that_units_examples():

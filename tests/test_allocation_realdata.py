@@ -62,8 +62,9 @@ def test_allocations_and_one_ssp_step(ml100k):
     labels.data = labels.data - 3.5
     batch = TaskBatch.from_csr(labels, w, feats, transpose=True)
     exact = ExactSolver(reg=5.0, max_norm=0.3, label_bound=2.0, dtype=np.float64).solve(batch).params
-    tiny = SSPSolver(noise_multiplier=1e-6, budget=beta, max_norm=0.3, label_bound=2.0, reg=5.0,
-                     dtype=np.float64).solve(batch, rng=0)
+    tiny = SSPSolver(
+        noise_multiplier=1e-6, budget=beta, max_norm=0.3, label_bound=2.0, reg=5.0, dtype=np.float64
+    ).solve(batch, rng=0)
     np.testing.assert_allclose(tiny.params, exact, atol=1e-5)
     noisy = SSPSolver(noise_multiplier=1.0, budget=beta, max_norm=0.3, label_bound=2.0, reg=5.0).solve(batch, rng=0)
     assert np.all(np.isfinite(noisy.params)) and noisy.params.shape == exact.shape

@@ -8,6 +8,7 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_allocation_helpers import interaction_matrices
 
 from privrec.allocation import (
     adaptive_task_weights,
@@ -17,8 +18,6 @@ from privrec.allocation import (
     uniform_weights,
     user_spend,
 )
-
-from test_allocation_helpers import interaction_matrices
 
 
 def _counts(m, seed):
@@ -32,7 +31,10 @@ def _all_allocations(m, counts, k, beta, mu, seed):
         "tail": (tail_weights(m, counts, k, rng=seed), float(k)),
         "adaptive-per-user": (adaptive_weights(m, counts, mu, beta), beta),
         "adaptive-global": (adaptive_weights(m, counts, mu, beta, mode="global"), beta),
-        "adaptive-global-inflated": (adaptive_weights(m, counts, mu, beta, mode="global", inflation=3.0, beta_bar=beta / 4), beta),
+        "adaptive-global-inflated": (
+            adaptive_weights(m, counts, mu, beta, mode="global", inflation=3.0, beta_bar=beta / 4),
+            beta,
+        ),
         "adaptive-per-user-inflated": (adaptive_weights(m, counts, mu, beta, inflation=2.0), beta),
     }
 

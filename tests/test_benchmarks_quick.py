@@ -55,9 +55,9 @@ def test_quick_tradeoff_outputs_and_privacy(quick):
 @pytest.mark.slow
 def test_claim_verdicts_match_measured_numbers(quick):
     _, res = quick
-    for ds, e in res["analysis"].items():
+    for e in res["analysis"].values():
         lower = e["protocol"] == "random"
-        for eps, v in e["by_epsilon"].items():
+        for v in e["by_epsilon"].values():
             o = v["overall"]
             for fam, (uni, tail, ada) in B.FAMILIES.items():
                 c = v["claims"][fam]
@@ -94,10 +94,8 @@ def test_benchmark_command_dispatch_errors(capsys):
 def test_benchmark_command_dispatches_to_scripts(tmp_path, monkeypatch, capsys):
     """speed / synthetic call the scripts' main(argv) with the remaining options."""
     (tmp_path / "bench_speed.py").write_text(
-        "import json, sys\n"
-        "def main(argv=None):\n"
-        "    print(json.dumps({'argv': argv}))\n"
-        "    return {'ok': True}\n")
+        "import json, sys\ndef main(argv=None):\n    print(json.dumps({'argv': argv}))\n    return {'ok': True}\n"
+    )
     (tmp_path / "bench_appendix_c.py").write_text("def main(argv=None):\n    return 3 if '--fail' in argv else 0\n")
     monkeypatch.setenv("PRIVREC_BENCHMARKS", str(tmp_path))
     assert main(["benchmark", "speed", "--quick"]) == 0
@@ -118,4 +116,6 @@ def test_trivial_baselines_quick(tmp_path):
     assert res["synthetic-skew-rmse"]["global_mean_rmse"] > 0
     assert 0 <= res["synthetic-skew-topk"]["popularity_recall@20"] <= 1
     saved = json.loads((tmp_path / "baselines.json").read_text())
-    assert saved["synthetic-skew-rmse"]["global_mean_rmse"] == pytest.approx(res["synthetic-skew-rmse"]["global_mean_rmse"])
+    assert saved["synthetic-skew-rmse"]["global_mean_rmse"] == pytest.approx(
+        res["synthetic-skew-rmse"]["global_mean_rmse"]
+    )

@@ -29,8 +29,9 @@ def test_script_argument_errors_are_one_line(tmp_path, monkeypatch, capsys):
     original = argparse.ArgumentParser.error
     assert main(["benchmark", "speed", "--bogus"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["privrec benchmark speed: error: unrecognized arguments: --bogus "
-                   "(see 'privrec benchmark speed --help')"]
+    assert err == [
+        "privrec benchmark speed: error: unrecognized arguments: --bogus (see 'privrec benchmark speed --help')"
+    ]
     assert argparse.ArgumentParser.error is original  # restored after the script
 
 

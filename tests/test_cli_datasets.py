@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-import privrec.cli as cli
 from privrec.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,8 +27,14 @@ def _ml100k(folder: Path) -> Path:
 
 
 def test_help_everywhere(capsys):
-    for argv in ([], ["--help"], ["datasets", "--help"], ["datasets", "info", "--help"],
-                 ["datasets", "list", "--help"], ["datasets", "prepare", "--help"]):
+    for argv in (
+        [],
+        ["--help"],
+        ["datasets", "--help"],
+        ["datasets", "info", "--help"],
+        ["datasets", "list", "--help"],
+        ["datasets", "prepare", "--help"],
+    ):
         rc = main(argv)
         out = capsys.readouterr()
         assert rc == (2 if not argv else 0)
@@ -62,13 +67,16 @@ def test_info_synthetic_text(capsys):
     assert "users          1,000" in out and "top-10% items" in out
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["datasets", "info", "ml-20m"], "privrec datasets prepare ml-20m --download"),
-    (["datasets", "info", "nope"], "unknown dataset"),
-    (["datasets", "info", "synthetic-skew", "--scale", "-1"], "scale"),
-    (["datasets", "frobnicate"], "invalid choice"),
-    (["datasets", "info"], "required"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["datasets", "info", "ml-20m"], "privrec datasets prepare ml-20m --download"),
+        (["datasets", "info", "nope"], "unknown dataset"),
+        (["datasets", "info", "synthetic-skew", "--scale", "-1"], "scale"),
+        (["datasets", "frobnicate"], "invalid choice"),
+        (["datasets", "info"], "required"),
+    ],
+)
 def test_user_errors_are_one_line_without_traceback(argv, needle, capsys):
     rc = main(argv)
     err = capsys.readouterr().err
@@ -95,9 +103,14 @@ def test_prepare_fills_cache(tmp_path, capsys):
 @pytest.mark.skipif(not (SHARED / "ml-100k" / "u.data").is_file(), reason="shared datasets not present")
 def test_done_when_real_data_via_shim(tmp_path, capsys):
     env = dict(os.environ, PRIVREC_CACHE=str(tmp_path / "c"))
-    res = subprocess.run([sys.executable, "cli.py", "datasets", "info", "ml-100k", "--data-dir",
-                          str(SHARED / "ml-100k"), "--json"], cwd=ROOT, capture_output=True, text=True, env=env,
-                         timeout=120)
+    res = subprocess.run(
+        [sys.executable, "cli.py", "datasets", "info", "ml-100k", "--data-dir", str(SHARED / "ml-100k"), "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     s = json.loads(res.stdout)
     assert (s["users"], s["items"], s["interactions"]) == (943, 1682, 100_000)
@@ -107,6 +120,7 @@ def test_done_when_real_data_via_shim(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------- issue: tracebacks, side effects
+
 
 def _cache_entry(cache: Path) -> Path:
     (entry,) = [p for p in cache.iterdir() if not p.name.startswith(".")]
@@ -126,10 +140,13 @@ def test_corrupt_cache_info_json_is_rebuilt_with_a_one_line_warning(tmp_path, ca
     assert len(warning_lines) == 1 and "warning" in warning_lines[0] and "Traceback" not in out.err
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["datasets", "info", "synthetic-skew", "--seed", "-1"], "--seed must be a non-negative integer seed"),
-    (["datasets", "info", "synthetic-skew", "--scale", "2"], "--scale must be in (0, 1]"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["datasets", "info", "synthetic-skew", "--seed", "-1"], "--seed must be a non-negative integer seed"),
+        (["datasets", "info", "synthetic-skew", "--scale", "2"], "--scale must be in (0, 1]"),
+    ],
+)
 def test_bad_synthetic_options_name_the_option(argv, needle, capsys):
     rc = main(argv)
     err = capsys.readouterr().err

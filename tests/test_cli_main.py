@@ -70,12 +70,14 @@ def test_command_module_without_register_fails_loudly(monkeypatch, capsys):
     assert "has no register(subparsers)" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [["datasets", "list"],
-                                  ["fit", "--method", "als", "--scale", "0.1", "--iterations", "1", "--factors", "2"]])
+@pytest.mark.parametrize(
+    "argv", [["datasets", "list"], ["fit", "--method", "als", "--scale", "0.1", "--iterations", "1", "--factors", "2"]]
+)
 def test_closed_stdout_pipe_exits_quietly(argv):
     """``privrec ... | head`` must not print "Broken pipe" or a traceback (Python docs recipe)."""
-    proc = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *argv], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "cli.py"), *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     proc.stdout.close()  # the reader is gone before privrec writes anything
     _, err = proc.communicate(timeout=120)
     err = err.decode()

@@ -23,8 +23,20 @@ ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--scale", "0.2", "--quiet"]
 FAST = ["--iterations", "2", "--factors", "4"]
 HELDOUT = ["--protocol", "heldout-users", "--heldout-users", "60"]
-REQUIRED = {"dataset", "method", "epsilon", "delta", "epsilon_spent", "privacy_events", "metrics", "sliced",
-            "fit_seconds", "baselines", "privacy_summary", "warnings"}
+REQUIRED = {
+    "dataset",
+    "method",
+    "epsilon",
+    "delta",
+    "epsilon_spent",
+    "privacy_events",
+    "metrics",
+    "sliced",
+    "fit_seconds",
+    "baselines",
+    "privacy_summary",
+    "warnings",
+}
 has_dpals = pytest.mark.skipif(not hasattr(models, "DPALS"), reason="privrec.models.DPALS not available")
 
 
@@ -39,7 +51,7 @@ def run_json(capsys, argv):
 
 def test_fit_als_json_random_protocol_on_default_dataset(capsys):
     res = run_json(capsys, ["fit", "--method", "als", "--json", *SMALL, *FAST])
-    assert REQUIRED <= set(res)
+    assert set(res) >= REQUIRED
     assert res["dataset"] == "synthetic-skew" and res["method"] == "als" and res["protocol"] == "random"
     assert res["epsilon_spent"] == "inf" and res["privacy_events"]["events"] == []
     rmse = res["metrics"]["rmse"]
@@ -54,7 +66,7 @@ def test_fit_als_json_random_protocol_on_default_dataset(capsys):
 @has_dpals
 def test_fit_private_json_reports_ledger_epsilon_within_target(capsys):
     res = run_json(capsys, ["fit", "--method", "ada-dpals", "--epsilon", "1", "--json", *SMALL, *FAST])
-    assert REQUIRED <= set(res)
+    assert set(res) >= REQUIRED
     assert res["epsilon"] == 1.0 and res["delta"] == pytest.approx(1e-5)
     spent = res["epsilon_spent"]
     assert isinstance(spent, float) and 0 < spent <= 1.0 + 1e-6
@@ -147,7 +159,8 @@ def test_fit_save_then_evaluate_recommend_similar(tmp_path, capsys):
     # same split, same model -> same RMSE as the fit's own evaluation, same trivial baseline
     assert ev["metrics"]["rmse"] == pytest.approx(fit["metrics"]["rmse"], rel=1e-5)
     assert ev["baselines"]["trivial"]["metrics"]["rmse"] == pytest.approx(
-        fit["baselines"]["trivial"]["metrics"]["rmse"], rel=1e-6)
+        fit["baselines"]["trivial"]["metrics"]["rmse"], rel=1e-6
+    )
     rec = run_json(capsys, ["recommend", "--model", str(path), "--user", "0", "-n", "5", "--json", *SMALL])
     assert len(rec["items"]) == 5
     scores = [r["score"] for r in rec["items"]]
@@ -178,9 +191,14 @@ def test_readable_fit_output_has_comparison_bucket_table_and_privacy_paragraph(c
     assert "trivial baseline: training global mean" in out and "non-private" in out
     assert "trivial rmse" in out and "ALS rmse" in out  # baselines per bucket too
     text = " ".join(out.split("privacy\n", 1)[1].split())
-    for needle in ("user level", "removing all of one user's ratings", "at most a factor e^",
-                   "except with probability delta", "PLD (privacy loss distribution) accountant",
-                   "User embeddings are never released"):
+    for needle in (
+        "user level",
+        "removing all of one user's ratings",
+        "at most a factor e^",
+        "except with probability delta",
+        "PLD (privacy loss distribution) accountant",
+        "User embeddings are never released",
+    ):
         assert needle in text, needle
 
 
@@ -204,8 +222,22 @@ def test_epsilon_and_delta_with_als_warn_that_they_are_ignored(capsys):
 
 @has_dpals
 def test_weight_exponent_is_ignored_by_non_adaptive_methods(capsys):
-    assert main(["fit", "--method", "dpals-uniform", "--weight-exponent", "0.5", "--json", "--no-compare-als",
-                 *SMALL, *FAST]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--method",
+                "dpals-uniform",
+                "--weight-exponent",
+                "0.5",
+                "--json",
+                "--no-compare-als",
+                *SMALL,
+                *FAST,
+            ]
+        )
+        == 0
+    )
     cap = capsys.readouterr()
     assert any("--weight-exponent (mu) is ignored by dpals-uniform" in w for w in json.loads(cap.out)["warnings"])
     assert cap.err.startswith("privrec fit: warning: --weight-exponent (mu) is ignored by dpals-uniform")
@@ -239,8 +271,16 @@ def test_known_noise_seed_is_called_out_in_the_summary(capsys):
 
 
 def test_privacy_paragraph_reads_the_report():
-    report = {"events": [{}, {}, {}], "epsilon": 0.92, "epsilon_rdp": 1.0, "epsilon_pld": 0.92, "delta": 1e-6,
-              "accountant": "pld", "target_epsilon": 1.0, "neighboring": "add_or_remove_one"}
+    report = {
+        "events": [{}, {}, {}],
+        "epsilon": 0.92,
+        "epsilon_rdp": 1.0,
+        "epsilon_pld": 0.92,
+        "delta": 1e-6,
+        "accountant": "pld",
+        "target_epsilon": 1.0,
+        "neighboring": "add_or_remove_one",
+    }
     text = M.privacy_paragraph(report, width=None)
     assert "(0.92, 1e-06)-differentially private at the user level" in text
     assert f"e^0.92 = {math.exp(0.92):.3g}" in text and "delta = 1e-06" in text
@@ -260,8 +300,9 @@ def ratings_files(tmp_path_factory):
 
     rng = np.random.default_rng(0)
     n = 4000
-    df = pd.DataFrame({"uid": rng.integers(0, 300, n), "mid": rng.integers(0, 150, n) * 7,
-                       "stars": rng.integers(1, 6, n)}).drop_duplicates(["uid", "mid"])
+    df = pd.DataFrame(
+        {"uid": rng.integers(0, 300, n), "mid": rng.integers(0, 150, n) * 7, "stars": rng.integers(1, 6, n)}
+    ).drop_duplicates(["uid", "mid"])
     folder = tmp_path_factory.mktemp("ratings")
     df.to_csv(folder / "r.csv", index=False)
     df.to_parquet(folder / "r.parquet", index=False)
@@ -293,7 +334,8 @@ def test_fit_on_own_csv_and_parquet_files(ratings_files, readers, capsys):
     for res in (a, b):
         assert res["protocol"] == "random" and res["n_items"] <= df["mid"].nunique()
     assert a["n_train"] == b["n_train"] and a["baselines"]["trivial"]["metrics"]["rmse"] == pytest.approx(
-        b["baselines"]["trivial"]["metrics"]["rmse"])
+        b["baselines"]["trivial"]["metrics"]["rmse"]
+    )
 
 
 def test_duplicate_rows_are_rejected_unless_a_policy_is_given(ratings_files, readers, tmp_path, capsys):
@@ -313,8 +355,25 @@ def test_duplicate_rows_are_rejected_unless_a_policy_is_given(ratings_files, rea
 
 def test_fit_on_file_without_ratings_uses_heldout_users(ratings_files, readers, capsys):
     folder, _ = ratings_files
-    res = run_json(capsys, ["fit", "--method", "als", "--ratings", str(folder / "plays.csv"), "--user-col", "uid",
-                            "--item-col", "mid", "--rating-col", "", "--json", "-q", *FAST])
+    res = run_json(
+        capsys,
+        [
+            "fit",
+            "--method",
+            "als",
+            "--ratings",
+            str(folder / "plays.csv"),
+            "--user-col",
+            "uid",
+            "--item-col",
+            "mid",
+            "--rating-col",
+            "",
+            "--json",
+            "-q",
+            *FAST,
+        ],
+    )
     assert res["protocol"] == "heldout-users" and res["n_train"] > 1000  # nothing binarised away
     assert 0 <= res["metrics"]["recall@20"] <= 1
 
@@ -367,8 +426,10 @@ def test_plot_writes_a_bucket_chart(tmp_path, capsys):
     assert res["plot"] == str(out) and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # --plot implies the evaluation even with --output
     out2 = tmp_path / "b.svg"
-    res = run_json(capsys, ["fit", "--method", "als", "--plot", str(out2), "--output", str(tmp_path / "m.npz"),
-                            "--json", *SMALL, *FAST])
+    res = run_json(
+        capsys,
+        ["fit", "--method", "als", "--plot", str(out2), "--output", str(tmp_path / "m.npz"), "--json", *SMALL, *FAST],
+    )
     assert "metrics" in res and out2.read_text().lstrip().startswith("<?xml")
 
 
@@ -422,19 +483,30 @@ def test_unknown_method_and_user_exit_nonzero(tmp_path, capsys):
 
 
 def test_python_cli_py_subprocess_json():
-    proc = subprocess.run([sys.executable, str(ROOT / "cli.py"), "fit", "--method", "als", "--json", *SMALL, *FAST],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "cli.py"), "fit", "--method", "als", "--json", *SMALL, *FAST],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     res = json.loads(proc.stdout)
-    assert REQUIRED <= set(res) and res["metrics"]["rmse"] > 0
-    bad = subprocess.run([sys.executable, str(ROOT / "cli.py"), "fit", "--method", "nope"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert set(res) >= REQUIRED and res["metrics"]["rmse"] > 0
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "cli.py"), "fit", "--method", "nope"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "invalid choice" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
 
 @has_dpals
 def test_private_noise_comes_from_os_entropy_unless_a_noise_seed_is_given(capsys, tmp_path):
     """--seed fixes data and split only; the privacy noise is unseeded unless --noise-seed is set."""
+
     def item_factors(extra, name):
         out = tmp_path / f"{name}.npz"
         res = run_json(capsys, ["fit", "--json", "--output", str(out), *SMALL, *FAST, *extra])
@@ -443,7 +515,7 @@ def test_private_noise_comes_from_os_entropy_unless_a_noise_seed_is_given(capsys
     res_a, a = item_factors([], "a")
     res_b, b = item_factors([], "b")
     assert res_a["seed"] == 0 and res_a["noise_seed"] is None
-    assert a.shape == b.shape and not (a == b).all()          # fresh OS-entropy noise each run
+    assert a.shape == b.shape and not (a == b).all()  # fresh OS-entropy noise each run
     _, c = item_factors(["--noise-seed", "7"], "c")
     _, d = item_factors(["--noise-seed", "7"], "d")
-    assert (c == d).all()                                     # reproducible experiment
+    assert (c == d).all()  # reproducible experiment

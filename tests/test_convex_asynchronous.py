@@ -54,8 +54,16 @@ def test_noise_free_is_async_projected_gossip_and_rho_zero_never_moves():
     rng = np.random.default_rng(1)
     X, y, owner = _data(rng, owners=3)
     T, rho, sigma, tmax, xi = 200, 4e-3, 1e-2, 0.3, 0.5
-    est = AsyncDPLearner(epsilon=math.inf, n_steps=T, rho=rho, sigma=sigma, theta_max=tmax, grad_bound=xi,
-                         coefficient="eq7", random_state=3).fit(X, y, owner)
+    est = AsyncDPLearner(
+        epsilon=math.inf,
+        n_steps=T,
+        rho=rho,
+        sigma=sigma,
+        theta_max=tmax,
+        grad_bound=xi,
+        coefficient="eq7",
+        random_state=3,
+    ).fit(X, y, owner)
     N, n, p = 3, X.shape[0], X.shape[1]
     step = rho / (T**2 * sigma)
     thL, th = np.zeros(p), np.zeros((N, p))
@@ -79,8 +87,9 @@ def test_noise_free_converges_towards_ridge_optimum():
     rng = np.random.default_rng(2)
     X, y, owner = _data(rng, n=600, owners=3)
     sigma, T = 1e-2, 3000
-    est = AsyncDPLearner(epsilon=math.inf, n_steps=T, rho=0.5 * T**2 * sigma, sigma=sigma, grad_bound=100.0,
-                         random_state=0).fit(X, y, owner)
+    est = AsyncDPLearner(
+        epsilon=math.inf, n_steps=T, rho=0.5 * T**2 * sigma, sigma=sigma, grad_bound=100.0, random_state=0
+    ).fit(X, y, owner)
     star = ridge_optimum(X, y, sigma)
     psi = ridge_objective(est.coef_, X, y, sigma) / ridge_objective(star, X, y, sigma) - 1
     assert psi < 0.05
@@ -162,7 +171,7 @@ def test_simulate_records_every_noise_draw_in_per_owner_ledgers():
     answers = est.simulation_answers_
     assert answers.shape == (R, 3) and answers.sum() == R * T
     rep = est.simulation_report()
-    for j, eps in enumerate([0.5, 1.0]):
+    for j, _eps in enumerate([0.5, 1.0]):
         r = rep[j]
         assert r["runs"] == R and r["answers_total"] == answers[:, j].sum()
         assert len(r["events"]) == int(np.count_nonzero(answers[:, j]))  # one Laplace event per run

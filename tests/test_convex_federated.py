@@ -54,7 +54,8 @@ def test_fact3_mnist_moments_calibration():
     assert paper_moments_sigma2(1.0, n, 35, 1.5, 1.0 / n**2) == pytest.approx(1.15643e-3, rel=1e-4)
     assert paper_moments_batch(n, 35, 1.5) == pytest.approx(128.1, abs=0.05)
     assert paper_local_sgd_sigma2(2.0, n, 35, 7, 1.5, 1.0 / n**2) == pytest.approx(
-        7 * paper_moments_sigma2(2.0, n, 35, 1.5, 1.0 / n**2))
+        7 * paper_moments_sigma2(2.0, n, 35, 1.5, 1.0 / n**2)
+    )
 
 
 # ---------------------------------------------------------------- reductions (facts 4-6)
@@ -62,8 +63,17 @@ def test_fact4_nonprivate_full_batch_all_silos_is_projected_gd():
     rng = np.random.default_rng(0)
     silos, _ = _linear_silos(rng)
     loss = SquaredLoss(l2=0.01)
-    res = mb_sgd(silos, loss, rounds=15, batch_size=10**6, step_size=0.3, radius=0.7, private=False,
-                 averaging="last", random_state=0)
+    res = mb_sgd(
+        silos,
+        loss,
+        rounds=15,
+        batch_size=10**6,
+        step_size=0.3,
+        radius=0.7,
+        private=False,
+        averaging="last",
+        random_state=0,
+    )
     th = np.zeros(4)
     for _ in range(15):
         g = np.mean([loss.gradient(th, s.X, s.y) for s in silos], axis=0)
@@ -77,8 +87,17 @@ def test_fact5_averaged_noise_is_gaussian_with_variance_sigma2_over_m():
     rng = np.random.default_rng(1)
     d, N, M = 4000, 6, 3
     silos = SiloSet.from_arrays([np.zeros((50, d))] * N, [np.zeros(50)] * N, epsilon=1.0)
-    res = mb_sgd(silos, SquaredLoss(), rounds=1, batch_size=10, step_size=1.0, clip=1.0, n_available=M,
-                 averaging="last", random_state=rng)
+    res = mb_sgd(
+        silos,
+        SquaredLoss(),
+        rounds=1,
+        batch_size=10,
+        step_size=1.0,
+        clip=1.0,
+        n_available=M,
+        averaging="last",
+        random_state=rng,
+    )
     sigma = res.info["noise_std"][0]
     assert sigma > 0
     g = -res.coef
@@ -92,8 +111,18 @@ def test_fact6_md_weights_and_alpha1_mu0_is_gd_with_step_one_over_eta():
     rng = np.random.default_rng(2)
     silos, _ = _linear_silos(rng)
     loss = SquaredLoss()
-    res = accelerated_mb_sgd(silos, loss, batch_size=10**6, smoothness=1.0, rounds=12, private=False,
-                             alpha=lambda r: 1.0, eta=lambda r: 4.0, radius=0.8, random_state=0)
+    res = accelerated_mb_sgd(
+        silos,
+        loss,
+        batch_size=10**6,
+        smoothness=1.0,
+        rounds=12,
+        private=False,
+        alpha=lambda r: 1.0,
+        eta=lambda r: 4.0,
+        radius=0.8,
+        random_state=0,
+    )
     th = np.zeros(4)
     for _ in range(12):
         th = project_ball(th - 0.25 * np.mean([loss.gradient(th, s.X, s.y) for s in silos], axis=0), 0.8)
@@ -108,12 +137,14 @@ def test_accelerated_nonprivate_beats_plain_gd_on_ill_conditioned_quadratic():
     silos = SiloSet.from_arrays([X[:100], X[100:]], [y[:100], y[100:]])
     loss = SquaredLoss()
     beta = float(np.linalg.eigvalsh(X.T @ X / 200).max()) * 1.05
-    acc = accelerated_mb_sgd(silos, loss, batch_size=10**6, smoothness=beta, rounds=40, private=False,
-                             random_state=0)
-    gd = mb_sgd(silos, loss, rounds=40, batch_size=10**6, step_size=1 / beta, private=False, averaging="last",
-                random_state=0)
+    acc = accelerated_mb_sgd(silos, loss, batch_size=10**6, smoothness=beta, rounds=40, private=False, random_state=0)
+    gd = mb_sgd(
+        silos, loss, rounds=40, batch_size=10**6, step_size=1 / beta, private=False, averaging="last", random_state=0
+    )
     f_star = federated_objective(loss, np.linalg.lstsq(X, y, rcond=None)[0], silos)
-    assert federated_objective(loss, acc.coef, silos) - f_star < 0.5 * (federated_objective(loss, gd.coef, silos) - f_star)
+    assert federated_objective(loss, acc.coef, silos) - f_star < 0.5 * (
+        federated_objective(loss, gd.coef, silos) - f_star
+    )
 
 
 # ---------------------------------------------------------------- per-silo accounting
@@ -144,8 +175,17 @@ def test_every_silo_epsilon_recomputes_and_stays_within_budget(algo):
         res = accelerated_mb_sgd(silos, loss, batch_size=10, smoothness=2.0, mode="one_pass", noise="paper", **kw)
         assert res.info["rounds"] == 8  # min_i floor(n_i / K)
     else:
-        res = multistage_accelerated(silos, loss, batch_size=20, smoothness=2.0, strong_convexity=0.1, gap=1.0,
-                                     n_stages=2, max_rounds_per_stage=6, **kw)
+        res = multistage_accelerated(
+            silos,
+            loss,
+            batch_size=20,
+            smoothness=2.0,
+            strong_convexity=0.1,
+            gap=1.0,
+            n_stages=2,
+            max_rounds_per_stage=6,
+            **kw,
+        )
     _check_reports(res, silos)
     assert all(e > 0 for e in res.epsilons)
     assert np.all(np.isfinite(res.coef))
@@ -157,15 +197,23 @@ def test_paper_noise_is_never_below_the_accountant():
     a = mb_sgd(silos, SquaredLoss(), rounds=12, batch_size=20, step_size=0.1, clip=1.0, random_state=0)
     p = mb_sgd(silos, SquaredLoss(), rounds=12, batch_size=20, step_size=0.1, clip=1.0, noise="paper", random_state=0)
     assert all(np.array(p.info["noise_std"]) >= np.array(a.info["noise_std"]) - 1e-12)
-    for s, K, sd in zip(silos, [20, 20, 20], p.info["noise_std"]):
+    for s, _K, sd in zip(silos, [20, 20, 20], p.info["noise_std"]):
         assert sd >= math.sqrt(paper_moments_sigma2(1.0, s.n, 12, s.epsilon, s.delta)) - 1e-12
 
 
 def test_replace_one_sampling_records_replace_one_ledger():
     rng = np.random.default_rng(7)
     silos, _ = _linear_silos(rng, n=(60, 60), eps=(2.0, 2.0))
-    res = mb_sgd(silos, SquaredLoss(), rounds=2, batch_size=10, step_size=0.1, clip=1.0,
-                 sampling="without_replacement", random_state=0)
+    res = mb_sgd(
+        silos,
+        SquaredLoss(),
+        rounds=2,
+        batch_size=10,
+        step_size=0.1,
+        clip=1.0,
+        sampling="without_replacement",
+        random_state=0,
+    )
     assert all(r["neighboring"] == "replace_one" for r in res.reports)
     _check_reports(res, silos)
 
@@ -202,7 +250,7 @@ def test_private_mb_sgd_learns_and_classification_losses_run():
 
 def test_multistage_schedule_formula():
     plan = multistage_schedule(smoothness=2.0, strong_convexity=0.5, variance=0.0, gap=1.0, n_stages=3)
-    assert all(R == math.ceil(4 * math.sqrt(8.0)) and v == 4.0 for R, v in plan)
+    assert all(math.ceil(4 * math.sqrt(8.0)) == R and v == 4.0 for R, v in plan)
     plan = multistage_schedule(2.0, 0.5, 1.0, 1.0, 2)
     assert plan[0][0] == math.ceil(128 / (3 * 0.5 * 0.25)) and plan[1][0] == math.ceil(128 / (3 * 0.5 * 0.125))
 
@@ -243,22 +291,33 @@ def test_estimators_end_to_end_with_per_silo_reports():
     w = np.array([1.0, -0.5, 0.25])
     y = X @ w + 0.5 + 0.05 * rng.standard_normal(n)
     silo = np.arange(n) % 3  # equal silo sizes: one accountant calibration serves every fit below
-    reg = FederatedDPRegressor(algorithm="mb_sgd", epsilon=3.0, rounds=12, batch_size=40, step_size=0.3, clip=4.0,
-                               feature_bound=4.0, random_state=0).fit(X, y, silos=silo)
+    reg = FederatedDPRegressor(
+        algorithm="mb_sgd",
+        epsilon=3.0,
+        rounds=12,
+        batch_size=40,
+        step_size=0.3,
+        clip=4.0,
+        feature_bound=4.0,
+        random_state=0,
+    ).fit(X, y, silos=silo)
     assert reg.coef_.shape == (d,) and reg.score(X, y) > 0.85
-    acc = FederatedDPRegressor(algorithm="accelerated", epsilon=3.0, rounds=12, batch_size=40, clip=4.0,
-                               feature_bound=4.0, random_state=0).fit(X, y, silos=silo)
+    acc = FederatedDPRegressor(
+        algorithm="accelerated", epsilon=3.0, rounds=12, batch_size=40, clip=4.0, feature_bound=4.0, random_state=0
+    ).fit(X, y, silos=silo)
     assert acc.score(X, y) > 0.5 and max(acc.epsilons_) <= 3.0
     assert len(reg.privacy_reports_) == 3
     for rep, e in zip(reg.privacy_reports_, reg.epsilons_):
         assert report_epsilon(rep) == pytest.approx(e) and e <= 3.0
         assert rep["neighboring"] == "replace_one"
     nonpriv = FederatedDPRegressor(algorithm="mb_sgd_nonprivate", rounds=40, batch_size=0.5, step_size=0.5).fit(
-        X, y, silos=silo)
+        X, y, silos=silo
+    )
     assert nonpriv.score(X, y) > 0.95 and all(math.isinf(e) for e in nonpriv.epsilons_)
     labels = np.array(["a", "b", "c"])[np.digitize(X @ w, [-0.7, 0.7])]
-    clf = FederatedDPClassifier(epsilon=3.0, rounds=12, batch_size=40, step_size=2.0, clip=2.0,
-                                random_state=0).fit(X, labels, silos=silo)
+    clf = FederatedDPClassifier(epsilon=3.0, rounds=12, batch_size=40, step_size=2.0, clip=2.0, random_state=0).fit(
+        X, labels, silos=silo
+    )
     assert set(clf.predict(X)) <= {"a", "b", "c"} and clf.score(X, labels) > 0.6
     np.testing.assert_allclose(clf.predict_proba(X[:5]).sum(axis=1), 1.0)
     with pytest.raises(ValueError, match="silos"):
@@ -275,8 +334,13 @@ from hypothesis import strategies as st  # noqa: E402
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 10**6), n=st.integers(2, 25), clip=st.floats(0.05, 5.0),
-       scale=st.floats(0.1, 100.0), sampling=st.sampled_from(["poisson", "without_replacement"]))
+@given(
+    seed=st.integers(0, 10**6),
+    n=st.integers(2, 25),
+    clip=st.floats(0.05, 5.0),
+    scale=st.floats(0.1, 100.0),
+    sampling=st.sampled_from(["poisson", "without_replacement"]),
+)
 def test_private_message_moves_by_at_most_declared_sensitivity(seed, n, clip, scale, sampling):
     # Same noise (same seed) on neighbouring batches (one record replaced by another, the ISRL-DP
     # relation): the released sums differ by the difference of clipped sums, at most 2 clip. That

@@ -77,8 +77,15 @@ def test_outlier_record_moves_accelerated_output_only_within_the_noise():
     X_out[0] *= 1e4 / np.linalg.norm(X_out[0])
     without, with_outlier = [], []
     for seed in range(6):
-        kw = dict(algorithm="accelerated", epsilon=2.0, rounds=20, batch_size=40, clip=1.0, feature_bound=1.0,
-                  random_state=seed)
+        kw = dict(
+            algorithm="accelerated",
+            epsilon=2.0,
+            rounds=20,
+            batch_size=40,
+            clip=1.0,
+            feature_bound=1.0,
+            random_state=seed,
+        )
         a = FederatedDPRegressor(**kw).fit(X, y, silos=silo)
         b = FederatedDPRegressor(**kw).fit(X_out, y, silos=silo)
         assert max(b.epsilons_) <= 2.0
@@ -147,8 +154,9 @@ def test_shuffled_mb_sgd_records_the_shuffle_bound_in_each_silo_ledger():
     rng = np.random.default_rng(2)
     Xs = [rng.standard_normal((50, 2)) for _ in range(3)]
     silos = SiloSet.from_arrays(Xs, [X @ np.array([1.0, 2.0]) for X in Xs], epsilon=1.0)
-    res = shuffled_mb_sgd(silos, SquaredLoss(), rounds=8, step_size=0.1, clip=1.0, epsilon=1.0, delta=1e-5,
-                          n_available=2, random_state=0)
+    res = shuffled_mb_sgd(
+        silos, SquaredLoss(), rounds=8, step_size=0.1, clip=1.0, epsilon=1.0, delta=1e-5, n_available=2, random_state=0
+    )
     for rep in res.reports:
         assert rep["neighboring"] == "replace_one"
         meta = rep["events"][0]["meta"]["shuffle"]
@@ -163,14 +171,16 @@ def test_pld_replace_one_convention_places_records_at_plus_minus_clip():
     # mu = 2/z (two records at +-C, std z C), which is how privrec reads Poisson events.
     for z in (1.0, 3.0):
         assert pld_replace_one_epsilon(dp_accounting.GaussianDpEvent(z), 1e-5) == pytest.approx(
-            gaussian_epsilon(z / 2, 1e-5), rel=1e-4)
+            gaussian_epsilon(z / 2, 1e-5), rel=1e-4
+        )
 
 
 def test_poisson_sampling_is_calibrated_and_reported_under_replace_one():
     n, K, R, eps = 250, 25, 35, 1.0
     delta = 1.0 / n**2
-    old_z = calibrate_noise_multiplier(eps, delta, lambda z: message_event("poisson", n, K, z, R),
-                                       orders=CALIBRATION_ORDERS)  # privrec's add/remove calibration
+    old_z = calibrate_noise_multiplier(
+        eps, delta, lambda z: message_event("poisson", n, K, z, R), orders=CALIBRATION_ORDERS
+    )  # privrec's add/remove calibration
     assert old_z == pytest.approx(2.719, abs=0.01)
     assert pld_replace_one_epsilon(message_event("poisson", n, K, old_z, R), delta) == pytest.approx(1.661, abs=0.01)
     new_z = accountant_multiplier(eps, delta, "poisson", n, K, R)
@@ -183,9 +193,12 @@ def test_poisson_sampling_is_calibrated_and_reported_under_replace_one():
     rng = np.random.default_rng(3)
     Xs = [rng.standard_normal((n, 3)) / 2 for _ in range(2)]
     silos = SiloSet.from_arrays(Xs, [X @ np.ones(3) for X in Xs], epsilon=eps)
-    for res in (mb_sgd(silos, SquaredLoss(), rounds=R, batch_size=K, step_size=0.1, clip=1.0, random_state=0),
-                local_sgd(silos, SquaredLoss(), rounds=7, local_steps=5, local_batch=K, step_size=0.1, clip=1.0,
-                          random_state=0)):
+    for res in (
+        mb_sgd(silos, SquaredLoss(), rounds=R, batch_size=K, step_size=0.1, clip=1.0, random_state=0),
+        local_sgd(
+            silos, SquaredLoss(), rounds=7, local_steps=5, local_batch=K, step_size=0.1, clip=1.0, random_state=0
+        ),
+    ):
         assert res.info["noise_multiplier"] == pytest.approx([new_z, new_z])
         for rep, e in zip(res.reports, res.epsilons):
             assert rep["neighboring"] == "replace_one" and rep["accountant"] == "pld"
@@ -199,8 +212,9 @@ def test_fixed_size_sampling_reports_replace_one_rdp(sampling):
     rng = np.random.default_rng(4)
     Xs = [rng.standard_normal((120, 3)) for _ in range(2)]
     silos = SiloSet.from_arrays(Xs, [X @ np.ones(3) for X in Xs], epsilon=2.0)
-    res = mb_sgd(silos, SquaredLoss(), rounds=10, batch_size=20, step_size=0.1, clip=1.0, sampling=sampling,
-                 random_state=0)
+    res = mb_sgd(
+        silos, SquaredLoss(), rounds=10, batch_size=20, step_size=0.1, clip=1.0, sampling=sampling, random_state=0
+    )
     for rep, e in zip(res.reports, res.epsilons):
         assert rep["neighboring"] == "replace_one" and rep["accountant"] == "rdp"
         assert epsilon_from_report(rep, "rdp") == pytest.approx(e) and e <= 2.0

@@ -1,7 +1,6 @@
 """Moreau-envelope smoothing (spec 002 A1, non-smooth) and shuffled MB-SGD's amplification bound (A5-A7)."""
 
 import logging
-import math
 
 import dp_accounting
 import numpy as np
@@ -39,7 +38,7 @@ def test_moreau_envelope_matches_brute_force_prox_and_sandwich(base):
     for i in range(12):
         x = X[i]
         # the prox moves theta along x, so the envelope is a 1-D minimisation over the shift s
-        f = lambda s: base.losses(theta - s * x, X[i:i + 1], y[i:i + 1])[0] + 0.5 * beta * s**2 * (x @ x)  # noqa: E731
+        f = lambda s: base.losses(theta - s * x, X[i : i + 1], y[i : i + 1])[0] + 0.5 * beta * s**2 * (x @ x)
         best = minimize_scalar(f, bounds=(-5, 5), method="bounded", options=dict(xatol=1e-12)).fun
         assert vals[i] == pytest.approx(best, abs=1e-8)
     f_vals = base.losses(theta, X, y)
@@ -59,8 +58,9 @@ def test_private_mb_sgd_on_smoothed_hinge_classifies():
     Xs = [rng.standard_normal((400, 3)) / 2 for _ in range(3)]
     ys = [(X @ w > 0).astype(float) for X in Xs]
     silos = SiloSet.from_arrays(Xs, ys, epsilon=2.0)
-    res = mb_sgd(silos, MoreauEnvelope(HingeLoss(), beta=4.0), rounds=30, batch_size=40, step_size=0.5,
-                 clip=2.0, random_state=0)
+    res = mb_sgd(
+        silos, MoreauEnvelope(HingeLoss(), beta=4.0), rounds=30, batch_size=40, step_size=0.5, clip=2.0, random_state=0
+    )
     assert np.mean([np.mean((X @ res.coef > 0) == (yy > 0)) for X, yy in zip(Xs, ys)]) > 0.9
     assert all(e <= 2.0 for e in res.epsilons)
 
@@ -93,12 +93,14 @@ def test_shuffled_mb_sgd_runs_and_reports():
     silos = SiloSet.from_arrays(Xs, ys, epsilon=1.0)
     from privrec.convex.losses import SquaredLoss
 
-    res = shuffled_mb_sgd(silos, SquaredLoss(), rounds=8, step_size=0.1, clip=1.0, epsilon=1.0, delta=1e-5,
-                          n_available=2, random_state=0)
+    res = shuffled_mb_sgd(
+        silos, SquaredLoss(), rounds=8, step_size=0.1, clip=1.0, epsilon=1.0, delta=1e-5, n_available=2, random_state=0
+    )
     assert res.info["shuffle"]["epsilon"] <= 1.0
     assert sum(res.info["messages"]) == 8 * 2
     for rep, e in zip(res.reports, res.epsilons):
         assert epsilon_from_report(rep) == pytest.approx(e)
     with pytest.raises(ValueError, match="fixed"):
-        shuffled_mb_sgd(silos, SquaredLoss(), rounds=2, step_size=0.1, clip=1.0, epsilon=1.0, delta=1e-5,
-                        n_available=(2, 3))
+        shuffled_mb_sgd(
+            silos, SquaredLoss(), rounds=2, step_size=0.1, clip=1.0, epsilon=1.0, delta=1e-5, n_available=(2, 3)
+        )

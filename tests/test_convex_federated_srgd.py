@@ -73,8 +73,19 @@ def test_fact4_noise_free_accelerated_rate_on_quadratics(T):
     beta = float(np.linalg.eigvalsh(A).max())
     loss = QuadraticLoss(A, x_star)
     X = np.zeros((T * 3, d))
-    res = accelerated_dp_srgd(X, np.zeros(T * 3), loss, epsilon=math.inf, delta=1e-6, radius=R, steps=T,
-                              batch_size=3, beta=beta, clip=None, random_state=0)
+    res = accelerated_dp_srgd(
+        X,
+        np.zeros(T * 3),
+        loss,
+        epsilon=math.inf,
+        delta=1e-6,
+        radius=R,
+        steps=T,
+        batch_size=3,
+        beta=beta,
+        clip=None,
+        random_state=0,
+    )
     gap = loss.value(res.coef)
     assert gap <= 4 * beta * R**2 / (T * (T + 1)) + 1e-12
     assert math.isinf(res.epsilon)
@@ -89,8 +100,19 @@ def test_fact6_single_epoch_each_example_in_one_batch():
     X = np.column_stack([np.arange(n), np.zeros(n)]).astype(float)
     seen = []
     loss = QuadraticLoss(np.eye(d), np.ones(d), seen)
-    res = accelerated_dp_srgd(X, np.zeros(n), loss, epsilon=1.0, delta=1e-5, radius=5.0, steps=T, batch_size=B,
-                              beta=1.0, clip=1.0, random_state=0)
+    res = accelerated_dp_srgd(
+        X,
+        np.zeros(n),
+        loss,
+        epsilon=1.0,
+        delta=1e-5,
+        radius=5.0,
+        steps=T,
+        batch_size=B,
+        beta=1.0,
+        clip=1.0,
+        random_state=0,
+    )
     calls = np.concatenate(seen)
     counts = np.bincount(calls, minlength=n)
     assert calls.size == res.info["gradient_calls"] == 2 * T * B - B <= 2 * n
@@ -98,8 +120,9 @@ def test_fact6_single_epoch_each_example_in_one_batch():
     assert sum(len(b) for b in batches) == T * B == len(set().union(*batches))  # disjoint, T*B examples
     assert counts.max() <= 2 and (counts > 0).sum() == T * B
     with pytest.raises(ValueError, match="single epoch"):
-        accelerated_dp_srgd(X, np.zeros(n), loss, epsilon=1.0, delta=1e-5, radius=1.0, steps=11, batch_size=10,
-                            beta=1.0, clip=1.0)
+        accelerated_dp_srgd(
+            X, np.zeros(n), loss, epsilon=1.0, delta=1e-5, radius=1.0, steps=11, batch_size=10, beta=1.0, clip=1.0
+        )
 
 
 def _lsq(rng, n=4000, d=5):
@@ -116,12 +139,15 @@ def test_privacy_equal_epsilon_and_at_least_spec_noise():
     X, y = _lsq(rng)
     eps, delta, T, B, C, beta = 1.0, 1e-6, 16, 250, 2.0, 3.0
     loss = SquaredLoss()
-    r = accelerated_dp_srgd(X, y, loss, epsilon=eps, delta=delta, radius=2.0, steps=T, batch_size=B, beta=beta,
-                            clip=C, random_state=0)
-    s = dp_sgd_single_epoch(X, y, loss, epsilon=eps, delta=delta, steps=T, batch_size=B, clip=C, step_size=0.5,
-                            radius=2.0, random_state=0)
-    f = dp_ftrl_single_epoch(X, y, loss, epsilon=eps, delta=delta, steps=T, batch_size=B, clip=C, step_size=0.2,
-                             radius=2.0, random_state=0)
+    r = accelerated_dp_srgd(
+        X, y, loss, epsilon=eps, delta=delta, radius=2.0, steps=T, batch_size=B, beta=beta, clip=C, random_state=0
+    )
+    s = dp_sgd_single_epoch(
+        X, y, loss, epsilon=eps, delta=delta, steps=T, batch_size=B, clip=C, step_size=0.5, radius=2.0, random_state=0
+    )
+    f = dp_ftrl_single_epoch(
+        X, y, loss, epsilon=eps, delta=delta, steps=T, batch_size=B, clip=C, step_size=0.2, radius=2.0, random_state=0
+    )
     for res in (r, s, f):
         assert res.epsilon <= eps
         assert epsilon_from_report(res.report) == pytest.approx(res.epsilon, rel=1e-9)
@@ -130,8 +156,20 @@ def test_privacy_equal_epsilon_and_at_least_spec_noise():
     assert r.info["node_noise_std"] >= sigma_req * (1 - 1e-12)
     z_acc = event_multiplier(eps, delta, "accountant")
     assert z_acc <= event_multiplier(eps, delta, "max")
-    acc = accelerated_dp_srgd(X, y, loss, epsilon=eps, delta=delta, radius=2.0, steps=T, batch_size=B, beta=beta,
-                              clip=C, noise_rule="accountant", random_state=0)
+    acc = accelerated_dp_srgd(
+        X,
+        y,
+        loss,
+        epsilon=eps,
+        delta=delta,
+        radius=2.0,
+        steps=T,
+        batch_size=B,
+        beta=beta,
+        clip=C,
+        noise_rule="accountant",
+        random_state=0,
+    )
     assert eps * 0.99 <= acc.epsilon <= eps
 
 
@@ -142,13 +180,15 @@ def test_private_srgd_learns_least_squares_and_logistic():
     w_star = np.linalg.lstsq(X, y, rcond=None)[0]
     f_star = loss.value(w_star, X, y)
     f0 = loss.value(np.zeros(X.shape[1]), X, y)
-    r = accelerated_dp_srgd(X, y, loss, epsilon=2.0, delta=1e-6, radius=2.0, steps=20, batch_size=1000, beta=2.0,
-                            clip=4.0, random_state=0)
+    r = accelerated_dp_srgd(
+        X, y, loss, epsilon=2.0, delta=1e-6, radius=2.0, steps=20, batch_size=1000, beta=2.0, clip=4.0, random_state=0
+    )
     assert loss.value(r.coef, X, y) - f_star < 0.05 * (f0 - f_star)
     yb = (y > 0).astype(float)
     lg = LogisticLoss()
-    r2 = accelerated_dp_srgd(X, yb, lg, epsilon=2.0, delta=1e-6, radius=5.0, steps=20, batch_size=1000, beta=1.0,
-                             clip=2.0, random_state=0)
+    r2 = accelerated_dp_srgd(
+        X, yb, lg, epsilon=2.0, delta=1e-6, radius=5.0, steps=20, batch_size=1000, beta=1.0, clip=2.0, random_state=0
+    )
     assert np.mean((X @ r2.coef > 0) == (yb > 0.5)) > 0.85
 
 
@@ -161,8 +201,9 @@ def test_presets_follow_spec_formulas_and_are_overridable():
     assert q.clip == pytest.approx(c_dp) and q.beta == pytest.approx(c_dp**2) and q.steps == math.ceil(1e6**0.25)
     rng = np.random.default_rng(4)
     X, y = _lsq(rng, n=900)
-    res = accelerated_dp_srgd(X, y, SquaredLoss(), epsilon=1.0, delta=1e-5, radius=1.0, lipschitz=2.0,
-                              steps=5, random_state=0)  # general preset fills B, beta, clip; T overridden
+    res = accelerated_dp_srgd(
+        X, y, SquaredLoss(), epsilon=1.0, delta=1e-5, radius=1.0, lipschitz=2.0, steps=5, random_state=0
+    )  # general preset fills B, beta, clip; T overridden
     assert res.info["steps"] == 5 and res.info["batch_size"] == 30
     with pytest.raises(ValueError, match="lipschitz"):
         accelerated_dp_srgd(X, y, SquaredLoss(), epsilon=1.0, delta=1e-5, radius=1.0)

@@ -59,8 +59,17 @@ def test_noise_free_single_record_is_plain_projected_sgd():
     X = np.array([[1.0, -2.0, 0.5]])
     y = np.array([3.0])
     eta, L, rad = 0.05, 2.0, 0.8
-    est = JointDPSGD(model, regime="nonprivate", n_steps=25, clip_norm=L, personal_radius=rad, shared_radius=rad,
-                     learning_rate=eta, average=False, random_state=0).fit(X, y, np.array(["a"]))
+    est = JointDPSGD(
+        model,
+        regime="nonprivate",
+        n_steps=25,
+        clip_norm=L,
+        personal_radius=rad,
+        shared_radius=rad,
+        learning_rate=eta,
+        average=False,
+        random_state=0,
+    ).fit(X, y, np.array(["a"]))
     w, b = np.zeros(3), np.zeros(1)
     for _ in range(25):
         r = X[0] @ w + b[0] - y[0]
@@ -112,8 +121,15 @@ def test_replacing_one_owners_data_moves_shared_update_by_at_most_2L():
     X2[owner == 1] = rng.standard_normal((5, 4)) * 50
     model = PersonalBiasSoftmax(4, 3)
     for k in (1, 4):
-        kw = dict(regime="nonprivate", n_steps=1, owners_per_step=3, records_per_owner=k, clip_norm=0.5,
-                  learning_rate=1.0, average=False)
+        kw = dict(
+            regime="nonprivate",
+            n_steps=1,
+            owners_per_step=3,
+            records_per_owner=k,
+            clip_norm=0.5,
+            learning_rate=1.0,
+            average=False,
+        )
         for seed in range(20):
             a = JointDPSGD(model, random_state=seed, **kw).fit(X, y, owner)
             b = JointDPSGD(model, random_state=seed, **kw).fit(X2, y, owner)
@@ -127,15 +143,29 @@ def test_replacing_one_owners_data_moves_shared_update_by_at_most_2L():
 def test_epsilon_from_accountant_and_recomputes(regime):
     rng = np.random.default_rng(2)
     X, y, owner = _owners_data(rng)
-    est = JointDPSGD(PersonalBiasSoftmax(4, 3), regime=regime, epsilon=2.0, delta=1e-5, n_steps=400,
-                     owners_per_step=2, random_state=0).fit(X, y, owner)
+    est = JointDPSGD(
+        PersonalBiasSoftmax(4, 3),
+        regime=regime,
+        epsilon=2.0,
+        delta=1e-5,
+        n_steps=400,
+        owners_per_step=2,
+        random_state=0,
+    ).fit(X, y, owner)
     rep = est.privacy_report()
     assert rep["neighboring"] == "replace_one"
     assert 2.0 * 0.99 <= rep["epsilon"] <= 2.0
     assert epsilon_from_report(rep) == pytest.approx(rep["epsilon"], rel=1e-9)
     assert est.info_.noise_std == pytest.approx(2 * est.clip_ * est.info_.noise_multiplier)
-    est2 = JointDPSGD(PersonalBiasSoftmax(4, 3), regime=regime, epsilon=2.0, delta=1e-5, n_steps=400,
-                      owners_per_step=6, random_state=0).fit(X, y, owner)
+    est2 = JointDPSGD(
+        PersonalBiasSoftmax(4, 3),
+        regime=regime,
+        epsilon=2.0,
+        delta=1e-5,
+        n_steps=400,
+        owners_per_step=6,
+        random_state=0,
+    ).fit(X, y, owner)
     (entry,) = rep["events"]
     assert entry["event"]["type"] == "self_composed" and entry["event"]["count"] == 400
     step = entry["event"]["event"]
@@ -148,8 +178,9 @@ def test_epsilon_from_accountant_and_recomputes(regime):
         # sampling revealed by the other owners' unnoised blocks: plain Gaussian steps, B is irrelevant
         assert step == {"type": "gaussian", "noise_multiplier": est.info_.noise_multiplier}
         assert est2.info_.noise_multiplier == est.info_.noise_multiplier
-        assert epsilon_of_event(dp_accounting.SelfComposedDpEvent(
-            dp_accounting.GaussianDpEvent(est.info_.noise_multiplier), 400), 1e-5) == pytest.approx(rep["epsilon"])
+        assert epsilon_of_event(
+            dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(est.info_.noise_multiplier), 400), 1e-5
+        ) == pytest.approx(rep["epsilon"])
 
 
 def test_end_to_end_regimes_learn_on_generated_data():
@@ -159,9 +190,17 @@ def test_end_to_end_regimes_learn_on_generated_data():
     for regime in ("nonprivate", "individual", "joint"):
         # joint: 4 owners per step (the joint regime has no amplification by sampling, so a larger
         # batch costs no extra noise multiplier and divides the update's noise by B)
-        est = JointDPSGD(PersonalBiasSoftmax(4, 3), regime=regime, epsilon=50.0, n_steps=3000, clip_norm=5.0,
-                         shared_radius=20.0, personal_radius=20.0, owners_per_step=4 if regime == "joint" else 1,
-                         random_state=0)
+        est = JointDPSGD(
+            PersonalBiasSoftmax(4, 3),
+            regime=regime,
+            epsilon=50.0,
+            n_steps=3000,
+            clip_norm=5.0,
+            shared_radius=20.0,
+            personal_radius=20.0,
+            owners_per_step=4 if regime == "joint" else 1,
+            random_state=0,
+        )
         accs[regime] = est.fit(X, y, owner).score(X, y, owner)
     assert accs["nonprivate"] > 0.8
     assert accs["individual"] > 0.6
@@ -198,6 +237,7 @@ def test_bad_input():
 
 def _old_subsampled_accounting(epsilon, delta, n_owners, T=1):
     """The former joint-regime accounting: T steps of a Gaussian on a uniform 1-of-n owner sample."""
+
     def build(z):
         return fixed_size_subsampled_gaussian_event(1, n_owners, z, T)
 
@@ -255,8 +295,16 @@ def test_joint_regime_audit_owner_sampling_is_revealed():
     n, delta, runs = 20, 1e-3, 20_000
     z, eps_old = _old_subsampled_accounting(1.0, delta, n)
     model = PersonalBiasLinear(1)
-    kw = dict(regime="joint", noise_multiplier=z, delta=delta, n_steps=1, owners_per_step=1, clip_norm=1.0,
-              learning_rate=1.0, average=False)
+    kw = dict(
+        regime="joint",
+        noise_multiplier=z,
+        delta=delta,
+        n_steps=1,
+        owners_per_step=1,
+        clip_norm=1.0,
+        learning_rate=1.0,
+        average=False,
+    )
     sigma = 2.0 * z  # noise std (clip_norm = 1)
     # Threshold fixed before the runs: the maximiser, over a 0.05 grid, of the expected bound for this
     # design (computed analytically from z, n and runs), never tuned on these outputs.
@@ -272,8 +320,8 @@ def test_joint_regime_audit_owner_sampling_is_revealed():
             hits += bool(j_sampled and est.shared_[0] / sigma < -a)
         return hits, sampled, est
 
-    fp, sampled0, _ = declares_neighbour(1e6, range(runs))                # S: "S'" declared = false positive
-    tp, sampled1, est = declares_neighbour(-1e6, range(runs, 2 * runs))   # S': "S'" declared = true positive
+    fp, sampled0, _ = declares_neighbour(1e6, range(runs))  # S: "S'" declared = false positive
+    tp, sampled1, est = declares_neighbour(-1e6, range(runs, 2 * runs))  # S': "S'" declared = true positive
     fn = runs - tp
     fpr_hi, fnr_hi = _cp_upper(fp, runs, 0.025), _cp_upper(fn, runs, 0.025)
     bounds = [math.log(max(1.0 - delta - x, 1e-300) / y) for x, y in ((fpr_hi, fnr_hi), (fnr_hi, fpr_hi))]
@@ -290,8 +338,10 @@ def test_joint_regime_audit_owner_sampling_is_revealed():
     assert 0.8 / n < (sampled0 + sampled1) / (2 * runs) < 1.2 / n
     (entry,) = reported["events"]
     assert event_from_dict(entry["event"]) == dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), 1)
-    print(f"audit n={n} T=1 delta={delta}: FP={fp}/{runs} TP={tp}/{runs} eps_lower={eps_lower:.3f} "
-          f"reported={eps_reported:.3f} former accounting={eps_old:.3f}")
+    print(
+        f"audit n={n} T=1 delta={delta}: FP={fp}/{runs} TP={tp}/{runs} eps_lower={eps_lower:.3f} "
+        f"reported={eps_reported:.3f} former accounting={eps_old:.3f}"
+    )
 
 
 # -------------------------------------------------------------------------------------------------
@@ -302,8 +352,9 @@ def test_joint_regime_audit_owner_sampling_is_revealed():
 def test_random_state_generator_rejected_and_clones_draw_fresh_noise():
     rng = np.random.default_rng(4)
     X, y, owner = _owners_data(rng)
-    base = JointDPSGD(PersonalBiasSoftmax(4, 3), regime="joint", epsilon=1.0, n_steps=20,
-                      random_state=np.random.default_rng(0))
+    base = JointDPSGD(
+        PersonalBiasSoftmax(4, 3), regime="joint", epsilon=1.0, n_steps=20, random_state=np.random.default_rng(0)
+    )
     for est in (base, clone(base)):
         with pytest.raises(ValueError, match="JointDPSGD.*random_state"):
             est.fit(X, y, owner)

@@ -41,8 +41,15 @@ def test_noise_free_ssp_equals_per_task_ridge():
     rng = np.random.default_rng(0)
     prob, _ = _problem(rng, k=3)
     reg, beta = 0.3, 2.0
-    est = MultiTaskDPRegressor(solver="ssp", epsilon=math.inf, weight_exponent=0.0, weight_mode="per_user",
-                               budget=beta, reg=reg, label_bound=10.0).fit(problem=prob)
+    est = MultiTaskDPRegressor(
+        solver="ssp",
+        epsilon=math.inf,
+        weight_exponent=0.0,
+        weight_mode="per_user",
+        budget=beta,
+        reg=reg,
+        label_bound=10.0,
+    ).fit(problem=prob)
     c = math.sqrt(beta / 3)  # every user spends beta over its 3 tasks
     np.testing.assert_allclose(est.weights_, c)
     X = prob.example_features()
@@ -64,8 +71,9 @@ def test_noise_free_weighted_reduction_and_noisy_gd_agrees(mode):
     for i in range(prob.n_tasks):
         m = prob.tasks == i
         A = (X[m] * w[m, None]).T @ X[m] + 0.2 * np.eye(3)
-        np.testing.assert_allclose(est.params_[i], np.linalg.solve(A, (X[m] * w[m, None]).T @ prob.labels[m]),
-                                   rtol=1e-8)
+        np.testing.assert_allclose(
+            est.params_[i], np.linalg.solve(A, (X[m] * w[m, None]).T @ prob.labels[m]), rtol=1e-8
+        )
     gd = MultiTaskDPRegressor(solver="noisy_gd", iterations=400, schedule=0.05, radius=10.0, **kw).fit(problem=prob)
     np.testing.assert_allclose(gd.params_, est.params_, atol=2e-3)
 
@@ -75,8 +83,9 @@ def test_noise_free_weighted_reduction_and_noisy_gd_agrees(mode):
 def test_per_user_budget_invariant(mu, mode):
     rng = np.random.default_rng(2)
     prob, _ = _problem(rng, n_users=200)
-    est = MultiTaskDPRegressor(epsilon=2.0, weight_exponent=mu, weight_mode=mode, budget=1.5,
-                               random_state=0).fit(problem=prob)
+    est = MultiTaskDPRegressor(epsilon=2.0, weight_exponent=mu, weight_mode=mode, budget=1.5, random_state=0).fit(
+        problem=prob
+    )
     assert prob.user_spend(est.weights_).max() <= 1.5 * (1 + 1e-9)
     if mode == "per_user":
         np.testing.assert_allclose(prob.user_spend(est.weights_), 1.5, rtol=1e-5)
@@ -97,13 +106,13 @@ def test_removing_one_user_moves_statistics_within_declared_sensitivity():
     counts = prob.task_counts().astype(float)  # public counts: other users' weights stay put
     beta, gx, lb = 1.0, 1.0, 0.5
     full = MultiTaskProblem(prob.tasks, prob.user_index, y, features=X, n_tasks=prob.n_tasks)
-    est = MultiTaskDPRegressor(epsilon=math.inf, weight_exponent=0.5, task_counts=counts, budget=beta,
-                               max_norm=gx, label_bound=lb).fit(problem=full)
+    est = MultiTaskDPRegressor(
+        epsilon=math.inf, weight_exponent=0.5, task_counts=counts, budget=beta, max_norm=gx, label_bound=lb
+    ).fit(problem=full)
     G, b = weighted_statistics(full.task_batch(est.weights_), gx, lb)
     for j in range(0, 60, 7):
         keep = full.user_index != j
-        sub = MultiTaskProblem(full.tasks[keep], full.user_index[keep], y[keep], features=X[keep],
-                               n_tasks=prob.n_tasks)
+        sub = MultiTaskProblem(full.tasks[keep], full.user_index[keep], y[keep], features=X[keep], n_tasks=prob.n_tasks)
         G2, b2 = weighted_statistics(sub.task_batch(est.weights_[keep]), gx, lb)
         assert np.linalg.norm(G - G2) <= math.sqrt(beta) * gx**2 + 1e-9
         assert np.linalg.norm(b - b2) <= math.sqrt(beta) * gx * lb + 1e-9
@@ -115,8 +124,9 @@ def test_reported_epsilon_is_accountants_and_recomputes(solver, counts):
     rng = np.random.default_rng(4)
     prob, _ = _problem(rng)
     tc = "private" if counts == "private" else prob.task_counts().astype(float)
-    est = MultiTaskDPRegressor(solver=solver, epsilon=1.5, delta=1e-6, task_counts=tc, iterations=20,
-                               random_state=0).fit(problem=prob)
+    est = MultiTaskDPRegressor(
+        solver=solver, epsilon=1.5, delta=1e-6, task_counts=tc, iterations=20, random_state=0
+    ).fit(problem=prob)
     rep = est.privacy_report()
     assert 1.5 * 0.99 <= rep["epsilon"] <= 1.5
     assert epsilon_from_report(rep) == pytest.approx(rep["epsilon"], rel=1e-9)
@@ -133,8 +143,9 @@ def test_ssp_adaptive_beats_uniform_at_low_epsilon_on_skewed_tasks():
     for mu in (0.0, 0.5):
         e = []
         for seed in range(3):
-            est = MultiTaskDPRegressor(solver="ssp", epsilon=1.0, weight_exponent=mu, task_counts=counts,
-                                       reg=5.0, random_state=seed).fit(problem=prob)
+            est = MultiTaskDPRegressor(
+                solver="ssp", epsilon=1.0, weight_exponent=mu, task_counts=counts, reg=5.0, random_state=seed
+            ).fit(problem=prob)
             e.append(np.mean((est.params_ - theta) ** 2))
         err[mu] = np.mean(e)
     assert err[0.5] < err[0.0]
@@ -156,8 +167,9 @@ def test_classifier_end_to_end_and_accounting():
     rep = clf.privacy_report()
     assert 8.0 * 0.99 <= rep["epsilon"] <= 8.0
     assert epsilon_from_report(rep) == pytest.approx(rep["epsilon"], rel=1e-9)
-    free = MultiTaskDPClassifier(epsilon=math.inf, iterations=200, task_counts=np.bincount(tasks).astype(float),
-                                 budget=1.0).fit(X, y, tasks, users)
+    free = MultiTaskDPClassifier(
+        epsilon=math.inf, iterations=200, task_counts=np.bincount(tasks).astype(float), budget=1.0
+    ).fit(X, y, tasks, users)
     assert free.score(X, y, tasks) >= clf.score(X, y, tasks) - 0.02
     assert free.privacy_report()["epsilon"] == "inf"
 
@@ -211,8 +223,7 @@ def test_removing_a_user_leaves_every_other_users_weights_unchanged(mode, n_user
     full = MultiTaskDPRegressor(**kw).fit(problem=problem)
     keep = problem.user_index != problem.user_index.max()
     X, y = problem.features[keep], problem.labels[keep]
-    reduced = MultiTaskProblem(problem.tasks[keep], problem.user_index[keep], y, features=X,
-                               n_tasks=problem.n_tasks)
+    reduced = MultiTaskProblem(problem.tasks[keep], problem.user_index[keep], y, features=X, n_tasks=problem.n_tasks)
     smaller = MultiTaskDPRegressor(**kw).fit(problem=reduced)
     np.testing.assert_array_equal(full.weights_[keep], smaller.weights_)
 
@@ -230,8 +241,13 @@ def test_clone_with_generator_random_state_is_rejected_at_fit(cls):
 
     rng = np.random.default_rng(7)
     prob, _ = _problem(rng, n_users=40)
-    prob = MultiTaskProblem(prob.tasks, prob.user_index, (prob.labels > 0).astype(float),
-                            user_features=prob.user_features, n_tasks=prob.n_tasks)
+    prob = MultiTaskProblem(
+        prob.tasks,
+        prob.user_index,
+        (prob.labels > 0).astype(float),
+        user_features=prob.user_features,
+        n_tasks=prob.n_tasks,
+    )
     twin = clone(cls(epsilon=1.0, iterations=3, random_state=np.random.default_rng(0)))
     with pytest.raises(ValueError, match="random_state"):
         twin.fit(problem=prob)
@@ -250,8 +266,9 @@ def test_solver_info_holds_no_private_spend(solver):
     """The exact max per-user spend is a function of private data: only the declared budget is kept."""
     rng = np.random.default_rng(8)
     prob, _ = _problem(rng, n_users=60, per_example=True)
-    est = MultiTaskDPRegressor(solver=solver, epsilon=1.0, weight_mode="global", budget=1.7, iterations=5,
-                               random_state=0).fit(problem=prob)
+    est = MultiTaskDPRegressor(
+        solver=solver, epsilon=1.0, weight_mode="global", budget=1.7, iterations=5, random_state=0
+    ).fit(problem=prob)
     spend = prob.user_spend(est.weights_)
     assert spend.min() < spend.max() <= 1.7 * (1 + 1e-9)  # per-user spend is a statistic of the data
     assert "unit_budget" not in est.solver_info_
@@ -265,8 +282,20 @@ def test_fitted_attributes_are_documented_released_public_or_private():
 
     rng = np.random.default_rng(9)
     prob, _ = _problem(rng, n_users=40)
-    documented = {"params_", "task_counts_used_", "ledger_", "noise_multiplier_", "count_noise_multiplier_",
-                  "epsilon_target_", "delta_", "budget_", "counts_source_", "n_tasks_", "solver_info_", "weights_"}
+    documented = {
+        "params_",
+        "task_counts_used_",
+        "ledger_",
+        "noise_multiplier_",
+        "count_noise_multiplier_",
+        "epsilon_target_",
+        "delta_",
+        "budget_",
+        "counts_source_",
+        "n_tasks_",
+        "solver_info_",
+        "weights_",
+    }
     est = MultiTaskDPRegressor(epsilon=1.0, random_state=0).fit(problem=prob)
     fitted = {k for k in vars(est) if k.endswith("_") and not k.startswith("_")}
     assert fitted <= documented, fitted - documented

@@ -22,8 +22,9 @@ def _ml100k(folder: Path, n_users=50, seed=0) -> Path:
     lines = [f"{u[k]}\t{i[k]}\t{rng.integers(1, 6)}\t{880000000 + k}" for k in np.sort(keep)]
     (folder / "u.data").write_text("\n".join(lines) + "\n")
     flags = "|".join(["0"] * 18 + ["1"])
-    (folder / "u.item").write_text("".join(f"{j}|Movie {j}, The (1995)|01-Jan-1995||url|{flags}\n"
-                                           for j in range(1, 300)), encoding="latin-1")
+    (folder / "u.item").write_text(
+        "".join(f"{j}|Movie {j}, The (1995)|01-Jan-1995||url|{flags}\n" for j in range(1, 300)), encoding="latin-1"
+    )
     return folder
 
 
@@ -202,9 +203,10 @@ def test_default_cache_is_the_user_cache_dir_never_the_working_dir(tmp_path, mon
     load_dataset("ml-100k", data_dir=src)
     assert main(["datasets", "info", "ml-100k", "--data-dir", str(src), "--json"]) == 0
     assert list(work.iterdir()) == []  # no ./datasets/.cache
-    cached = [p for p in tmp_path.rglob("info.json")]
-    assert cached and all(str(p).startswith(str(tmp_path / "xdg")) or str(p).startswith(str(tmp_path / "home"))
-                          for p in cached)
+    cached = list(tmp_path.rglob("info.json"))
+    assert cached and all(
+        str(p).startswith(str(tmp_path / "xdg")) or str(p).startswith(str(tmp_path / "home")) for p in cached
+    )
     monkeypatch.setenv("PRIVREC_CACHE", str(tmp_path / "explicit"))
     load_dataset("ml-100k", data_dir=src)
     assert any((tmp_path / "explicit").iterdir())

@@ -45,8 +45,16 @@ def _corrupt(kind: str) -> sp.csr_matrix:
     return m
 
 
-CORRUPTIONS = ["index_too_large", "index_negative", "indptr_decreasing", "indptr_not_zero", "indptr_end",
-               "indptr_length", "nan", "inf"]
+CORRUPTIONS = [
+    "index_too_large",
+    "index_negative",
+    "indptr_decreasing",
+    "indptr_not_zero",
+    "indptr_end",
+    "indptr_length",
+    "nan",
+    "inf",
+]
 
 
 @pytest.mark.parametrize("kind", CORRUPTIONS)
@@ -90,8 +98,9 @@ def test_models_reject_corrupt_indices_at_fit(model):
 
 
 def test_duplicates_are_rejected_not_summed():
-    m = sp.csr_matrix((np.array([3.0, 3.0, 1.0], dtype=np.float32), np.array([1, 1, 0]), np.array([0, 2, 3])),
-                      shape=(2, 3))
+    m = sp.csr_matrix(
+        (np.array([3.0, 3.0, 1.0], dtype=np.float32), np.array([1, 1, 0]), np.array([0, 2, 3])), shape=(2, 3)
+    )
     with pytest.raises(ValueError, match=r"1 duplicate .*row 0, column 1"):
         as_user_items(m)
     with pytest.raises(ValueError, match="duplicate"):
@@ -115,8 +124,9 @@ def test_duplicates_in_unsorted_rows_and_coo_are_rejected():
 
 
 def test_unsorted_rows_are_sorted_with_values_and_timestamps():
-    m = sp.csr_matrix((np.array([5.0, 1.0, 2.0], dtype=np.float32), np.array([2, 0, 1]), np.array([0, 2, 3])),
-                      shape=(2, 3))
+    m = sp.csr_matrix(
+        (np.array([5.0, 1.0, 2.0], dtype=np.float32), np.array([2, 0, 1]), np.array([0, 2, 3])), shape=(2, 3)
+    )
     out = as_user_items(m)
     assert out.has_sorted_indices
     np.testing.assert_array_equal(out.toarray(), [[1, 0, 5], [0, 2, 0]])

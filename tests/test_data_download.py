@@ -55,8 +55,9 @@ STATIC = {
     "/bomb.zip": _zip_bytes({"ml-100k/u.data": "1\t2\t3\t4\n", "ml-100k/zeros": "\0" * (5 << 20)}),
     "/corrupt.zip": _corrupt_deflate(),
     "/dupe.zip": _duplicate_members(),
-    "/filedir.zip": _zip_bytes({"ml-100k/u.data": "1\t2\t3\t4\n", "ml-100k/extra": "a file",
-                                "ml-100k/extra/inside": "and a folder"}),
+    "/filedir.zip": _zip_bytes(
+        {"ml-100k/u.data": "1\t2\t3\t4\n", "ml-100k/extra": "a file", "ml-100k/extra/inside": "and a folder"}
+    ),
     "/evil.zip": _zip_bytes({"ml-100k/u.data": "1\t2\t3\t4\n", "ml-100k/../../evil.txt": "x"}),
 }
 
@@ -153,8 +154,9 @@ def test_archive_without_expected_file(server, tmp_path):
 
 
 def test_registry_and_defaults(monkeypatch, tmp_path):
-    assert all(s.url.startswith(("https://files.grouplens.org/", "http://millionsongdataset.com/"))
-               for s in SOURCES.values())
+    assert all(
+        s.url.startswith(("https://files.grouplens.org/", "http://millionsongdataset.com/")) for s in SOURCES.values()
+    )
     with pytest.raises(ValueError, match="no download source"):
         download_dataset("synthetic-skew", tmp_path)
     monkeypatch.setenv("PRIVREC_DATA", str(tmp_path))
@@ -164,6 +166,7 @@ def test_registry_and_defaults(monkeypatch, tmp_path):
 
 
 # ---------------------------------------------------------------- issue: data loss, limits, leftovers
+
 
 def _user_folder(root: Path) -> Path:
     folder = root / "ml-100k"
@@ -200,8 +203,18 @@ def test_load_dataset_download_into_existing_folder_keeps_files(server, tmp_path
 def test_cli_prepare_download_keeps_files(server, tmp_path, monkeypatch, capsys):
     folder = _user_folder(tmp_path)
     monkeypatch.setitem(download_mod.SOURCES, "ml-100k", Source(f"{server}/good.zip", "ml-100k", "u.data", "ml-100k"))
-    rc = main(["datasets", "prepare", "ml-100k", "--download", "--data-dir", str(tmp_path),
-               "--cache-dir", str(tmp_path / "cache")])
+    rc = main(
+        [
+            "datasets",
+            "prepare",
+            "ml-100k",
+            "--download",
+            "--data-dir",
+            str(tmp_path),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     _user_files_intact(folder)
     assert (folder / "u.data").is_file()
@@ -282,8 +295,12 @@ def test_stale_privrec_temp_files_are_cleaned_on_the_next_run(server, tmp_path):
 
 
 def test_bad_download_arguments(tmp_path):
-    for kwargs, needle in [({"timeout": 0}, "timeout"), ({"deadline": -1}, "deadline"),
-                           ({"max_bytes": 0}, "max_bytes"), ({"min_rate": -1}, "min_rate")]:
+    for kwargs, needle in [
+        ({"timeout": 0}, "timeout"),
+        ({"deadline": -1}, "deadline"),
+        ({"max_bytes": 0}, "max_bytes"),
+        ({"min_rate": -1}, "min_rate"),
+    ]:
         with pytest.raises(ValueError, match=needle):
             download_dataset("ml-100k", tmp_path, url="http://127.0.0.1:9/x.zip", **kwargs)
     assert _leftovers(tmp_path) == []

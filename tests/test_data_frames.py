@@ -21,8 +21,13 @@ ML100K = Path("/work/shared/datasets/ml-100k/u.data")
 def _frame(seed=0, n_users=40, n_items=15, density=0.35):
     rng = np.random.default_rng(seed)
     rows, cols = np.nonzero(rng.random((n_users, n_items)) < density)
-    return pd.DataFrame({"user": [f"user-{k}" for k in rows], "item": [f"item-{k}" for k in cols],
-                         "rating": rng.integers(1, 6, rows.size).astype(float)})
+    return pd.DataFrame(
+        {
+            "user": [f"user-{k}" for k in rows],
+            "item": [f"item-{k}" for k in cols],
+            "rating": rng.integers(1, 6, rows.size).astype(float),
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +139,7 @@ def test_real_data_round_trip_through_parquet(tmp_path):
 
 # ---------------------------------------------------------------------- models fitted with ids
 
+
 def test_fit_accepts_csr_csc_coo_interactions_and_dataframe(df):
     x = from_pandas(df)
     ref = ALS(factors=3, iterations=2, random_state=0).fit(x.matrix, show_progress=False)
@@ -158,8 +164,9 @@ def test_dataframe_with_string_ids_end_to_end(df, tmp_path):
     assert list(ids) == list(x.item_ids[idx])
     ids2, _ = m.recommend_ids(["user-3", "user-5"], df, N=4, filter_items=["item-0"])
     assert ids2.shape == (2, 4) and "item-0" not in ids2 and list(ids2[0]) != list(ids2[1])
-    only, _ = m.recommend_ids("user-3", df, N=10, items=["item-1", "item-2", "item-14"],
-                              filter_already_liked_items=False)
+    only, _ = m.recommend_ids(
+        "user-3", df, N=10, items=["item-1", "item-2", "item-14"], filter_already_liked_items=False
+    )
     assert set(only) == {"item-1", "item-2", "item-14"}
     sim, s = m.similar_items_ids("item-2", N=3)
     assert sim[0] == "item-2" and s[0] == pytest.approx(1.0, abs=1e-5)
@@ -201,7 +208,8 @@ def test_model_files_keep_public_ids_only(df, tmp_path):
     assert getattr(plain, "item_ids_", None) is None and getattr(plain, "user_ids_", None) is None
     catalogue = sorted(df["item"].unique()) + ["unrated-item"]
     dp2 = DPALS(epsilon=5.0, factors=2, iterations=1, budget=10, random_state=0).fit(
-        from_pandas(df, item_ids=catalogue), show_progress=False)
+        from_pandas(df, item_ids=catalogue), show_progress=False
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         dp2.save(tmp_path / "dp2.npz")
@@ -221,10 +229,12 @@ def test_tampered_id_maps_are_rejected(df, tmp_path):
         arrays = {k: npz[k] for k in npz.files}
     meta = json.loads(str(arrays.pop("__meta__")))
     arrays.pop("__sha256__")  # a forged file without the content hash
-    for bad in ({"kind": "str", "values": meta["item_ids"]["values"][:-1]},
-                {"kind": "int", "values": meta["item_ids"]["values"]},
-                {"kind": "str", "values": [meta["item_ids"]["values"][0]] * m.n_items_},
-                ["not", "a", "dict"]):
+    for bad in (
+        {"kind": "str", "values": meta["item_ids"]["values"][:-1]},
+        {"kind": "int", "values": meta["item_ids"]["values"]},
+        {"kind": "str", "values": [meta["item_ids"]["values"][0]] * m.n_items_},
+        ["not", "a", "dict"],
+    ):
         forged = dict(meta, item_ids=bad)
         np.savez(tmp_path / "bad.npz", __meta__=np.array(json.dumps(forged)), **arrays)
         with pytest.raises(ValueError, match="item_ids"):

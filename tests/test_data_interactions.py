@@ -46,8 +46,9 @@ def test_to_pandas_roundtrip():
     x = _small()
     df = x.to_pandas(indices=True)
     assert list(df.columns) == ["user_id", "item_id", "value", "timestamp", "user_index", "item_index"]
-    y = Interactions.from_arrays(df.user_id.to_numpy(), df.item_id.to_numpy(), df.value.to_numpy(),
-                                 timestamps=df.timestamp.to_numpy())
+    y = Interactions.from_arrays(
+        df.user_id.to_numpy(), df.item_id.to_numpy(), df.value.to_numpy(), timestamps=df.timestamp.to_numpy()
+    )
     assert (y.matrix != x.matrix).nnz == 0
     np.testing.assert_array_equal(y.timestamps, x.timestamps)
 
@@ -60,8 +61,7 @@ def test_index_lookup():
         x.item_index([99])
 
 
-@pytest.mark.parametrize("policy,expected,ts", [("last", 7.0, 3), ("first", 1.0, 1), ("sum", 13.0, 3),
-                                                ("max", 7.0, 3)])
+@pytest.mark.parametrize("policy,expected,ts", [("last", 7.0, 3), ("first", 1.0, 1), ("sum", 13.0, 3), ("max", 7.0, 3)])
 def test_duplicate_policies_are_reported(policy, expected, ts):
     users = [1, 1, 2, 1]
     items = [5, 5, 5, 5]
@@ -167,18 +167,25 @@ from hypothesis import strategies as st  # noqa: E402
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 6), st.integers(-3, 4), st.integers(0, 9)), min_size=1, max_size=40),
-       st.sampled_from(["last", "first", "sum", "max"]))
+@given(
+    st.lists(st.tuples(st.integers(0, 6), st.integers(-3, 4), st.integers(0, 9)), min_size=1, max_size=40),
+    st.sampled_from(["last", "first", "sum", "max"]),
+)
 def test_duplicate_policy_matches_pandas_groupby(rows, policy):
     df = pd.DataFrame(rows, columns=["u", "i", "v"])
     df["t"] = np.arange(len(df)) * 10
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        x = Interactions.from_arrays(df.u.to_numpy(), df.i.to_numpy(), df.v.to_numpy(), timestamps=df.t.to_numpy(),
-                                     duplicates=policy)
+        x = Interactions.from_arrays(
+            df.u.to_numpy(), df.i.to_numpy(), df.v.to_numpy(), timestamps=df.t.to_numpy(), duplicates=policy
+        )
     g = df.groupby(["u", "i"], sort=True)
-    ref = {"last": g.last(), "first": g.first(), "sum": g.agg({"v": "sum", "t": "max"}),
-           "max": g.agg({"v": "max", "t": "max"})}[policy]
+    ref = {
+        "last": g.last(),
+        "first": g.first(),
+        "sum": g.agg({"v": "sum", "t": "max"}),
+        "max": g.agg({"v": "max", "t": "max"}),
+    }[policy]
     got = x.to_pandas().set_index(["user_id", "item_id"])
     assert x.info["duplicate_rows"] == len(df) - len(ref)
     np.testing.assert_array_equal(got.value.to_numpy(), ref.v.to_numpy().astype(np.float32))

@@ -33,7 +33,7 @@ def test_kill_during_atomic_write_leaves_a_recognisable_temp_that_the_next_write
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
     assert out.returncode == -signal.SIGKILL
-    left = [p for p in tmp_path.iterdir()]
+    left = list(tmp_path.iterdir())
     assert len(left) == 1 and TEMP_PATTERN.match(left[0].name), left
     _age(left[0], 2 * DAY)
     atomic_write_text(tmp_path / "model.npz", "new")
@@ -71,6 +71,7 @@ def test_atomic_path_names_and_failure(tmp_path):
 
 
 # ---------------------------------------------------------------- check_csr_structure
+
 
 def _csr(data, indices, indptr, shape):
     """A CSR whose arrays are set as given, bypassing scipy's (partial) construction checks."""
@@ -111,8 +112,10 @@ def test_check_csr_structure_is_vectorised_on_large_input():
     n, per = 200_000, 10
     indices = np.sort(rng.choice(1000, size=(n, per), replace=True), axis=1)
     indices[:, 1:] += np.arange(1, per)  # strictly increasing within each row
-    m = sp.csr_matrix((np.ones(n * per, dtype=np.float32), indices.ravel().astype(np.int32),
-                       np.arange(0, n * per + 1, per)), shape=(n, 1000 + per))
+    m = sp.csr_matrix(
+        (np.ones(n * per, dtype=np.float32), indices.ravel().astype(np.int32), np.arange(0, n * per + 1, per)),
+        shape=(n, 1000 + per),
+    )
     assert check_csr_structure(m) is True
     m.indices[-1] = m.indices[-2]
     with pytest.raises(ValueError, match=f"1 duplicate .*row {n - 1}"):
@@ -120,6 +123,7 @@ def test_check_csr_structure_is_vectorised_on_large_input():
 
 
 # ---------------------------------------------------------------- memory and seeds
+
 
 def test_check_memory(monkeypatch):
     assert check_memory(10, 4, 4, "factors", limit=1000) == 160
@@ -140,7 +144,12 @@ def test_check_random_state_seed():
     assert check_random_state_seed(None) is None and check_random_state_seed(3) == 3
     gen = np.random.default_rng(0)
     assert check_random_state_seed(gen) is gen
-    for bad, needle in [(-1, "non-negative"), (1.5, "integer"), ("7", "integer"), (True, "integer"),
-                        (2**130, "2\\*\\*128")]:
+    for bad, needle in [
+        (-1, "non-negative"),
+        (1.5, "integer"),
+        ("7", "integer"),
+        (True, "integer"),
+        (2**130, "2\\*\\*128"),
+    ]:
         with pytest.raises(ValueError, match=needle):
             check_random_state_seed(bad, "seed")

@@ -6,8 +6,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privrec.data.loaders import (DatasetNotFoundError, load_lastfm_hetrec, load_movielens_100k, load_movielens_csv,
-                                  load_movielens_dat, load_msd_taste_profile)
+from privrec.data.loaders import (
+    DatasetNotFoundError,
+    load_lastfm_hetrec,
+    load_movielens_100k,
+    load_movielens_csv,
+    load_movielens_dat,
+    load_msd_taste_profile,
+)
 
 SHARED = Path(os.environ.get("PRIVREC_SHARED_DATASETS", Path(__file__).resolve().parents[2] / "shared" / "datasets"))
 
@@ -23,10 +29,13 @@ def test_movielens_100k(tmp_path):
     flags = ["0"] * 19
     f1 = list(flags)
     f1[3] = f1[5] = "1"
-    _write(tmp_path / "u.item",
-           "242|Kolya (1996)|24-Jan-1997||http://x|" + "|".join(f1) + "\n"
-           "302|L.A. Confidential (1997)|01-Jan-1997||http://y|" + "|".join(flags) + "\n"
-           "999|Caf\xe9 Society (1995)|01-Jan-1995||http://z|" + "|".join(flags) + "\n", encoding="latin-1")
+    _write(
+        tmp_path / "u.item",
+        "242|Kolya (1996)|24-Jan-1997||http://x|" + "|".join(f1) + "\n"
+        "302|L.A. Confidential (1997)|01-Jan-1997||http://y|" + "|".join(flags) + "\n"
+        "999|Caf\xe9 Society (1995)|01-Jan-1995||http://z|" + "|".join(flags) + "\n",
+        encoding="latin-1",
+    )
     x = load_movielens_100k(tmp_path)
     assert (x.n_users, x.n_items, x.nnz) == (3, 2, 3)
     assert list(x.user_ids) == [22, 186, 196] and list(x.item_ids) == [242, 302]
@@ -38,9 +47,12 @@ def test_movielens_100k(tmp_path):
 
 def test_movielens_1m_10m_dat(tmp_path):
     _write(tmp_path / "ratings.dat", "1::1193::5::978300760\n1::661::3.5::978302109\n2::1193::4::978298413\n")
-    _write(tmp_path / "movies.dat", "1193::One Flew Over the Cuckoo's Nest (1975)::Drama\n"
-                                    "661::James and the Giant Peach: The Movie (1996)::Animation|Children's\n",
-           encoding="latin-1")
+    _write(
+        tmp_path / "movies.dat",
+        "1193::One Flew Over the Cuckoo's Nest (1975)::Drama\n"
+        "661::James and the Giant Peach: The Movie (1996)::Animation|Children's\n",
+        encoding="latin-1",
+    )
     x = load_movielens_dat(tmp_path, name="ml-10m")
     assert (x.n_users, x.n_items, x.nnz) == (2, 2, 3)
     np.testing.assert_array_equal(x.matrix.toarray(), [[3.5, 5.0], [0.0, 4.0]])
@@ -49,10 +61,15 @@ def test_movielens_1m_10m_dat(tmp_path):
 
 
 def test_movielens_csv_with_quoted_titles(tmp_path):
-    _write(tmp_path / "ratings.csv", "userId,movieId,rating,timestamp\n1,2,3.5,1112486027\n1,29,4.0,1112484676\n"
-                                     "7,2,0.5,1112484819\n")
-    _write(tmp_path / "movies.csv", 'movieId,title,genres\n2,Jumanji (1995),Adventure|Children|Fantasy\n'
-                                    '29,"City of Lost Children, The (Cité des enfants perdus, La) (1995)",Drama\n')
+    _write(
+        tmp_path / "ratings.csv",
+        "userId,movieId,rating,timestamp\n1,2,3.5,1112486027\n1,29,4.0,1112484676\n7,2,0.5,1112484819\n",
+    )
+    _write(
+        tmp_path / "movies.csv",
+        "movieId,title,genres\n2,Jumanji (1995),Adventure|Children|Fantasy\n"
+        '29,"City of Lost Children, The (Cité des enfants perdus, La) (1995)",Drama\n',
+    )
     x = load_movielens_csv(tmp_path, name="ml-20m")
     assert (x.n_users, x.n_items, x.nnz) == (2, 2, 3)
     assert x.matrix[1, 0] == 0.5
@@ -60,10 +77,12 @@ def test_movielens_csv_with_quoted_titles(tmp_path):
 
 
 def test_msd_triplets_string_ids(tmp_path):
-    _write(tmp_path / "train_triplets.txt",
-           "b80344d063b5ccb3212f76538f3d9e43d87dca9e\tSOAKIMP12A8C130995\t1\n"
-           "b80344d063b5ccb3212f76538f3d9e43d87dca9e\tSOBBMDR12A8C13253B\t2\n"
-           "85c1f87fea955d09b4bec2e36aee110927aab3fe\tSOAKIMP12A8C130995\t7\n")
+    _write(
+        tmp_path / "train_triplets.txt",
+        "b80344d063b5ccb3212f76538f3d9e43d87dca9e\tSOAKIMP12A8C130995\t1\n"
+        "b80344d063b5ccb3212f76538f3d9e43d87dca9e\tSOBBMDR12A8C13253B\t2\n"
+        "85c1f87fea955d09b4bec2e36aee110927aab3fe\tSOAKIMP12A8C130995\t7\n",
+    )
     x = load_msd_taste_profile(tmp_path)
     assert (x.n_users, x.n_items, x.nnz) == (2, 2, 3)
     assert list(x.item_ids) == ["SOAKIMP12A8C130995", "SOBBMDR12A8C13253B"]
@@ -75,8 +94,10 @@ def test_msd_triplets_string_ids(tmp_path):
 def test_lastfm_with_and_without_header(tmp_path, header):
     body = "2\t51\t13883\n2\t52\t11690\n3\t51\t5\n"
     _write(tmp_path / "user_artists.dat", ("userID\tartistID\tweight\n" if header else "") + body)
-    _write(tmp_path / "artists.dat", "id\tname\turl\tpictureURL\n51\tDuran Duran\thttp://a\thttp://b\n"
-                                     "52\tMorcheeba\thttp://c\t\n")
+    _write(
+        tmp_path / "artists.dat",
+        "id\tname\turl\tpictureURL\n51\tDuran Duran\thttp://a\thttp://b\n52\tMorcheeba\thttp://c\t\n",
+    )
     x = load_lastfm_hetrec(tmp_path)
     assert (x.n_users, x.n_items, x.nnz) == (2, 2, 3)
     assert x.matrix[0, 0] == 13883 and x.info["header"] is header
@@ -145,6 +166,7 @@ def test_string_id_encoding_across_chunks():
 
 
 # ---------------------------------------------------------------- issue: silent misparse
+
 
 def test_single_colons_are_not_the_ml1m_separator(tmp_path):
     _write(tmp_path / "ratings.dat", "1::2::3::4\n1:2:3:4:5:6:7\n")

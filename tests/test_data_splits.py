@@ -80,14 +80,18 @@ def test_heldout_split_errors(ratings):
 
 
 def test_msd_variant_filters_songs_then_users():
-    x = low_rank_interactions(3000, 300, 90000, top10_share=0.5, min_per_user=5, values="counts",
-                              random_state=0).interactions
+    x = low_rank_interactions(
+        3000, 300, 90000, top10_share=0.5, min_per_user=5, values="counts", random_state=0
+    ).interactions
     s = msd_heldout_users_split(x, n_heldout=100, min_user_items=20, min_item_users=200, random_state=0)
     kept_items = x.item_counts >= 200
     per_user = x.matrix[:, np.flatnonzero(kept_items)].getnnz(axis=1)
     eligible = set(x.user_ids[per_user >= 20].tolist())
-    users = set(s.train.user_ids.tolist()) | set(s.validation.history.user_ids.tolist()) | set(
-        s.test.history.user_ids.tolist())
+    users = (
+        set(s.train.user_ids.tolist())
+        | set(s.validation.history.user_ids.tolist())
+        | set(s.test.history.user_ids.tolist())
+    )
     assert users <= eligible and len(s.train.user_ids) == len(eligible) - 200
     assert set(s.train.item_ids.tolist()) <= set(x.item_ids[kept_items].tolist())
     assert np.all(s.train.matrix.data == 1.0)

@@ -3,8 +3,13 @@
 import numpy as np
 import pytest
 
-from privrec.data.synthetic import (PRESETS, calibrate_exponent, generate_preset, low_rank_interactions,
-                                    multitask_regression)
+from privrec.data.synthetic import (
+    PRESETS,
+    calibrate_exponent,
+    generate_preset,
+    low_rank_interactions,
+    multitask_regression,
+)
 
 
 def _top10_share(x):
@@ -19,7 +24,7 @@ def test_multitask_regression_appendix_c_facts():
     assert np.all(np.linalg.norm(d.task_params, axis=1) <= 1 + 1e-6)
     assert d.task_probs.sum() == pytest.approx(20.0)
     total = d.train.n_examples + d.test.n_examples
-    assert total / 2000 == pytest.approx(20.0, rel=0.05)          # ~20 tasks per user
+    assert total / 2000 == pytest.approx(20.0, rel=0.05)  # ~20 tasks per user
     assert d.train.n_examples / total == pytest.approx(0.8, abs=0.01)
     # labels are <u_j, theta_i> + tiny noise
     t = d.train.task_ids()
@@ -59,7 +64,7 @@ def test_synthetic_skew_preset_statistics():
     # planted ground truth explains the ratings (noise sd 0.5 + half-star rounding + clipping)
     u, i, v = x.coo_arrays()
     resid = v - d.expected(u, i)
-    assert np.sqrt(np.mean(resid ** 2)) < 0.65
+    assert np.sqrt(np.mean(resid**2)) < 0.65
     assert np.corrcoef(v, d.expected(u, i))[0, 1] > 0.6
 
 
@@ -113,7 +118,7 @@ def _heldout_recall(d, score_fn, n_test=400, hold=0.2, k=20, seed=0):
     users = rng.choice(x.shape[0], size=n_test, replace=False)
     hits = denom = 0.0
     for u in users:
-        items = x.indices[x.indptr[u]:x.indptr[u + 1]]
+        items = x.indices[x.indptr[u] : x.indptr[u + 1]]
         mask = rng.random(len(items)) < hold
         if not mask.any() or mask.all():
             continue
@@ -133,13 +138,14 @@ def test_observation_is_personalised_by_planted_taste():
     assert d.interactions.info["top10_share"] == pytest.approx(_top10_share(d.interactions))
     u, i, _ = d.interactions.coo_arrays()
     dots = np.einsum("ij,ij->i", d.user_factors[u], d.item_factors[i])
-    assert dots.mean() > 0.3                  # observed pairs lean towards the user's taste
+    assert dots.mean() > 0.3  # observed pairs lean towards the user's taste
     tau = d.interactions.info["affinity"]
     logp = np.log(d.popularity)
     pop = _heldout_recall(d, lambda uu, ii: logp[ii])
-    taste = _heldout_recall(d, lambda uu, ii: logp[ii] + tau * np.einsum(
-        "ij,ij->i", d.user_factors[uu], d.item_factors[ii]))
-    assert taste > 1.3 * pop                  # planted taste + popularity beats popularity alone
+    taste = _heldout_recall(
+        d, lambda uu, ii: logp[ii] + tau * np.einsum("ij,ij->i", d.user_factors[uu], d.item_factors[ii])
+    )
+    assert taste > 1.3 * pop  # planted taste + popularity beats popularity alone
 
 
 def test_affinity_zero_is_missing_at_random_given_popularity():
@@ -151,12 +157,11 @@ def test_affinity_zero_is_missing_at_random_given_popularity():
     assert _top10_share(x) == pytest.approx(0.86, abs=0.03)
     u, i, _ = x.coo_arrays()
     dots = np.einsum("ij,ij->i", d.user_factors[u], d.item_factors[i])
-    assert abs(dots.mean()) < 0.03            # observation ignores the factors
+    assert abs(dots.mean()) < 0.03  # observation ignores the factors
     logp = np.log(d.popularity)
     pop = _heldout_recall(d, lambda uu, ii: logp[ii])
-    taste = _heldout_recall(d, lambda uu, ii: logp[ii] + np.einsum(
-        "ij,ij->i", d.user_factors[uu], d.item_factors[ii]))
-    assert taste <= pop + 0.02                # no personal signal in which items are observed
+    taste = _heldout_recall(d, lambda uu, ii: logp[ii] + np.einsum("ij,ij->i", d.user_factors[uu], d.item_factors[ii]))
+    assert taste <= pop + 0.02  # no personal signal in which items are observed
     # same planted factors as with affinity > 0 (drawn from their own stream), different pairs
     e = low_rank_interactions(pr.n_users, pr.n_items, pr.n_interactions, **kw)
     np.testing.assert_array_equal(d.user_factors, e.user_factors)
@@ -184,8 +189,9 @@ def test_affinity_select_keeps_k_per_user_sorted():
 
     rng = np.random.default_rng(0)
     n_users, n_items = 40, 30
-    cand = np.sort(np.concatenate([u * n_items + rng.choice(n_items, 12, replace=False) for u in range(n_users)
-                                   if u % 7]))  # some users have no candidate
+    cand = np.sort(
+        np.concatenate([u * n_items + rng.choice(n_items, 12, replace=False) for u in range(n_users) if u % 7])
+    )  # some users have no candidate
     k = np.where(np.arange(n_users) % 7, rng.integers(1, 12, n_users), 0)
     uf = rng.standard_normal((n_users, 3)).astype(np.float32)
     vf = rng.standard_normal((n_items, 3)).astype(np.float32)

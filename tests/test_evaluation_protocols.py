@@ -79,8 +79,9 @@ def test_heldout_perfect_scores_give_recall_one_and_paper_ks():
     assert out["metrics"]["recall@4"] == pytest.approx(1.0)
     assert out["metrics"]["ndcg@4"] == pytest.approx(1.0)
     assert out["metrics"]["n_users"] == 12
-    paper = evaluate_heldout(RidgeBillboard(V, reg=1e-3), train, mk(hist_rows), mk(targ_rows),
-                             paper_sliced=True, head_fraction=1.0)
+    paper = evaluate_heldout(
+        RidgeBillboard(V, reg=1e-3), train, mk(hist_rows), mk(targ_rows), paper_sliced=True, head_fraction=1.0
+    )
     assert paper["sliced"]["k"] == [100, 80, 60, 40, 20]
     assert all(math.isnan(v) or v == pytest.approx(1.0) for v in paper["sliced"]["recall"])
 

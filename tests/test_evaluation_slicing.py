@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from test_evaluation_metrics import csr
 
 from privrec.evaluation import (
     cosine_neighbours,
@@ -17,9 +18,6 @@ from privrec.evaluation import (
     sliced_rmse,
     top_items,
 )
-
-
-from test_evaluation_metrics import csr  # noqa: E402  (same tests folder)
 
 
 def test_buckets_sorted_by_count_ties_by_index_equal_sizes():
@@ -131,5 +129,4 @@ def test_reference_cache_and_per_bucket_subsample_agree_with_full_computation():
     sub = sliced_neighbour_overlap(A, ref, buckets, k=5, per_bucket=4)
     expect = [full[items[buckets[items] == b]].mean() for b in range(3)]
     assert sub == pytest.approx(expect)
-    assert sliced_neighbour_overlap(A, B, buckets, k=5) == pytest.approx(
-        [full[buckets == b].mean() for b in range(3)])
+    assert sliced_neighbour_overlap(A, B, buckets, k=5) == pytest.approx([full[buckets == b].mean() for b in range(3)])

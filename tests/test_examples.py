@@ -21,13 +21,15 @@ def load_example(name):
     return mod
 
 
-@pytest.mark.parametrize("name, metric, trivial", [("movielens", "test RMSE", "trivial: global mean"),
-                                                  ("lastfm", "test Recall@20", "trivial: exact popularity")])
+@pytest.mark.parametrize(
+    "name, metric, trivial",
+    [("movielens", "test RMSE", "trivial: global mean"), ("lastfm", "test Recall@20", "trivial: exact popularity")],
+)
 def test_example_runs_on_synthetic_data(name, metric, trivial, capsys):
     assert load_example(name).main(["--synthetic", "-n", "3"]) == 0
     out = capsys.readouterr().out
     assert metric in out and trivial in out and "ALS" in out and "private DPALS (epsilon 5)" in out
-    assert "top 3" in out and " 3. " in out                       # recommendations printed
+    assert "top 3" in out and " 3. " in out  # recommendations printed
     assert "-DP at the user level" in out and "accountant over" in out and "user embeddings never" in out
 
 
@@ -39,9 +41,25 @@ def test_example_without_data_says_what_to_do(name, tmp_path, capsys):
 
 
 def test_movielens_example_as_a_script_with_options():
-    proc = subprocess.run([sys.executable, str(EXAMPLES / "movielens.py"), "--synthetic", "--epsilon", "20",
-                           "--delta", "1e-7", "--user", "5", "-n", "2"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLES / "movielens.py"),
+            "--synthetic",
+            "--epsilon",
+            "20",
+            "--delta",
+            "1e-7",
+            "--user",
+            "5",
+            "-n",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "private DPALS (epsilon 20)" in proc.stdout and "top 2 for user 5" in proc.stdout
     assert "1e-07)-DP" in proc.stdout and proc.stderr == ""

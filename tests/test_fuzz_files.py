@@ -30,8 +30,12 @@ from privrec.data.download import download_dataset
 from privrec.models import ALS, DPALS, load_model
 
 N = int(os.environ.get("PRIVREC_FUZZ_EXAMPLES", "0"))
-FUZZ = settings(max_examples=N or 60, deadline=None, derandomize=not N,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=N or 60,
+    deadline=None,
+    derandomize=not N,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 FUZZ_SLOW = settings(FUZZ, max_examples=N or 15)
 
 INTERESTING = b":\t,\n\r-.05 9e\xef\xbb\xbf\x00\xff"
@@ -42,8 +46,14 @@ def mutations(draw, max_ops=3):
     ops = []
     for _ in range(draw(st.integers(1, max_ops))):
         kind = draw(st.sampled_from(["flip", "insert", "delete", "truncate", "dupline", "bom"]))
-        ops.append((kind, draw(st.floats(0, 1, exclude_max=True)), draw(st.integers(0, 7)),
-                    draw(st.sampled_from(list(INTERESTING)))))
+        ops.append(
+            (
+                kind,
+                draw(st.floats(0, 1, exclude_max=True)),
+                draw(st.integers(0, 7)),
+                draw(st.sampled_from(list(INTERESTING))),
+            )
+        )
     return ops
 
 
@@ -72,18 +82,42 @@ def mutate(data: bytes, ops) -> bytes:
 # ---------------------------------------------------------------- dataset source files
 
 SOURCES = {
-    "ml-100k": ("u.data", loaders.load_movielens_100k, False,
-                b"196\t242\t3\t881250949\n186\t302\t3\t891717742\n22\t377\t1\t878887116\n244\t51\t2\t880606923\n"),
-    "ml-1m": ("ratings.dat", loaders.load_movielens_dat, False,
-              b"1::1193::5::978300760\n1::661::3::978302109\n2::1193::4::978298413\n3::50::1::978298000\n"),
-    "ml-10m": ("ratings.dat", loaders.load_movielens_dat, False,
-               b"1::122::5::838985046\n1::185::4.5::838983525\n2::231::0.5::838983392\n"),
-    "ml-20m": ("ratings.csv", loaders.load_movielens_csv, True,
-               b"userId,movieId,rating,timestamp\n1,2,3.5,1112486027\n1,29,4.0,1112484676\n7,2,0.5,1112484819\n"),
-    "lastfm-2k": ("user_artists.dat", loaders.load_lastfm_hetrec, None,
-                  b"userID\tartistID\tweight\n2\t51\t13883\n2\t52\t11690\n3\t51\t5\n"),
-    "msd": ("train_triplets.txt", loaders.load_msd_taste_profile, False,
-            b"b80344d0\tSOAKIMP12A\t1\nb80344d0\tSOBBMDR12A\t2\n85c1f87f\tSOAKIMP12A\t7\n"),
+    "ml-100k": (
+        "u.data",
+        loaders.load_movielens_100k,
+        False,
+        b"196\t242\t3\t881250949\n186\t302\t3\t891717742\n22\t377\t1\t878887116\n244\t51\t2\t880606923\n",
+    ),
+    "ml-1m": (
+        "ratings.dat",
+        loaders.load_movielens_dat,
+        False,
+        b"1::1193::5::978300760\n1::661::3::978302109\n2::1193::4::978298413\n3::50::1::978298000\n",
+    ),
+    "ml-10m": (
+        "ratings.dat",
+        loaders.load_movielens_dat,
+        False,
+        b"1::122::5::838985046\n1::185::4.5::838983525\n2::231::0.5::838983392\n",
+    ),
+    "ml-20m": (
+        "ratings.csv",
+        loaders.load_movielens_csv,
+        True,
+        b"userId,movieId,rating,timestamp\n1,2,3.5,1112486027\n1,29,4.0,1112484676\n7,2,0.5,1112484819\n",
+    ),
+    "lastfm-2k": (
+        "user_artists.dat",
+        loaders.load_lastfm_hetrec,
+        None,
+        b"userID\tartistID\tweight\n2\t51\t13883\n2\t52\t11690\n3\t51\t5\n",
+    ),
+    "msd": (
+        "train_triplets.txt",
+        loaders.load_msd_taste_profile,
+        False,
+        b"b80344d0\tSOAKIMP12A\t1\nb80344d0\tSOBBMDR12A\t2\n85c1f87f\tSOAKIMP12A\t7\n",
+    ),
 }
 
 
@@ -127,19 +161,24 @@ def test_mutated_source_files(workdir, dataset, ops):
 
 # ---------------------------------------------------------------- cache entries
 
+
 @pytest.fixture(scope="module")
 def cache_setup(workdir):
     src = workdir / "ml-100k"
     src.mkdir()
     rng = np.random.default_rng(0)
     rows = {(int(u), int(i)) for u, i in zip(rng.integers(1, 30, 300), rng.integers(1, 80, 300))}
-    (src / "u.data").write_text("".join(f"{u}\t{i}\t{(u + i) % 5 + 1}\t{880000000 + u * 100 + i}\n"
-                                        for u, i in sorted(rows)))
-    (src / "u.item").write_text("".join(f"{j}|Movie {j}|01-Jan-1995||url|{'|'.join(['0'] * 18 + ['1'])}\n"
-                                        for j in range(1, 80)), encoding="latin-1")
+    (src / "u.data").write_text(
+        "".join(f"{u}\t{i}\t{(u + i) % 5 + 1}\t{880000000 + u * 100 + i}\n" for u, i in sorted(rows))
+    )
+    (src / "u.item").write_text(
+        "".join(f"{j}|Movie {j}|01-Jan-1995||url|{'|'.join(['0'] * 18 + ['1'])}\n" for j in range(1, 80)),
+        encoding="latin-1",
+    )
     cache = workdir / "cache"
-    original = cached_load(lambda: loaders.load_movielens_100k(src), [src / "u.data", src / "u.item"], "ml-100k",
-                           cache_dir=cache)
+    original = cached_load(
+        lambda: loaders.load_movielens_100k(src), [src / "u.data", src / "u.item"], "ml-100k", cache_dir=cache
+    )
     (entry,) = [p for p in cache.iterdir() if not p.name.startswith(".")]
     pristine = workdir / "pristine-cache"
     shutil.copytree(entry, pristine)
@@ -147,8 +186,9 @@ def cache_setup(workdir):
 
 
 @FUZZ
-@given(st.sampled_from(["entries.parquet", "users.parquet", "items.parquet", "info.json", "manifest.json"]),
-       mutations())
+@given(
+    st.sampled_from(["entries.parquet", "users.parquet", "items.parquet", "info.json", "manifest.json"]), mutations()
+)
 def test_mutated_cache_entries_never_return_changed_data(cache_setup, victim, ops):
     src, cache, entry, pristine, original = cache_setup
     shutil.rmtree(entry, ignore_errors=True)
@@ -156,8 +196,9 @@ def test_mutated_cache_entries_never_return_changed_data(cache_setup, victim, op
     (entry / victim).write_bytes(mutate((pristine / victim).read_bytes(), ops))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        got = cached_load(lambda: loaders.load_movielens_100k(src), [src / "u.data", src / "u.item"], "ml-100k",
-                          cache_dir=cache)
+        got = cached_load(
+            lambda: loaders.load_movielens_100k(src), [src / "u.data", src / "u.item"], "ml-100k", cache_dir=cache
+        )
     assert (got.matrix != original.matrix).nnz == 0
     np.testing.assert_array_equal(got.user_ids, original.user_ids)
     np.testing.assert_array_equal(got.item_ids, original.item_ids)
@@ -167,6 +208,7 @@ def test_mutated_cache_entries_never_return_changed_data(cache_setup, victim, op
 
 # ---------------------------------------------------------------- model files
 
+
 def _ratings():
     rng = np.random.default_rng(0)
     dense = (rng.random((30, 15)) < 0.35) * rng.integers(1, 6, (30, 15))
@@ -174,13 +216,16 @@ def _ratings():
     return sp.csr_matrix(dense.astype(np.float32))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _model_file(name: str):
     """(saved bytes, fitted model); a cached function, not a fixture, so that a failing example
     prints only its mutations."""
     R = _ratings()
-    model = (ALS(factors=3, iterations=1, random_state=0) if name == "als"
-             else DPALS(epsilon=2.0, factors=2, iterations=1, budget=3, random_state=0)).fit(R)
+    model = (
+        ALS(factors=3, iterations=1, random_state=0)
+        if name == "als"
+        else DPALS(epsilon=2.0, factors=2, iterations=1, budget=3, random_state=0)
+    ).fit(R)
     with tempfile.TemporaryDirectory(prefix="privrec-fuzz-") as d:
         model.save(Path(d) / "m.npz")
         return (Path(d) / "m.npz").read_bytes(), model
@@ -217,6 +262,7 @@ def test_mutated_dpals_files(workdir, ops):
 
 # ---------------------------------------------------------------- downloaded archives
 
+
 def _zip(members: dict) -> bytes:
     import io
     import zipfile
@@ -228,8 +274,13 @@ def _zip(members: dict) -> bytes:
     return buf.getvalue()
 
 
-ARCHIVE = _zip({"ml-100k/u.data": "1\t2\t3\t4\n2\t2\t5\t6\n" * 50, "ml-100k/u.item": "1|A|x||u|" + "0|" * 18 + "1\n",
-                "ml-100k/README": "tiny"})
+ARCHIVE = _zip(
+    {
+        "ml-100k/u.data": "1\t2\t3\t4\n2\t2\t5\t6\n" * 50,
+        "ml-100k/u.item": "1|A|x||u|" + "0|" * 18 + "1\n",
+        "ml-100k/README": "tiny",
+    }
+)
 
 
 @FUZZ_SLOW

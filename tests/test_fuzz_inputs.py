@@ -23,8 +23,12 @@ from privrec.models import ALS
 from privrec.models._base import as_user_items, check_ids
 
 N = int(os.environ.get("PRIVREC_FUZZ_EXAMPLES", "0"))
-FUZZ = settings(max_examples=N or 150, deadline=None, derandomize=not N,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=N or 150,
+    deadline=None,
+    derandomize=not N,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 FUZZ_SLOW = settings(FUZZ, max_examples=N or 25)
 
 VALUES = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=32), st.integers(-3, 6).map(float))
@@ -39,16 +43,30 @@ def raw_csr(draw):
     nnz = sum(counts)
     indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     if draw(st.integers(0, 4)) == 0:  # break indptr
-        indptr = np.array(draw(st.lists(st.integers(-1, nnz + 1), min_size=max(0, n_rows - 1),
-                                        max_size=n_rows + 2)), dtype=np.int64)
+        indptr = np.array(
+            draw(st.lists(st.integers(-1, nnz + 1), min_size=max(0, n_rows - 1), max_size=n_rows + 2)), dtype=np.int64
+        )
     hi = max(n_cols, 1)
-    indices = np.array(draw(st.lists(st.integers(-1 if draw(st.booleans()) else 0,
-                                                 hi + (1 if draw(st.integers(0, 5)) == 0 else -1)),
-                                     min_size=nnz, max_size=nnz)), dtype=np.int64)
+    indices = np.array(
+        draw(
+            st.lists(
+                st.integers(-1 if draw(st.booleans()) else 0, hi + (1 if draw(st.integers(0, 5)) == 0 else -1)),
+                min_size=nnz,
+                max_size=nnz,
+            )
+        ),
+        dtype=np.int64,
+    )
     if draw(st.integers(0, 6)) == 0:  # length mismatch
         indices = indices[:-1]
-    data = np.array(draw(st.lists(VALUES if draw(st.integers(0, 4)) == 0 else st.integers(1, 5).map(float),
-                                  min_size=nnz, max_size=nnz)), dtype=np.float64)
+    data = np.array(
+        draw(
+            st.lists(
+                VALUES if draw(st.integers(0, 4)) == 0 else st.integers(1, 5).map(float), min_size=nnz, max_size=nnz
+            )
+        ),
+        dtype=np.float64,
+    )
     return (n_rows, n_cols), data, indices, indptr
 
 
@@ -67,7 +85,7 @@ def _reference_valid(shape, data, indices, indptr) -> bool:
         if indptr[r + 1] < indptr[r]:
             return False
     for r in range(n_rows):
-        cols = list(indices[indptr[r]:indptr[r + 1]])
+        cols = list(indices[indptr[r] : indptr[r + 1]])
         if len(set(cols)) != len(cols) or any(c < 0 or c >= n_cols for c in cols):
             return False
     return bool(np.all(np.isfinite(data)))
@@ -124,8 +142,13 @@ def test_fit_on_fuzzed_matrices_raises_value_error_or_fits(arrays):
 
 
 @FUZZ
-@given(st.lists(st.integers(0, 6), max_size=12), st.lists(st.integers(0, 6), max_size=12),
-       st.lists(VALUES, max_size=12), st.sampled_from(DUPLICATE_POLICIES), st.booleans())
+@given(
+    st.lists(st.integers(0, 6), max_size=12),
+    st.lists(st.integers(0, 6), max_size=12),
+    st.lists(VALUES, max_size=12),
+    st.sampled_from(DUPLICATE_POLICIES),
+    st.booleans(),
+)
 def test_from_arrays_fuzz(users, items, values, policy, with_values):
     n = min(len(users), len(items), len(values))
     users, items, values = users[:n], items[:n], values[:n]
@@ -135,16 +158,25 @@ def test_from_arrays_fuzz(users, items, values, policy, with_values):
             x = Interactions.from_arrays(users, items, values if with_values else None, duplicates=policy)
     except ValueError:
         pairs = list(zip(users, items))
-        assert (n == 0 or (with_values and not np.all(np.isfinite(values)))
-                or (policy == "error" and len(set(pairs)) < len(pairs)))
+        assert (
+            n == 0
+            or (with_values and not np.all(np.isfinite(values)))
+            or (policy == "error" and len(set(pairs)) < len(pairs))
+        )
         return
     assert x.nnz == len(set(zip(users, items)))
     check_csr_structure(x.matrix)
 
 
-IDS = st.one_of(st.integers(-5, 20), st.floats(allow_nan=True), st.text(max_size=3), st.none(),
-                st.lists(st.integers(-2, 12), max_size=5), st.lists(st.floats(-2, 12), max_size=5),
-                st.lists(st.lists(st.integers(0, 3), max_size=2), max_size=2))
+IDS = st.one_of(
+    st.integers(-5, 20),
+    st.floats(allow_nan=True),
+    st.text(max_size=3),
+    st.none(),
+    st.lists(st.integers(-2, 12), max_size=5),
+    st.lists(st.floats(-2, 12), max_size=5),
+    st.lists(st.lists(st.integers(0, 3), max_size=2), max_size=2),
+)
 
 
 @FUZZ
@@ -158,8 +190,9 @@ def test_check_ids_fuzz(ids, n):
     assert arr.dtype == np.int64 and arr.ndim == 1 and (arr.size == 0 or (arr.min() >= 0 and arr.max() < n))
 
 
-SEEDS = st.one_of(st.none(), st.integers(-(2**70), 2**140), st.floats(allow_nan=True), st.text(max_size=2),
-                  st.booleans())
+SEEDS = st.one_of(
+    st.none(), st.integers(-(2**70), 2**140), st.floats(allow_nan=True), st.text(max_size=2), st.booleans()
+)
 
 
 @FUZZ
@@ -173,13 +206,16 @@ def test_seed_check_fuzz(seed):
 
 
 @FUZZ_SLOW
-@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-2, 2), st.text(max_size=2)),
-       SEEDS)
+@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-2, 2), st.text(max_size=2)), SEEDS)
 def test_load_dataset_synthetic_parameters_fuzz(scale, seed):
     try:
-        x = load_dataset("synthetic-skew", scale=scale, random_state=seed) if isinstance(scale, str) else \
-            load_dataset("synthetic-skew", scale=min(scale, 0.02) if scale == scale and scale > 0 else scale,
-                         random_state=seed)
+        x = (
+            load_dataset("synthetic-skew", scale=scale, random_state=seed)
+            if isinstance(scale, str)
+            else load_dataset(
+                "synthetic-skew", scale=min(scale, 0.02) if scale == scale and scale > 0 else scale, random_state=seed
+            )
+        )
     except ValueError as exc:
         assert "\n" not in str(exc)
         return
@@ -187,8 +223,11 @@ def test_load_dataset_synthetic_parameters_fuzz(scale, seed):
 
 
 @FUZZ
-@given(st.one_of(st.integers(-3, 10**12), st.floats(allow_nan=True)), st.one_of(st.integers(-3, 10**7), st.floats()),
-       st.sampled_from([1, 2, 4, 8, 0, -1]))
+@given(
+    st.one_of(st.integers(-3, 10**12), st.floats(allow_nan=True)),
+    st.one_of(st.integers(-3, 10**7), st.floats()),
+    st.sampled_from([1, 2, 4, 8, 0, -1]),
+)
 def test_check_memory_fuzz(rows, cols, itemsize):
     try:
         need = check_memory(rows, cols, itemsize, "x", limit=1 << 30)
@@ -198,14 +237,32 @@ def test_check_memory_fuzz(rows, cols, itemsize):
     assert need == rows * cols * itemsize <= 1 << 30
 
 
-JUNK = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(allow_nan=True, allow_infinity=True),
-                 st.text(max_size=3), st.lists(st.integers(), max_size=2))
+JUNK = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 5),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=3),
+    st.lists(st.integers(), max_size=2),
+)
 
 
 @FUZZ_SLOW
-@given(st.fixed_dictionaries({}, optional={"timeout": JUNK, "deadline": JUNK, "min_rate": JUNK, "max_bytes": JUNK,
-                                           "max_ratio": JUNK, "sha256": JUNK, "force": st.booleans()}),
-       st.one_of(st.just("ml-100k"), JUNK))
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "timeout": JUNK,
+            "deadline": JUNK,
+            "min_rate": JUNK,
+            "max_bytes": JUNK,
+            "max_ratio": JUNK,
+            "sha256": JUNK,
+            "force": st.booleans(),
+        },
+    ),
+    st.one_of(st.just("ml-100k"), JUNK),
+)
 def test_download_arguments_fuzz(kwargs, name):
     """Bad arguments are ValueErrors; good ones reach a closed local port (no network) and fail cleanly."""
     with tempfile.TemporaryDirectory() as root:

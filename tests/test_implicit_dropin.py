@@ -42,8 +42,9 @@ def _implicit_model():
 MODELS = {
     "implicit": _implicit_model,
     "privrec-DPALS": lambda: DPALS(epsilon=5.0, factors=8, iterations=2, budget=10, random_state=0),
-    "privrec-DPALS-implicit": lambda: DPALS(epsilon=5.0, feedback="implicit", unobserved_weight=0.2, factors=8,
-                                            iterations=2, budget=10, random_state=0),
+    "privrec-DPALS-implicit": lambda: DPALS(
+        epsilon=5.0, feedback="implicit", unobserved_weight=0.2, factors=8, iterations=2, budget=10, random_state=0
+    ),
     "privrec-ALS": lambda: ALS(factors=8, iterations=3, random_state=0),
 }
 
@@ -135,11 +136,21 @@ def _accepts_callback(cls) -> bool:
     return "callback" in inspect.signature(cls.fit).parameters
 
 
-@pytest.mark.parametrize("name", [
-    "implicit", "privrec-ALS",
-    pytest.param("privrec-DPALS", marks=pytest.mark.xfail(
-        not _accepts_callback(DPALS), strict=True, reason="DPALS.fit(callback=...) is added by the lead (dpals.py)")),
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "implicit",
+        "privrec-ALS",
+        pytest.param(
+            "privrec-DPALS",
+            marks=pytest.mark.xfail(
+                not _accepts_callback(DPALS),
+                strict=True,
+                reason="DPALS.fit(callback=...) is added by the lead (dpals.py)",
+            ),
+        ),
+    ],
+)
 def test_fit_callback_contract(name, user_items):
     """implicit calls callback(iteration, elapsed_seconds, loss) after every iteration; loss may be None."""
     calls = []
@@ -148,7 +159,7 @@ def test_fit_callback_contract(name, user_items):
         model.fit(user_items, show_progress=False, callback=lambda *args: calls.append(args))
     n_iter = model.iterations
     assert [c[0] for c in calls] == list(range(n_iter))
-    for it, elapsed, loss in calls:
+    for _it, elapsed, loss in calls:
         assert elapsed >= 0.0 and (loss is None or np.isfinite(loss))
 
 
@@ -188,9 +199,11 @@ def test_loaded_private_model_projects_users_and_needs_partial_fit_for_similar_u
 def test_private_model_refuses_item_side_updates(user_items):
     dp = DPALS(epsilon=5.0, factors=4, iterations=1, budget=10, random_state=0).fit(user_items, show_progress=False)
     item_users = user_items.T.tocsr()
-    for call in (lambda: dp.recalculate_item(0, item_users[0]),
-                 lambda: dp.similar_items(0, recalculate_item=True, item_users=item_users[0]),
-                 lambda: dp.partial_fit_items([0], item_users[[0]])):
+    for call in (
+        lambda: dp.recalculate_item(0, item_users[0]),
+        lambda: dp.similar_items(0, recalculate_item=True, item_users=item_users[0]),
+        lambda: dp.partial_fit_items([0], item_users[[0]]),
+    ):
         with pytest.raises(PrivateReleaseError, match="privacy ledger") as info:
             call()
         assert isinstance(info.value, ValueError) and isinstance(info.value, NotImplementedError)
@@ -207,14 +220,16 @@ def test_als_item_recalculation_is_the_exact_item_step(user_items, reg_exponent,
     item_users = user_items.T.tocsr()
     items = np.array([0, 5, 9])
     # the last half-sweep of fit solves the items with the final user side: recalculation reproduces it
-    np.testing.assert_allclose(m.recalculate_item(items, item_users[items]), m.item_factors_[items], rtol=1e-4,
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        m.recalculate_item(items, item_users[items]), m.item_factors_[items], rtol=1e-4, atol=1e-5
+    )
     np.testing.assert_allclose(m.recalculate_item(items, item_users), m.item_factors_[items], rtol=1e-4, atol=1e-5)
     ids, scores = m.similar_items(5, N=4, recalculate_item=True, item_users=item_users[5])
     np.testing.assert_array_equal(ids, m.similar_items(5, N=4)[0])
     m.save(tmp_path / "als.npz")  # item_reg_norm_ travels with the model
-    np.testing.assert_allclose(ALS.load(tmp_path / "als.npz").recalculate_item(9, item_users[9]), m.item_factors_[9],
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        ALS.load(tmp_path / "als.npz").recalculate_item(9, item_users[9]), m.item_factors_[9], rtol=1e-4, atol=1e-5
+    )
 
 
 def test_als_partial_fit_items_updates_and_extends(user_items):
@@ -225,15 +240,17 @@ def test_als_partial_fit_items_updates_and_extends(user_items):
     assert m.item_factors.shape[0] == n_items + 2 and m.item_bias_.shape == (n_items + 2,)
     np.testing.assert_allclose(m.item_factors[n_items + 1], m.item_factors[3], rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(m.item_factors[n_items], 0.0)  # the gap: an item without data
-    ids, _ = m.recommend(0, sp.csr_matrix((1, n_items + 2), dtype=np.float32), N=n_items + 2,
-                         filter_already_liked_items=False)
+    ids, _ = m.recommend(
+        0, sp.csr_matrix((1, n_items + 2), dtype=np.float32), N=n_items + 2, filter_already_liked_items=False
+    )
     assert n_items + 1 in ids.tolist()
 
 
 def test_implicit_wrapper_supports_the_same_script(user_items, tmp_path):
     with threadpool_limits(1, "blas"):
-        m = implicit_script(ImplicitALS(factors=6, iterations=2, num_threads=1, random_state=0), user_items,
-                            str(tmp_path))
+        m = implicit_script(
+            ImplicitALS(factors=6, iterations=2, num_threads=1, random_state=0), user_items, str(tmp_path)
+        )
         item_users = user_items.T.tocsr()
         f = m.recalculate_item(2, item_users[2])
         assert f.shape == (6,)

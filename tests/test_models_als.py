@@ -117,8 +117,16 @@ def _dense_als(R, factors, reg, exponent, alpha0, iterations, init_scale, seed):
 
 def test_als_fit_equals_dense_reference():
     R = _ratings(empty_item=4)
-    m = ALS(solver="cholesky", factors=4, regularization=1.5, reg_exponent=1.0, unobserved_weight=0.05, iterations=3,
-            dtype=np.float64, random_state=7).fit(R)
+    m = ALS(
+        solver="cholesky",
+        factors=4,
+        regularization=1.5,
+        reg_exponent=1.0,
+        unobserved_weight=0.05,
+        iterations=3,
+        dtype=np.float64,
+        random_state=7,
+    ).fit(R)
     U, V, bu, bi, mu = _dense_als(R, 4, 1.5, 1.0, 0.05, 3, 0.1, 7)
     np.testing.assert_allclose(m.item_factors_, V, rtol=1e-7, atol=1e-9)
     np.testing.assert_allclose(m.user_factors_, U, rtol=1e-7, atol=1e-9)
@@ -150,9 +158,15 @@ def test_recalculate_user_matches_training_factors():
     R = _ratings(30, 20, 0.4, seed=5)
     m = ALS(factors=3, iterations=5, random_state=0).fit(R)
     # the projection is the exact user step against the final item side
-    U, bu = half_step(R, m.item_factors_, m.item_bias_, float(m.global_mean_),
-                      frequency_regularization(np.diff(R.indptr), m.regularization, m.reg_exponent)[0],
-                      0.0, True)
+    U, bu = half_step(
+        R,
+        m.item_factors_,
+        m.item_bias_,
+        float(m.global_mean_),
+        frequency_regularization(np.diff(R.indptr), m.regularization, m.reg_exponent)[0],
+        0.0,
+        True,
+    )
     np.testing.assert_allclose(m.transform(R), U, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(m.recalculate_user(2, R[2]), U[2], rtol=1e-5, atol=1e-6)
 

@@ -216,6 +216,7 @@ def test_bad_query_input(als, R):
 
 # ---------------------------------------------------------------------- issue 13: implicit / sklearn parity
 
+
 def test_factor_properties_are_implicit_aliases(als):
     assert als.item_factors is als.item_factors_ and als.user_factors is als.user_factors_
     m = clone(als)

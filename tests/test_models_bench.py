@@ -19,5 +19,7 @@ def test_bench_speed_quick_writes_results(tmp_path, monkeypatch):
     assert (tmp_path / "bench_speed_quick.md").read_text().startswith("# bench_speed_quick")
     for key in ("implicit_iteration_s", "als_sweep_exact_s", "als_sweep_cg_s", "dpals_sweep_s", "peak_rss_gb"):
         assert data[key] > 0 and res[key] == pytest.approx(data[key])
-    assert data["ratio_als_exact_vs_implicit"] == pytest.approx(data["als_sweep_exact_s"] / data["implicit_iteration_s"])
+    assert data["ratio_als_exact_vs_implicit"] == pytest.approx(
+        data["als_sweep_exact_s"] / data["implicit_iteration_s"]
+    )
     assert data["dpals_epsilon"] <= 5.0

@@ -27,8 +27,15 @@ def _skewed_ratings(n_users=80, n_items=40, seed=0):
 
 def test_epsilon_inf_equals_non_private_als():
     R = _skewed_ratings()
-    kw = dict(factors=5, iterations=3, regularization=3.0, reg_exponent=0.5, unobserved_weight=0.1,
-              dtype=np.float64, random_state=11)
+    kw = dict(
+        factors=5,
+        iterations=3,
+        regularization=3.0,
+        reg_exponent=0.5,
+        unobserved_weight=0.1,
+        dtype=np.float64,
+        random_state=11,
+    )
     als = ALS(biases=False, center=True, solver="cholesky", **kw).fit(R)
     dp = DPALS(method="ada-dpals", epsilon=math.inf, center=True, biases=False, **kw).fit(R)
     np.testing.assert_allclose(dp.item_factors_, als.item_factors_, rtol=1e-9, atol=1e-11)
@@ -55,8 +62,9 @@ def test_epsilon_inf_with_biases_equals_als_with_biases():
 def test_privacy_report_recomputed_independently(method):
     R = _skewed_ratings(seed=1)
     eps, delta = 2.0, 1e-5
-    m = DPALS(method=method, epsilon=eps, delta=delta, factors=3, iterations=2, budget=5,
-              gd_iterations=3, random_state=0).fit(R)
+    m = DPALS(
+        method=method, epsilon=eps, delta=delta, factors=3, iterations=2, budget=5, gd_iterations=3, random_state=0
+    ).fit(R)
     rep = m.privacy_report()
     assert rep["accountant"] == "pld"  # the default calibrating accountant
     recomputed = epsilon_from_report(rep, rep["accountant"])
@@ -74,10 +82,18 @@ def test_privacy_report_recomputed_independently(method):
 
 def test_count_fraction_share_of_rdp_budget():
     R = _skewed_ratings(seed=2)
-    m = DPALS(method="dpals-tail", epsilon=5.0, factors=3, iterations=2, budget=5, count_fraction=0.3,
-              center=False, random_state=0).fit(R)
+    m = DPALS(
+        method="dpals-tail",
+        epsilon=5.0,
+        factors=3,
+        iterations=2,
+        budget=5,
+        count_fraction=0.3,
+        center=False,
+        random_state=0,
+    ).fit(R)
     rho_count = 0.5 / m.noise_scales_["count"] ** 2
-    rho_total = sum(0.5 / e.event.noise_multiplier ** 2 for e in m.ledger_.entries)
+    rho_total = sum(0.5 / e.event.noise_multiplier**2 for e in m.ledger_.entries)
     assert rho_count / rho_total == pytest.approx(0.3, rel=1e-6)
 
 
@@ -86,8 +102,7 @@ def test_head_restriction_and_unseen_items_get_zero_factors():
     R[:, 39] = 0
     R = R.tocsr()
     R.eliminate_zeros()
-    m = DPALS(method="ada-dpals", epsilon=8.0, factors=3, iterations=2, budget=5, item_frac=0.5,
-              random_state=0).fit(R)
+    m = DPALS(method="ada-dpals", epsilon=8.0, factors=3, iterations=2, budget=5, item_frac=0.5, random_state=0).fit(R)
     trained = set(m.trained_items_.tolist())
     assert len(trained) == 20
     others = [i for i in range(40) if i not in trained]
@@ -96,8 +111,9 @@ def test_head_restriction_and_unseen_items_get_zero_factors():
 
 def _statistics_after_removal(method, seed, removed, biases=False):
     R = _skewed_ratings(n_users=30, n_items=15, seed=seed)
-    model = DPALS(method=method, epsilon=1.0, budget=3, mu=0.4, max_norm=0.7, rating_bound=5.0, factors=4,
-                  biases=biases)
+    model = DPALS(
+        method=method, epsilon=1.0, budget=3, mu=0.4, max_norm=0.7, rating_bound=5.0, factors=4, biases=biases
+    )
     cfg = model._settings()
     rng = np.random.default_rng(seed)
     counts = np.maximum(np.diff(R.tocsc().indptr) + rng.normal(0, 2, R.shape[1]), 1.0)  # released counts
@@ -118,8 +134,12 @@ def _statistics_after_removal(method, seed, removed, biases=False):
 
 
 @settings(max_examples=12, deadline=None)
-@given(method=st.sampled_from(["dpals-uniform", "dpals-tail", "ada-dpals"]), seed=st.integers(0, 10_000),
-       removed=st.integers(0, 29), biases=st.booleans())
+@given(
+    method=st.sampled_from(["dpals-uniform", "dpals-tail", "ada-dpals"]),
+    seed=st.integers(0, 10_000),
+    removed=st.integers(0, 29),
+    biases=st.booleans(),
+)
 def test_ssp_statistics_change_at_most_declared_sensitivity(method, seed, removed, biases):
     model, cfg, solver, (G1, b1), (G2, b2), _ = _statistics_after_removal(method, seed, removed, biases)
     sens = solver.sensitivities()
@@ -139,7 +159,7 @@ def test_noisy_gd_gradients_change_at_most_declared_sensitivity(seed, removed):
     theta *= solver.radius / np.linalg.norm(theta, axis=1, keepdims=True)  # on the constraint sphere
     g1 = np.einsum("mij,mj->mi", G1, theta) - b1
     g2 = np.einsum("mij,mj->mi", G2, theta) - b2
-    bound = dict((lbl, meta) for lbl, _, meta in solver.labelled_events())["noisy GD gradients"]["sensitivity"]
+    bound = {lbl: meta for lbl, _, meta in solver.labelled_events()}["noisy GD gradients"]["sensitivity"]
     assert np.linalg.norm(g1 - g2) <= bound * (1 + 1e-9)
 
 
@@ -203,8 +223,7 @@ def test_private_user_step_of_other_users_ignores_a_removed_user(reg_exponent):
     would break it (it did: the normaliser moved with the removed user's count).
     """
     R = _skewed_ratings(n_users=40, n_items=20, seed=5)
-    model = DPALS(method="ada-dpals", epsilon=1.0, budget=3, reg_exponent=reg_exponent, max_norm=0.7,
-                  dtype=np.float64)
+    model = DPALS(method="ada-dpals", epsilon=1.0, budget=3, reg_exponent=reg_exponent, max_norm=0.7, dtype=np.float64)
     cfg = model._settings()
     V = np.random.default_rng(0).standard_normal((R.shape[1], 4))
     removed = int(np.argmax(np.diff(R.indptr)))  # the heaviest user moves a normaliser most
@@ -255,8 +274,9 @@ def test_bias_model_statistics_change_at_most_declared_sensitivity(seed, removed
     gx = model._feature_norm(cfg)
     assert gx == pytest.approx(cfg["bias_feature"])
     G1, b1 = weighted_statistics(model.item_batch(cfg, labels, W, feats, counts, 30), gx, cfg["label_bound"])
-    G2, b2 = weighted_statistics(model.item_batch(cfg, labels[keep], W[keep], feats[keep], counts, 30), gx,
-                                 cfg["label_bound"])
+    G2, b2 = weighted_statistics(
+        model.item_batch(cfg, labels[keep], W[keep], feats[keep], counts, 30), gx, cfg["label_bound"]
+    )
     sens = solver.sensitivities()
     assert np.linalg.norm(G1 - G2) <= sens["gramian"] * (1 + 1e-9)
     assert np.linalg.norm(b1 - b2) <= sens["rhs"] * (1 + 1e-9)

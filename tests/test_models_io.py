@@ -57,6 +57,7 @@ def _one_line_error(path, needle):
 
 # ---------------------------------------------------------------- privacy report
 
+
 def test_forged_privacy_report_is_rejected(dpals, tmp_path):
     good = tmp_path / "dp.npz"
     dpals.save(good)
@@ -69,8 +70,10 @@ def test_forged_privacy_report_is_rejected(dpals, tmp_path):
 
     acc = report.get("accountant", "rdp")  # the accountant whose value is "epsilon"
     edited = dict(report, **{f"epsilon_{acc}": 0.001, "epsilon": 0.001})  # events kept, epsilon lowered
-    _one_line_error(_write(tmp_path / "f2.npz", dict(meta, privacy_report=edited), arrays),
-                    f"claims epsilon_{acc} = 0.001 but its recorded events give")
+    _one_line_error(
+        _write(tmp_path / "f2.npz", dict(meta, privacy_report=edited), arrays),
+        f"claims epsilon_{acc} = 0.001 but its recorded events give",
+    )
     rdp_only = dict(report, epsilon_rdp=report["epsilon_rdp"] * 0.9)
     _one_line_error(_write(tmp_path / "f2b.npz", dict(meta, privacy_report=rdp_only), arrays), "epsilon_rdp")
 
@@ -98,6 +101,7 @@ def test_genuine_reports_still_load(dpals, R, tmp_path):
 
 # ---------------------------------------------------------------- members and dtypes
 
+
 def test_undeclared_or_unknown_members_never_become_attributes(als, tmp_path):
     good = tmp_path / "m.npz"
     als.save(good)
@@ -111,9 +115,17 @@ def test_undeclared_or_unknown_members_never_become_attributes(als, tmp_path):
     assert callable(load_model(good).recommend)
 
 
-@pytest.mark.parametrize("bad", [np.array([["a", "b"]] * 25), np.ones((25, 4), dtype=np.complex128),
-                                 np.ones((25, 4), dtype=np.float16), np.ones((25, 4), dtype=np.int64),
-                                 np.ones((25,), dtype=np.float32), np.ones((25, 4, 1), dtype=np.float32)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        np.array([["a", "b"]] * 25),
+        np.ones((25, 4), dtype=np.complex128),
+        np.ones((25, 4), dtype=np.float16),
+        np.ones((25, 4), dtype=np.int64),
+        np.ones((25,), dtype=np.float32),
+        np.ones((25, 4, 1), dtype=np.float32),
+    ],
+)
 @pytest.mark.parametrize("version", [1, 2])
 def test_array_dtypes_and_dimensions_are_checked(als, tmp_path, bad, version):
     good = tmp_path / "m.npz"
@@ -143,17 +155,22 @@ def test_content_hash_detects_edits(als, tmp_path):
 
 # ---------------------------------------------------------------- metadata and params
 
+
 def test_params_not_a_dict_unknown_or_nested(als, tmp_path):
     good = tmp_path / "m.npz"
     als.save(good)
     meta, arrays = _members(good)
     _one_line_error(_write(tmp_path / "p1.npz", dict(meta, params=[1, 2]), arrays), "'params' must be an object")
-    _one_line_error(_write(tmp_path / "p2.npz", dict(meta, params=dict(meta["params"], evil=1)), arrays),
-                    "unknown parameter")
-    _one_line_error(_write(tmp_path / "p3.npz", dict(meta, params=dict(meta["params"], factors={"a": 1})), arrays),
-                    "parameter factors")
-    _one_line_error(_write(tmp_path / "p4.npz", dict(meta, params=dict(meta["params"], factors=7)), arrays),
-                    "factors=7")
+    _one_line_error(
+        _write(tmp_path / "p2.npz", dict(meta, params=dict(meta["params"], evil=1)), arrays), "unknown parameter"
+    )
+    _one_line_error(
+        _write(tmp_path / "p3.npz", dict(meta, params=dict(meta["params"], factors={"a": 1})), arrays),
+        "parameter factors",
+    )
+    _one_line_error(
+        _write(tmp_path / "p4.npz", dict(meta, params=dict(meta["params"], factors=7)), arrays), "factors=7"
+    )
     deep = "[" * 5000 + "]" * 5000
     text = json.dumps(dict(meta, params={})).replace('"params": {}', f'"params": {deep}')
     np.savez(tmp_path / "p5.npz", __meta__=np.array(text), **arrays)
@@ -185,8 +202,11 @@ def test_version_handling(als, tmp_path):
 
 
 def test_round_trips_keep_dtypes(R, als, tmp_path):
-    for model in (als, ImplicitALS(factors=3, iterations=1, num_threads=1, random_state=0).fit(R),
-                  ALS(factors=2, iterations=1, dtype=np.float64, random_state=0).fit(R)):
+    for model in (
+        als,
+        ImplicitALS(factors=3, iterations=1, num_threads=1, random_state=0).fit(R),
+        ALS(factors=2, iterations=1, dtype=np.float64, random_state=0).fit(R),
+    ):
         model.save(tmp_path / "x.npz")
         m = load_model(tmp_path / "x.npz")
         assert type(m) is type(model) and m.item_factors_.dtype == model.item_factors_.dtype

@@ -34,8 +34,10 @@ DELTA = 1e-5
 
 def _gaussian_release(sigma):
     """fit_release of the scalar Gaussian mechanism M(x) = x + N(0, sigma^2) (sensitivity 1)."""
+
     def fit_release(value, seed):
         return value + np.random.default_rng().normal(0.0, sigma)  # OS entropy; seed unused
+
     return fit_release
 
 
@@ -47,8 +49,7 @@ def test_clopper_pearson_matches_known_values():
     assert clopper_pearson_upper(10, 10, 0.05) == 1.0
     assert clopper_pearson_lower(0, 10, 0.05) == 0.0
     assert clopper_pearson_lower(10, 10, 0.05) == pytest.approx(0.05 ** (1 / 10), rel=1e-9)
-    np.testing.assert_allclose(clopper_pearson_upper(np.array([0, 1]), 10, 0.05), [1 - 0.05 ** 0.1, 0.39416],
-                               atol=1e-5)
+    np.testing.assert_allclose(clopper_pearson_upper(np.array([0, 1]), 10, 0.05), [1 - 0.05**0.1, 0.39416], atol=1e-5)
     # the epsilon bound: both rates 0/1000 at joint 95% -> each rate at alpha = 0.025
     up = 1 - 0.025 ** (1 / 1000)
     eps, fpr_u, fnr_u = epsilon_lower_bound(0, 1000, 0, 1000, delta=0.0, confidence=0.95)
@@ -79,8 +80,13 @@ def test_broken_gaussian_mechanism_is_caught():
     assert res.eps_lower > claimed, res
     assert res.confidence == 0.95 and res.fpr_upper >= res.fpr and res.fnr_upper >= res.fnr
     # the Bonferroni grid (fixed before the runs) catches it too
-    grid = audit_scores(np.random.default_rng().normal(0, sigma, 2000), np.random.default_rng().normal(1, sigma, 2000),
-                        DELTA, method="grid", thresholds=np.linspace(0, 1, 11))
+    grid = audit_scores(
+        np.random.default_rng().normal(0, sigma, 2000),
+        np.random.default_rng().normal(1, sigma, 2000),
+        DELTA,
+        method="grid",
+        thresholds=np.linspace(0, 1, 11),
+    )
     assert grid.method == "grid" and grid.n_tests == 22 and grid.eps_lower > claimed
 
 
@@ -119,19 +125,35 @@ def test_bench_tradeoff_selects_mu_on_validation_not_test():
     import bench_tradeoff as B
 
     def run(mu, val, test):
-        return {"dataset": "d", "method": "ada-dpals", "protocol": "random", "epsilon": 1.0, "mu": mu,
-                "metrics": {"rmse": test}, "validation": {"rmse": val}}
+        return {
+            "dataset": "d",
+            "method": "ada-dpals",
+            "protocol": "random",
+            "epsilon": 1.0,
+            "mu": mu,
+            "metrics": {"rmse": test},
+            "validation": {"rmse": val},
+        }
 
     runs = [run(0.25, 0.90, 0.70), run(1 / 3, 0.80, 0.95), run(0.5, 0.85, 0.60)]  # test prefers 0.5
     best = B.best_ada(runs, "d", "ada-dpals", 1.0, "random")
     assert best["mu"] == pytest.approx(1 / 3) and B._overall(best) == 0.95
     # held-out users: higher recall is better, on validation too
-    top = [{**r, "protocol": "heldout-users", "metrics": {"recall@20": 1 - r["metrics"]["rmse"]},
-            "validation": {"recall@20": 1 - r["validation"]["rmse"]}} for r in runs]
+    top = [
+        {
+            **r,
+            "protocol": "heldout-users",
+            "metrics": {"recall@20": 1 - r["metrics"]["rmse"]},
+            "validation": {"recall@20": 1 - r["validation"]["rmse"]},
+        }
+        for r in runs
+    ]
     assert B.best_ada(top, "d", "ada-dpals", 1.0, "heldout-users")["mu"] == pytest.approx(1 / 3)
     # without a validation metric there is no selection (never a fall-back to the test metric)
-    assert B.best_ada([{k: v for k, v in r.items() if k != "validation"} for r in runs], "d", "ada-dpals", 1.0,
-                      "random") is None
+    assert (
+        B.best_ada([{k: v for k, v in r.items() if k != "validation"} for r in runs], "d", "ada-dpals", 1.0, "random")
+        is None
+    )
 
 
 def test_bench_audit_quick_outputs(tmp_path):
@@ -140,8 +162,11 @@ def test_bench_audit_quick_outputs(tmp_path):
     assert bench_audit.main(["--quick", "--out", str(tmp_path), "--quiet", "--only", "control", "JointDPSGD"]) == 0
     data = json.loads((tmp_path / "audit_quick.json").read_text())
     rows = {r["mechanism"]: r for r in data["rows"]}
-    assert set(rows) == {"JointDPSGD (regime='joint')", "JointDPSGD (regime='full')",
-                         "control: Gaussian with 10x too little noise"}
+    assert set(rows) == {
+        "JointDPSGD (regime='joint')",
+        "JointDPSGD (regime='full')",
+        "control: Gaussian with 10x too little noise",
+    }
     assert data["control_caught"] and not rows["control: Gaussian with 10x too little noise"]["lower_le_reported"]
     for r in data["rows"]:
         assert r["epsilon_lower_95"] >= 0 and 0 < r["epsilon_reported"] <= 4.0 * (1 + 1e-6)
@@ -152,8 +177,11 @@ def test_bench_audit_quick_outputs(tmp_path):
 def test_bench_audit_dpals_and_multitask_canaries_release_scalars():
     import bench_audit
 
-    for case in (bench_audit.dpals_case("dpals-uniform"), bench_audit.multitask_case("ssp"),
-                 bench_audit.federated_case()):
+    for case in (
+        bench_audit.dpals_case("dpals-uniform"),
+        bench_audit.multitask_case("ssp"),
+        bench_audit.federated_case(),
+    ):
         a, b = case["fit_release"](case["d0"], 0), case["fit_release"](case["d1"], 1)
         assert np.isfinite(a) and np.isfinite(b)
         assert 0 < case["reported"]() <= 4.0 * (1 + 1e-6)

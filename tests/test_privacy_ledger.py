@@ -68,7 +68,9 @@ def test_pld_epsilon_is_reported_and_close_to_independent_pld():
     led.record("b", dp_accounting.SelfComposedDpEvent(gaussian_event(5.0), 4))
     report = led.report(1e-6)
     acc = pld.PLDAccountant(value_discretization_interval=1e-4)
-    acc.compose(dp_accounting.ComposedDpEvent([gaussian_event(3.0), dp_accounting.SelfComposedDpEvent(gaussian_event(5.0), 4)]))
+    acc.compose(
+        dp_accounting.ComposedDpEvent([gaussian_event(3.0), dp_accounting.SelfComposedDpEvent(gaussian_event(5.0), 4)])
+    )
     # the ledger's grid is 1e-3 (pessimistic, a valid upper bound): within 1e-5 of the 1e-4 grid
     assert report["epsilon_pld"] == pytest.approx(acc.get_epsilon(1e-6), abs=1e-5)
     assert report["epsilon_pld"] >= acc.get_epsilon(1e-6) - 1e-9

@@ -103,6 +103,6 @@ def test_removing_one_leaf_changes_every_node_vector_by_at_most_declared_sensiti
         other[changed - 1] += C * d / np.linalg.norm(d)
         nodes = [(j, k) for leaf in range(1, T + 1) for (j, k) in leaf_nodes(leaf, T)]
         nodes = sorted(set(nodes))
-        a = np.array([leaves[node_range(j, k)[0] - 1:node_range(j, k)[1]].sum(0) for j, k in nodes])
-        b = np.array([other[node_range(j, k)[0] - 1:node_range(j, k)[1]].sum(0) for j, k in nodes])
+        a = np.array([leaves[node_range(j, k)[0] - 1 : node_range(j, k)[1]].sum(0) for j, k in nodes])
+        b = np.array([other[node_range(j, k)[0] - 1 : node_range(j, k)[1]].sum(0) for j, k in nodes])
         assert np.linalg.norm(a - b) <= C * math.sqrt(tree_depth(T)) + 1e-12

@@ -21,11 +21,13 @@ from privrec.models import ALS, DPALS, ImplicitALS
 _ENTRY_PREDICT = (
     "predict(X) of a ratings matrix returns one prediction per rated entry of X for the fitted users (row r of X "
     "is fitted user r), not one value per row: a rating model's samples are (user, item) pairs, so row subsets, "
-    "row permutations or a matrix of other users are different queries (see FactorizationModel.predict / score)")
+    "row permutations or a matrix of other users are different queries (see FactorizationModel.predict / score)"
+)
 EXPECTED_FAILED_CHECKS = {
     "check_fit_score_takes_y": (
         "fit keeps implicit 0.7's signature fit(user_items, show_progress=True, callback=None); scikit-learn's "
-        "fit(X, y) call still works: a y (None or an array) in the show_progress position is ignored"),
+        "fit(X, y) call still works: a y (None or an array) in the show_progress position is ignored"
+    ),
     "check_estimator_sparse_array": _ENTRY_PREDICT + "; fitting on sparse input itself passes",
     "check_estimator_sparse_matrix": _ENTRY_PREDICT + "; fitting on sparse input itself passes",
     "check_methods_sample_order_invariance": _ENTRY_PREDICT,
@@ -45,8 +47,12 @@ def test_check_estimator(name):
     results = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        check_estimator(ESTIMATORS[name], expected_failed_checks=EXPECTED_FAILED_CHECKS, on_fail=None,
-                        callback=lambda **kw: results.append(kw))
+        check_estimator(
+            ESTIMATORS[name],
+            expected_failed_checks=EXPECTED_FAILED_CHECKS,
+            on_fail=None,
+            callback=lambda **kw: results.append(kw),
+        )
     status = {}
     for r in results:
         status.setdefault(r["check_name"], set()).add(r["status"])
@@ -70,9 +76,15 @@ def test_tags(name):
 def test_not_fitted_error_is_value_and_attribute_error():
     R = sp.random(5, 4, density=0.5, format="csr", random_state=0, dtype=np.float32)
     for model in (ALS(), DPALS(), ImplicitALS()):
-        for call in (lambda: model.recommend(0, R[0]), lambda: model.similar_items(0), lambda: model.score(R),
-                     lambda: model.transform(R), lambda: model.save("never-written.npz"), lambda: model.n_items_,
-                     lambda: model.partial_fit_users([0], R[[0]])):
+        for call in (
+            lambda: model.recommend(0, R[0]),
+            lambda: model.similar_items(0),
+            lambda: model.score(R),
+            lambda: model.transform(R),
+            lambda: model.save("never-written.npz"),
+            lambda: model.n_items_,
+            lambda: model.partial_fit_users([0], R[[0]]),
+        ):
             with pytest.raises(NotFittedError, match="not fitted"):
                 call()
         assert issubclass(NotFittedError, ValueError) and issubclass(NotFittedError, AttributeError)
@@ -84,8 +96,9 @@ def _ratings(n_users=120, n_items=40, seed=0):
     U, V = rng.normal(size=(n_users, 2)), rng.normal(size=(n_items, 2))
     rows, cols = np.nonzero(rng.random((n_users, n_items)) < 0.3)
     r = np.clip(np.round(3 + np.einsum("ij,ij->i", U[rows], V[cols]) + rng.normal(0, 0.3, rows.size)), 1, 5)
-    return pd.DataFrame({"user": [f"u{k:03d}" for k in rows], "item": [f"i{k:02d}" for k in cols],
-                         "rating": r.astype(np.float32)})
+    return pd.DataFrame(
+        {"user": [f"u{k:03d}" for k in rows], "item": [f"i{k:02d}" for k in cols], "rating": r.astype(np.float32)}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +107,9 @@ def ratings():
 
 
 def test_rating_split_cv_splits_ratings_within_users(ratings):
-    ratings = pd.concat([ratings, pd.DataFrame({"user": ["solo"], "item": ["i00"], "rating": [3.0]})],
-                        ignore_index=True)
+    ratings = pd.concat(
+        [ratings, pd.DataFrame({"user": ["solo"], "item": ["i00"], "rating": [3.0]})], ignore_index=True
+    )
     cv = RatingSplitCV(4, random_state=0)
     assert cv.get_n_splits() == 4
     seen = np.zeros(len(ratings), dtype=int)
@@ -115,11 +129,14 @@ def test_rating_split_cv_splits_ratings_within_users(ratings):
         RatingSplitCV(1)
 
 
-@pytest.mark.parametrize("model, grid", [
-    (ALS(factors=3, iterations=3, random_state=0), [1.0, 10.0]),
-    (DPALS(epsilon=float("inf"), factors=3, iterations=3, random_state=0), [1.0, 10.0]),
-    (DPALS(epsilon=8.0, factors=2, iterations=1, budget=10, random_state=0), [5.0, 20.0]),
-])
+@pytest.mark.parametrize(
+    "model, grid",
+    [
+        (ALS(factors=3, iterations=3, random_state=0), [1.0, 10.0]),
+        (DPALS(epsilon=float("inf"), factors=3, iterations=3, random_state=0), [1.0, 10.0]),
+        (DPALS(epsilon=8.0, factors=2, iterations=1, budget=10, random_state=0), [5.0, 20.0]),
+    ],
+)
 def test_grid_search_over_regularization(model, grid, ratings):
     search = GridSearchCV(model, {"regularization": grid}, cv=RatingSplitCV(3, random_state=0), error_score="raise")
     search.fit(ratings)

@@ -14,8 +14,9 @@ def _random_batch(seed=0, m=6, n_units=40, d=3):
     sizes = rng.integers(0, 15, m)
     indptr = np.concatenate(([0], np.cumsum(sizes)))
     fid = np.concatenate([rng.choice(n_units, s, replace=False) for s in sizes]).astype(np.int64)
-    return TaskBatch(indptr, fid, rng.normal(size=(n_units, d)), rng.normal(size=indptr[-1]),
-                     rng.uniform(0.1, 2.0, indptr[-1]))
+    return TaskBatch(
+        indptr, fid, rng.normal(size=(n_units, d)), rng.normal(size=indptr[-1]), rng.uniform(0.1, 2.0, indptr[-1])
+    )
 
 
 def test_matches_sklearn_weighted_ridge_per_task():
@@ -48,7 +49,14 @@ def test_exact_solver_reports_non_private():
 
 
 def test_exact_bad_configuration():
-    for kw in (dict(unobserved_weight=-1.0), dict(max_norm=0.0), dict(label_bound=-1.0), dict(chunk_tasks=0),
-               dict(chunk_examples=0), dict(n_jobs=0), dict(n_jobs=1.5)):
+    for kw in (
+        dict(unobserved_weight=-1.0),
+        dict(max_norm=0.0),
+        dict(label_bound=-1.0),
+        dict(chunk_tasks=0),
+        dict(chunk_examples=0),
+        dict(n_jobs=0),
+        dict(n_jobs=1.5),
+    ):
         with pytest.raises(ValueError):
             ExactSolver(**kw)

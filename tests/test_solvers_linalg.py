@@ -2,13 +2,12 @@
 
 import numpy as np
 import pytest
+from test_solvers_ssp import _batch
 
 from privrec.privacy import symmetric_gaussian_noise
 from privrec.privacy.mechanisms import gaussian_noise
 from privrec.solvers import SSPSolver, psd_project, weighted_statistics
 from privrec.solvers._linalg import add_symmetric_noise, projected_ridge_solve
-
-from test_solvers_ssp import _batch
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -35,7 +34,9 @@ def _stack(rng, m, d, kind):
 
 def _reference(G, b, shift, floor):
     """Project (eigenvalue floor), then add the ridge, then solve: the spec's definition."""
-    A = psd_project(G.astype(np.float64), floor) + np.asarray(shift, dtype=np.float64)[:, None, None] * np.eye(G.shape[-1])
+    A = psd_project(G.astype(np.float64), floor) + np.asarray(shift, dtype=np.float64)[:, None, None] * np.eye(
+        G.shape[-1]
+    )
     return np.linalg.solve(A, b.astype(np.float64)[..., None])[..., 0]
 
 
@@ -58,8 +59,9 @@ def test_projected_ridge_solve_equals_projection_then_ridge_then_solve(kind, d, 
     assert out32.dtype == np.float32
     assert np.max(np.abs(out32 - ref) / scale) <= 1e-5 * max(1.0, d / 16)
     # scalar shift
-    np.testing.assert_allclose(projected_ridge_solve(G, b, 1.5, floor), _reference(G, b, np.full(m, 1.5), floor),
-                               rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(
+        projected_ridge_solve(G, b, 1.5, floor), _reference(G, b, np.full(m, 1.5), floor), rtol=1e-9, atol=1e-11
+    )
 
 
 def test_projected_ridge_solve_zero_ridge_uses_the_pseudo_inverse():
@@ -68,8 +70,12 @@ def test_projected_ridge_solve_zero_ridge_uses_the_pseudo_inverse():
     b = rng.normal(size=(10, 8))
     out = projected_ridge_solve(G, b, 0.0, 0.0)
     lam, V = np.linalg.eigh(G)
-    ref = np.stack([np.linalg.pinv((V[i] * np.maximum(lam[i], 0)) @ V[i].T, rcond=8 * np.finfo(float).eps) @ b[i]
-                    for i in range(10)])
+    ref = np.stack(
+        [
+            np.linalg.pinv((V[i] * np.maximum(lam[i], 0)) @ V[i].T, rcond=8 * np.finfo(float).eps) @ b[i]
+            for i in range(10)
+        ]
+    )
     np.testing.assert_allclose(out, ref, rtol=1e-8, atol=1e-10)
     assert projected_ridge_solve(np.zeros((0, 8, 8)), np.zeros((0, 8)), 1.0).shape == (0, 8)
 
@@ -78,8 +84,16 @@ def test_projected_ridge_solve_zero_ridge_uses_the_pseudo_inverse():
 def test_seeded_ssp_solve_equals_statistics_plus_noise_projected_then_ridge(dtype):
     """End to end: same statistics, same noise draws, projection then ridge then solve."""
     batch = _batch(seed=2, n_users=120, n_items=30, d=6)
-    solver = SSPSolver(noise_multiplier=0.8, budget=3.0, max_norm=1.5, label_bound=4.0, reg=np.linspace(0.1, 2, 30),
-                       eig_floor=0.2, dtype=dtype, n_jobs=1)
+    solver = SSPSolver(
+        noise_multiplier=0.8,
+        budget=3.0,
+        max_norm=1.5,
+        label_bound=4.0,
+        reg=np.linspace(0.1, 2, 30),
+        eig_floor=0.2,
+        dtype=dtype,
+        n_jobs=1,
+    )
     res = solver.solve(batch, rng=np.random.default_rng(5))
     std = solver.noise_stds()
     (r,) = np.random.default_rng(5).spawn(1)  # one chunk: the solver's first spawned generator

@@ -8,12 +8,11 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_allocation_helpers import interaction_matrices, remove_unit
 
 from privrec.allocation import adaptive_weights
 from privrec.privacy import PrivacyLedger
 from privrec.solvers import ExactSolver, NoisyGDSolver, TaskBatch, suggested_iterations, weighted_statistics
-
-from test_allocation_helpers import interaction_matrices, remove_unit
 
 
 def _batch(seed=0, n_users=80, n_items=10, d=4, public=False):
@@ -38,10 +37,19 @@ def _step_for(batch, reg):
 def test_zero_noise_gd_converges_to_exact_ridge(alpha0):
     b = _batch()
     reg = 0.5
-    exact = ExactSolver(reg=reg, unobserved_weight=alpha0, max_norm=1.0, label_bound=1.0, dtype=np.float64).solve(b).params
+    exact = (
+        ExactSolver(reg=reg, unobserved_weight=alpha0, max_norm=1.0, label_bound=1.0, dtype=np.float64).solve(b).params
+    )
     step = 1.0 / (1.0 / _step_for(b, reg) + alpha0 * np.linalg.eigvalsh(b.features.T @ b.features).max())
-    gd = NoisyGDSolver(noise_multiplier=0.0, iterations=3000, radius=100.0, reg=reg, unobserved_weight=alpha0,
-                       schedule=step, dtype=np.float64).solve(b)
+    gd = NoisyGDSolver(
+        noise_multiplier=0.0,
+        iterations=3000,
+        radius=100.0,
+        reg=reg,
+        unobserved_weight=alpha0,
+        schedule=step,
+        dtype=np.float64,
+    ).solve(b)
     np.testing.assert_allclose(gd.params, exact, rtol=1e-6, atol=1e-8)
     assert isinstance(gd.event, dp_accounting.NonPrivateDpEvent) or any(
         isinstance(e, dp_accounting.NonPrivateDpEvent) for _, e, _ in gd.events
@@ -76,7 +84,7 @@ def test_events_sensitivity_and_paper_multiplier():
     s = NoisyGDSolver(noise_multiplier=0.8, iterations=7, budget=4.0, max_norm=0.5, label_bound=2.0, radius=3.0)
     # per-example gradient bound Gamma = Gamma_x (R Gamma_x + B)
     assert s.gradient_bound == pytest.approx(0.5 * (3.0 * 0.5 + 2.0))
-    (label, ev, meta), = s.labelled_events()
+    ((label, ev, meta),) = s.labelled_events()
     assert label == "noisy GD gradients"
     assert ev == dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(0.8), 7)
     assert meta["sensitivity"] == pytest.approx(2.0 * 1.75)
@@ -93,15 +101,26 @@ def test_events_sensitivity_and_paper_multiplier():
     acc.compose(paper.dp_event())
     np.testing.assert_allclose(acc._rdp, [2.0 * beta, 8.0 * beta], rtol=1e-10)
     led = PrivacyLedger()
-    NoisyGDSolver(noise_multiplier=1.0, budget=2.0, unobserved_weight=0.1, schedule=0.1).solve(_batch(), rng=0).record(led)
+    NoisyGDSolver(noise_multiplier=1.0, budget=2.0, unobserved_weight=0.1, schedule=0.1).solve(_batch(), rng=0).record(
+        led
+    )
     assert [e.label for e in led.entries] == ["noisy GD global Gramian", "noisy GD gradients"]
 
 
 def test_gradient_noise_is_injected_with_declared_std():
     # no examples, reg 0, constant step 1, one iteration from 0: theta = -noise (before projection)
     b = TaskBatch(np.zeros(4001, dtype=np.int64), np.zeros(0, np.int64), np.ones((1, 3)), np.zeros(0), np.zeros(0))
-    s = NoisyGDSolver(noise_multiplier=0.5, iterations=1, budget=4.0, max_norm=0.01, label_bound=1.0, radius=1e3,
-                      reg=0.0, schedule=1.0, dtype=np.float64)
+    s = NoisyGDSolver(
+        noise_multiplier=0.5,
+        iterations=1,
+        budget=4.0,
+        max_norm=0.01,
+        label_bound=1.0,
+        radius=1e3,
+        reg=0.0,
+        schedule=1.0,
+        dtype=np.float64,
+    )
     res = s.solve(b, rng=3)
     assert res.params.std() == pytest.approx(s.noise_std(), rel=0.03)
 
@@ -137,8 +156,13 @@ def test_bad_init_shape():
 
 
 @settings(max_examples=30, deadline=None)
-@given(interaction_matrices(max_users=10, max_items=7), st.floats(0.1, 2.0), st.floats(0.2, 3.0),
-       st.floats(0.1, 5.0), st.integers(0, 2**31 - 1))
+@given(
+    interaction_matrices(max_users=10, max_items=7),
+    st.floats(0.1, 2.0),
+    st.floats(0.2, 3.0),
+    st.floats(0.1, 5.0),
+    st.integers(0, 2**31 - 1),
+)
 def test_removing_one_user_moves_stacked_gradients_within_declared_sensitivity(m, gamma, bound, radius, seed):
     rng = np.random.default_rng(seed)
     counts = np.maximum(np.diff(m.tocsc().indptr) + rng.normal(0, 1, m.shape[1]), 1.0)

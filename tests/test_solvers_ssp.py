@@ -1,18 +1,16 @@
 """Weighted SSP (Algorithm 1, spec 004 §2): exact reduction, sensitivity property, PSD, noise."""
 
-
 import dp_accounting
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_allocation_helpers import interaction_matrices, remove_unit
 
 from privrec.allocation import adaptive_weights, tail_weights, uniform_weights
 from privrec.privacy import PrivacyLedger, calibrate_noise_multiplier
 from privrec.solvers import ExactSolver, SSPSolver, TaskBatch, psd_project, weighted_statistics
-
-from test_allocation_helpers import interaction_matrices, remove_unit
 
 
 def _batch(seed=0, n_users=80, n_items=12, d=4, dtype=np.float64):
@@ -99,8 +97,15 @@ def test_removing_one_user_moves_stacked_statistics_within_declared_sensitivity(
 
 
 def test_events_meta_and_calibration_hook():
-    s = SSPSolver(noise_multiplier=2.0, budget=4.0, max_norm=0.5, label_bound=5.0, gramian_ratio=1.5,
-                  unobserved_weight=0.2, global_ratio=3.0)
+    s = SSPSolver(
+        noise_multiplier=2.0,
+        budget=4.0,
+        max_norm=0.5,
+        label_bound=5.0,
+        gramian_ratio=1.5,
+        unobserved_weight=0.2,
+        global_ratio=3.0,
+    )
     labels = [lab for lab, _, _ in s.labelled_events()]
     assert labels == ["SSP global Gramian", "SSP local Gramians", "SSP right-hand sides"]
     evs = {lab: (e, meta) for lab, e, meta in s.labelled_events()}
@@ -117,7 +122,9 @@ def test_events_meta_and_calibration_hook():
     assert led.entries[1].label == "ALS step 1: SSP local Gramians"
     assert led.epsilon(1e-5) == pytest.approx(_eps(s.dp_event()))
     # calibration through dp_event: the common scale hits the target
-    z = calibrate_noise_multiplier(2.0, 1e-5, lambda z: dp_accounting.SelfComposedDpEvent(s.with_noise_multiplier(z).dp_event(), 3))
+    z = calibrate_noise_multiplier(
+        2.0, 1e-5, lambda z: dp_accounting.SelfComposedDpEvent(s.with_noise_multiplier(z).dp_event(), 3)
+    )
     assert 0.995 * 2.0 <= _eps(dp_accounting.SelfComposedDpEvent(s.with_noise_multiplier(z).dp_event(), 3)) <= 2.0
 
 

@@ -31,8 +31,9 @@ from privrec.solvers._linalg import (
 )
 
 
-def _skewed_batch(seed=0, n_units=400, sizes=(0, 1, 2, 3, 5, 9, 17, 40, 130, 390, 400, 0, 7, 64, 333), d=6,
-                  dtype=np.float64):
+def _skewed_batch(
+    seed=0, n_units=400, sizes=(0, 1, 2, 3, 5, 9, 17, 40, 130, 390, 400, 0, 7, 64, 333), d=6, dtype=np.float64
+):
     """Tasks of very different sizes (empty, tiny, medium, nearly every unit)."""
     rng = np.random.default_rng(seed)
     fids, labels, weights = [], [], []
@@ -42,8 +43,9 @@ def _skewed_batch(seed=0, n_units=400, sizes=(0, 1, 2, 3, 5, 9, 17, 40, 130, 390
         weights.append(rng.uniform(0, 1.5, n) * (rng.random(n) > 0.1))  # some zero weights
     indptr = np.concatenate([[0], np.cumsum([len(f) for f in fids])])
     feats = rng.normal(size=(n_units, d)).astype(dtype)
-    return TaskBatch(indptr, np.concatenate(fids).astype(np.int32), feats, np.concatenate(labels),
-                     np.concatenate(weights))
+    return TaskBatch(
+        indptr, np.concatenate(fids).astype(np.int32), feats, np.concatenate(labels), np.concatenate(weights)
+    )
 
 
 def _reference_statistics(batch, max_norm, label_bound):
@@ -67,8 +69,9 @@ def test_split_and_batched_gramians_equal_the_per_task_definition(dtype, block, 
     G_ref, b_ref = _reference_statistics(batch, 1.5, 2.0)
     x, _ = prepared_inputs(batch, 1.5, None, dtype, labels=False)
     for t0, t1 in [(0, batch.n_tasks), (3, 11), (9, 10)]:
-        G, b = chunk_statistics(batch, x, batch.labels, t0, t1, label_bound=2.0, block_examples=block,
-                                light_examples=light)
+        G, b = chunk_statistics(
+            batch, x, batch.labels, t0, t1, label_bound=2.0, block_examples=block, light_examples=light
+        )
         assert G.dtype == dtype and b.dtype == dtype
         tol = 1e-12 if dtype == np.float64 else 2e-5
         scale = max(1.0, np.abs(G_ref).max())
@@ -161,8 +164,9 @@ def test_projected_ridge_solve_ctypes_equals_scipy_path(dtype, monkeypatch):
     fast = projected_ridge_solve(G, b, shift, 0.2)
     monkeypatch.setattr(L, "_lapack", lambda dtype: None)
     slow = projected_ridge_solve(G, b, shift, 0.2)
-    ref = np.linalg.solve(psd_project(G.astype(np.float64), 0.2) + shift[:, None, None] * np.eye(12),
-                          b.astype(np.float64)[..., None])[..., 0]
+    ref = np.linalg.solve(
+        psd_project(G.astype(np.float64), 0.2) + shift[:, None, None] * np.eye(12), b.astype(np.float64)[..., None]
+    )[..., 0]
     tol = 1e-10 if dtype == np.float64 else 1e-4
     scale = np.abs(ref).max()
     np.testing.assert_allclose(fast, slow, rtol=0, atol=tol * scale)
@@ -183,8 +187,10 @@ def test_projected_solve_with_gravity_equals_projection_then_solve(lapack_mode, 
     G0 = G.copy()
     got = L.projected_solve(G, b, shift, extra, floor)
     np.testing.assert_array_equal(G, G0)
-    ref = np.linalg.solve(psd_project(G.astype(np.float64), floor) + extra + shift[:, None, None] * np.eye(d),
-                          b.astype(np.float64)[..., None])[..., 0]
+    ref = np.linalg.solve(
+        psd_project(G.astype(np.float64), floor) + extra + shift[:, None, None] * np.eye(d),
+        b.astype(np.float64)[..., None],
+    )[..., 0]
     tol = 1e-10 if dtype == np.float64 else 1e-4
     np.testing.assert_allclose(got, ref, rtol=0, atol=tol * np.abs(ref).max())
 
@@ -221,8 +227,17 @@ def _ssp_reference(batch, solver, seed):
 def test_ssp_draws_the_same_noise_in_the_same_order_and_solves_the_projected_systems(alpha0, dtype, d):
     batch = _skewed_batch(seed=5, dtype=dtype, d=d)
     spend = batch.unit_budget()
-    solver = SSPSolver(noise_multiplier=0.8, budget=spend, max_norm=1.5, label_bound=2.0, reg=0.9,
-                       unobserved_weight=alpha0, dtype=dtype, chunk_tasks=4, chunk_examples=300)
+    solver = SSPSolver(
+        noise_multiplier=0.8,
+        budget=spend,
+        max_norm=1.5,
+        label_bound=2.0,
+        reg=0.9,
+        unobserved_weight=alpha0,
+        dtype=dtype,
+        chunk_tasks=4,
+        chunk_examples=300,
+    )
     got = solver.solve(batch, rng=123).params
     ref = _ssp_reference(batch, solver, 123)
     tol = 1e-8 if dtype == np.float64 else 2e-3

@@ -94,8 +94,9 @@ def tail_weights(user_items, counts, k: int, rng=None, dtype=np.float32) -> sp.c
     return _aligned(m, data)
 
 
-def adaptive_task_weights(counts, mu: float, beta: float, n_users: int, beta_bar: float | None = None,
-                          inflation: float = 0.0) -> np.ndarray:
+def adaptive_task_weights(
+    counts, mu: float, beta: float, n_users: int, beta_bar: float | None = None, inflation: float = 0.0
+) -> np.ndarray:
     """Unclipped adaptive task weights omega_i of eq. 11 (Krichene et al. 2023, Sec. 4,
     in the exponent-mu form of Sec. 5), float64.
 

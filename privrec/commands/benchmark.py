@@ -46,8 +46,12 @@ Examples:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("benchmark", help="run a reproduction benchmark from benchmarks/",
-                              description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "benchmark",
+        help="run a reproduction benchmark from benchmarks/",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("which", choices=sorted(_SCRIPTS), help="benchmark to run")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="options passed to the script (e.g. --quick)")
     p.set_defaults(func=cmd_benchmark)
@@ -55,8 +59,11 @@ def register(subparsers) -> None:
 
 def benchmarks_dir() -> Path | None:
     """The ``benchmarks/`` folder: ``$PRIVREC_BENCHMARKS``, else beside the package, else ./benchmarks."""
-    cands = [os.environ.get("PRIVREC_BENCHMARKS"), Path(__file__).resolve().parents[2] / "benchmarks",
-             Path.cwd() / "benchmarks"]
+    cands = [
+        os.environ.get("PRIVREC_BENCHMARKS"),
+        Path(__file__).resolve().parents[2] / "benchmarks",
+        Path.cwd() / "benchmarks",
+    ]
     for c in cands:
         if c and Path(c).is_dir():
             return Path(c)
@@ -67,8 +74,9 @@ def load_script(name: str):
     """Import a benchmark script as a module (its folder goes on ``sys.path`` for its helpers)."""
     folder = benchmarks_dir()
     if folder is None or not (folder / name).is_file():
-        raise FileNotFoundError(f"benchmark script {name} not found (run from a privrec checkout "
-                                "or set PRIVREC_BENCHMARKS)")
+        raise FileNotFoundError(
+            f"benchmark script {name} not found (run from a privrec checkout or set PRIVREC_BENCHMARKS)"
+        )
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
     spec = importlib.util.spec_from_file_location(f"privrec_bench_{Path(name).stem}", folder / name)

@@ -15,12 +15,7 @@ line on stderr and exit status 2 (1 for operating-system I/O failures such as a 
 warnings (e.g. a corrupt cache entry being rebuilt) are one line each.
 """
 
-
 from __future__ import annotations
-
-DESCRIPTION = ("List known datasets, show statistics of one (users, items, interactions, skew), or prepare "
-               "one: find it locally or download it from its official source, parse it once and cache it.")
-
 
 import argparse
 import functools
@@ -33,16 +28,23 @@ import zlib
 import pyarrow as pa
 
 from privrec._validation import check_random_state_seed
-
 from privrec.data.download import SOURCES, default_data_root, download_dataset
 from privrec.data.registry import DATASETS, find_dataset_folder, load_dataset, resolve_name
 from privrec.data.stats import dataset_stats
 
+DESCRIPTION = (
+    "List known datasets, show statistics of one (users, items, interactions, skew), or prepare "
+    "one: find it locally or download it from its official source, parse it once and cache it."
+)
+
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("datasets", help="list, describe and prepare datasets",
-                              description=DESCRIPTION,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "datasets",
+        help="list, describe and prepare datasets",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = p.add_subparsers(dest="datasets_command", metavar="SUBCOMMAND", required=True)
 
     q = sub.add_parser("list", help="list dataset names")
@@ -67,10 +69,14 @@ def register(subparsers) -> None:
 
 
 def _location(q) -> None:
-    q.add_argument("--data-dir", help="folder holding the dataset (or a parent of it); default: $PRIVREC_DATA "
-                                      "or ./datasets")
-    q.add_argument("--cache-dir", help="Parquet cache folder (default: $PRIVREC_CACHE or the user cache directory, "
-                                       "e.g. ~/.cache/privrec/datasets)")
+    q.add_argument(
+        "--data-dir", help="folder holding the dataset (or a parent of it); default: $PRIVREC_DATA or ./datasets"
+    )
+    q.add_argument(
+        "--cache-dir",
+        help="Parquet cache folder (default: $PRIVREC_CACHE or the user cache directory, "
+        "e.g. ~/.cache/privrec/datasets)",
+    )
     q.add_argument("--no-cache", action="store_true", help="parse the source files without the Parquet cache")
 
 
@@ -110,8 +116,15 @@ def cmd_list(args) -> int:
         if d.kind == "real":
             folder = find_dataset_folder(name, args.data_dir)
             found = str(folder) if folder else None
-        rows.append({"name": name, "kind": d.kind, "description": d.description, "local": found,
-                     "downloadable": name in SOURCES})
+        rows.append(
+            {
+                "name": name,
+                "kind": d.kind,
+                "description": d.description,
+                "local": found,
+                "downloadable": name in SOURCES,
+            }
+        )
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -128,8 +141,15 @@ def cmd_info(args) -> int:
         check_random_state_seed(args.seed, "--seed")
         if not (0 < args.scale <= 1):
             raise ValueError(f"--scale must be in (0, 1], got {args.scale:g}")
-    x = load_dataset(d.name, data_dir=args.data_dir, download=args.download, cache=not args.no_cache,
-                     cache_dir=args.cache_dir, scale=args.scale, random_state=args.seed)
+    x = load_dataset(
+        d.name,
+        data_dir=args.data_dir,
+        download=args.download,
+        cache=not args.no_cache,
+        cache_dir=args.cache_dir,
+        scale=args.scale,
+        random_state=args.seed,
+    )
     stats = dataset_stats(x)
     stats["name"] = d.name
     if d.rating_range is not None:
@@ -162,7 +182,12 @@ def cmd_prepare(args) -> int:
     if folder is None and args.download:
         print(f"downloading {d.name} from {SOURCES[d.name].url} ...", flush=True)
         folder = download_dataset(d.name, args.data_dir if args.data_dir else default_data_root())
-    x = load_dataset(d.name, data_dir=folder if folder is not None else args.data_dir, download=False,
-                     cache=not args.no_cache, cache_dir=args.cache_dir)
+    x = load_dataset(
+        d.name,
+        data_dir=folder if folder is not None else args.data_dir,
+        download=False,
+        cache=not args.no_cache,
+        cache_dir=args.cache_dir,
+    )
     print(f"{d.name}: {x.n_users:,} users x {x.n_items:,} items, {x.nnz:,} interactions; source {folder}")
     return 0

@@ -105,43 +105,81 @@ Example:
 
 def register(subparsers) -> None:
     """Add the four model subcommands to the top-level ``privrec`` parser."""
-    p = subparsers.add_parser("fit", help="fit a (private) model, evaluate it and explain the result",
-                              description=FIT_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "fit",
+        help="fit a (private) model, evaluate it and explain the result",
+        description=FIT_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _data_args(p)
     g = p.add_argument_group("model and privacy")
-    g.add_argument("--method", choices=X.METHODS, default="ada-dpals",
-                   help="model to fit (default: ada-dpals; 'als' is the non-private reference)")
-    g.add_argument("--epsilon", type=float, default=None,
-                   help=f"target epsilon of a private method (default {DEFAULT_EPSILON:g}); smaller is more private")
-    g.add_argument("--delta", type=float, default=None,
-                   help="target delta (default: 1e-5 for the random protocol, 1/n_users for held-out users, the "
-                        "papers' convention; choose delta much smaller than 1/n_users for real use)")
+    g.add_argument(
+        "--method",
+        choices=X.METHODS,
+        default="ada-dpals",
+        help="model to fit (default: ada-dpals; 'als' is the non-private reference)",
+    )
+    g.add_argument(
+        "--epsilon",
+        type=float,
+        default=None,
+        help=f"target epsilon of a private method (default {DEFAULT_EPSILON:g}); smaller is more private",
+    )
+    g.add_argument(
+        "--delta",
+        type=float,
+        default=None,
+        help="target delta (default: 1e-5 for the random protocol, 1/n_users for held-out users, the "
+        "papers' convention; choose delta much smaller than 1/n_users for real use)",
+    )
     g.add_argument("--factors", type=int, help="embedding dimension (default: automatic for private methods)")
     g.add_argument("--iterations", type=int, help="ALS sweeps (default: automatic for private methods)")
     g.add_argument("--regularization", type=float, help="ridge strength")
-    g.add_argument("--weight-exponent", dest="weight_exponent", type=float,
-                   help="adaptive-weight exponent mu (ada-dpals and ada-dpsgd only)")
+    g.add_argument(
+        "--weight-exponent",
+        dest="weight_exponent",
+        type=float,
+        help="adaptive-weight exponent mu (ada-dpals and ada-dpsgd only)",
+    )
     g.add_argument("--budget", type=float, help="per-user budget (items per user / sum of squared weights)")
     g.add_argument("--max-norm", dest="max_norm", type=float, help="clipping norm of user embeddings")
-    g.add_argument("--unobserved-weight", dest="unobserved_weight", type=float,
-                   help="weight of unobserved (user, item) pairs (gravity)")
-    g.add_argument("--noise-seed", dest="noise_seed", type=int, default=None,
-                   help="seed of the initialisation and the privacy noise, for reproducible experiments only: "
-                        "anyone who knows it can subtract the noise, so a known seed VOIDS the privacy "
-                        "guarantee (default: fresh randomness from the operating system)")
+    g.add_argument(
+        "--unobserved-weight",
+        dest="unobserved_weight",
+        type=float,
+        help="weight of unobserved (user, item) pairs (gravity)",
+    )
+    g.add_argument(
+        "--noise-seed",
+        dest="noise_seed",
+        type=int,
+        default=None,
+        help="seed of the initialisation and the privacy noise, for reproducible experiments only: "
+        "anyone who knows it can subtract the noise, so a known seed VOIDS the privacy "
+        "guarantee (default: fresh randomness from the operating system)",
+    )
     g = p.add_argument_group("output")
     g.add_argument("--output", "-o", help="save the fitted model to this file")
-    g.add_argument("--evaluate", action="store_true",
-                   help="evaluate on the held-out part (always done without --output)")
-    g.add_argument("--plot", metavar="FILE", default=None,
-                   help="save a per-popularity-bucket bar chart (PNG, PDF or SVG by extension; needs matplotlib, "
-                        "the 'plots' extra)")
+    g.add_argument(
+        "--evaluate", action="store_true", help="evaluate on the held-out part (always done without --output)"
+    )
+    g.add_argument(
+        "--plot",
+        metavar="FILE",
+        default=None,
+        help="save a per-popularity-bucket bar chart (PNG, PDF or SVG by extension; needs matplotlib, "
+        "the 'plots' extra)",
+    )
     _compare_args(g)
     _out_args(g)
     p.set_defaults(func=cmd_fit)
 
-    p = subparsers.add_parser("evaluate", help="evaluate a saved model on a dataset split",
-                              description=EVALUATE_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "evaluate",
+        help="evaluate a saved model on a dataset split",
+        description=EVALUATE_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--model", required=True, help="model file written by 'privrec fit --output'")
     _data_args(p)
     g = p.add_argument_group("output")
@@ -151,11 +189,17 @@ def register(subparsers) -> None:
 
     for name, key, helptext, desc, func in (
         ("recommend", "--user", "top-N items for one user of a dataset", RECOMMEND_DESCRIPTION, cmd_recommend),
-        ("similar", "--item", "items most similar to an item (cosine of item factors)", SIMILAR_DESCRIPTION,
-         cmd_similar),
+        (
+            "similar",
+            "--item",
+            "items most similar to an item (cosine of item factors)",
+            SIMILAR_DESCRIPTION,
+            cmd_similar,
+        ),
     ):
-        p = subparsers.add_parser(name, help=helptext, description=desc,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = subparsers.add_parser(
+            name, help=helptext, description=desc, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
         p.add_argument("--model", required=True, help="model file written by 'privrec fit --output'")
         p.add_argument(key, required=True, help=f"{key[2:]} id as in the dataset")
         p.add_argument("-n", "--n", dest="n", type=int, default=10, help="number of items (default 10)")
@@ -168,31 +212,58 @@ def _data_args(p, split: bool = True) -> None:
     g = p.add_argument_group("data")
     g.add_argument("--dataset", default=None, help=f"dataset name (default: the generated {X.DEFAULT_DATASET})")
     g.add_argument("--data-dir", dest="data_dir", default=None, help="local folder holding the dataset files")
-    g.add_argument("--ratings", default=None, metavar="FILE",
-                   help="your own interactions: a .csv or .parquet file with one row per (user, item, rating)")
+    g.add_argument(
+        "--ratings",
+        default=None,
+        metavar="FILE",
+        help="your own interactions: a .csv or .parquet file with one row per (user, item, rating)",
+    )
     g.add_argument("--user-col", dest="user_col", default=None, help="user id column of --ratings (default 'user')")
     g.add_argument("--item-col", dest="item_col", default=None, help="item id column of --ratings (default 'item')")
-    g.add_argument("--rating-col", dest="rating_col", default=None,
-                   help="rating column of --ratings (default 'rating'); an empty string means every row is a "
-                        "positive interaction (implicit feedback)")
-    g.add_argument("--duplicates", choices=("error", "last", "first", "sum", "max"), default=None,
-                   help="what to do with repeated (user, item) rows in --ratings: error (default), keep the last / "
-                        "first / largest, or sum them (play counts)")
+    g.add_argument(
+        "--rating-col",
+        dest="rating_col",
+        default=None,
+        help="rating column of --ratings (default 'rating'); an empty string means every row is a "
+        "positive interaction (implicit feedback)",
+    )
+    g.add_argument(
+        "--duplicates",
+        choices=("error", "last", "first", "sum", "max"),
+        default=None,
+        help="what to do with repeated (user, item) rows in --ratings: error (default), keep the last / "
+        "first / largest, or sum them (play counts)",
+    )
     g.add_argument("--scale", type=float, default=None, help="shrink a generated dataset (e.g. 0.1)")
-    g.add_argument("--seed", type=int, default=0,
-                   help="seed of the generated data and of the train/test split (public; default 0)")
+    g.add_argument(
+        "--seed", type=int, default=0, help="seed of the generated data and of the train/test split (public; default 0)"
+    )
     if split:
-        g.add_argument("--protocol", choices=X.PROTOCOLS, default=None,
-                       help="random (rating prediction, RMSE) or heldout-users (top-k, Recall@20); default: the "
-                            "dataset's usual protocol")
-        g.add_argument("--heldout-users", dest="heldout_users", type=int, default=None,
-                       help="number of held-out test users (heldout-users protocol)")
+        g.add_argument(
+            "--protocol",
+            choices=X.PROTOCOLS,
+            default=None,
+            help="random (rating prediction, RMSE) or heldout-users (top-k, Recall@20); default: the "
+            "dataset's usual protocol",
+        )
+        g.add_argument(
+            "--heldout-users",
+            dest="heldout_users",
+            type=int,
+            default=None,
+            help="number of held-out test users (heldout-users protocol)",
+        )
 
 
 def _compare_args(g) -> None:
-    g.add_argument("--compare-als", dest="compare_als", action=argparse.BooleanOptionalAction, default=None,
-                   help="also fit non-private ALS as a reference (default: only when the training data has fewer "
-                        f"than {ALS_COMPARISON_MAX_NNZ:,} ratings)")
+    g.add_argument(
+        "--compare-als",
+        dest="compare_als",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also fit non-private ALS as a reference (default: only when the training data has fewer "
+        f"than {ALS_COMPARISON_MAX_NNZ:,} ratings)",
+    )
 
 
 def _out_args(p) -> None:
@@ -300,24 +371,27 @@ def _check_data_args(args) -> None:
         if given:
             flags = ", ".join("--" + f.replace("_", "-") for f in given)
             _warn(args, f"{flags} only appl{'y' if len(given) > 1 else 'ies'} to --ratings; ignored")
-    if getattr(args, "heldout_users", None) is not None:
-        if args.heldout_users < 1:
-            raise CommandError(f"--heldout-users must be >= 1, got {args.heldout_users}")
+    if getattr(args, "heldout_users", None) is not None and args.heldout_users < 1:
+        raise CommandError(f"--heldout-users must be >= 1, got {args.heldout_users}")
 
 
 def _load(args):
     """``(name, Interactions)`` from ``--ratings`` or ``--dataset``."""
     if args.ratings is not None:
-        return Path(args.ratings).name, load_ratings_file(args.ratings, args.user_col or "user",
-                                                          args.item_col or "item",
-                                                          "rating" if args.rating_col is None else args.rating_col,
-                                                          duplicates=args.duplicates or "error")
+        return Path(args.ratings).name, load_ratings_file(
+            args.ratings,
+            args.user_col or "user",
+            args.item_col or "item",
+            "rating" if args.rating_col is None else args.rating_col,
+            duplicates=args.duplicates or "error",
+        )
     name = args.dataset or X.DEFAULT_DATASET
     return name, X.load_data(name, args.data_dir, args.scale, seed=args.seed)
 
 
-def load_ratings_file(path, user_col: str = "user", item_col: str = "item", rating_col: str | None = "rating",
-                      duplicates: str = "error"):
+def load_ratings_file(
+    path, user_col: str = "user", item_col: str = "item", rating_col: str | None = "rating", duplicates: str = "error"
+):
     """Read a CSV or Parquet file of (user, item[, rating]) rows as ``Interactions``.
 
     ``rating_col`` empty or ``None``: every row is a positive interaction (value 1).
@@ -347,8 +421,9 @@ def load_ratings_file(path, user_col: str = "user", item_col: str = "item", rati
         _check_columns(columns, wanted, path)
         from_parquet = getattr(D, "from_parquet", None)
         if from_parquet is not None:
-            return from_parquet(path, user_col=user_col, item_col=item_col, rating_col=rating_col,
-                                duplicates=duplicates, name=path.stem)
+            return from_parquet(
+                path, user_col=user_col, item_col=item_col, rating_col=rating_col, duplicates=duplicates, name=path.stem
+            )
         df = pd.read_parquet(path, columns=wanted)
     else:
         sep = "\t" if suffix == ".tsv" else ","
@@ -363,8 +438,9 @@ def load_ratings_file(path, user_col: str = "user", item_col: str = "item", rati
             raise CommandError(f"cannot read {path.name} as CSV: {_one_line(exc)}") from None
     from_pandas = getattr(D, "from_pandas", None)
     if from_pandas is not None:
-        return from_pandas(df, user_col=user_col, item_col=item_col, rating_col=rating_col, duplicates=duplicates,
-                           name=path.stem)
+        return from_pandas(
+            df, user_col=user_col, item_col=item_col, rating_col=rating_col, duplicates=duplicates, name=path.stem
+        )
     if df[[user_col, item_col]].isna().any().any():
         raise CommandError(f"{path.name}: missing user or item ids")
     values = None
@@ -372,8 +448,9 @@ def load_ratings_file(path, user_col: str = "user", item_col: str = "item", rati
         values = pd.to_numeric(df[rating_col], errors="coerce").to_numpy()
         if np.isnan(values).any():
             raise CommandError(f"{path.name}: column {rating_col!r} has missing or non-numeric values")
-    return D.Interactions.from_arrays(df[user_col].to_numpy(), df[item_col].to_numpy(), values,
-                                      duplicates=duplicates, name=path.stem)
+    return D.Interactions.from_arrays(
+        df[user_col].to_numpy(), df[item_col].to_numpy(), values, duplicates=duplicates, name=path.stem
+    )
 
 
 def _check_columns(columns, wanted, path) -> None:
@@ -415,10 +492,18 @@ def _implicit_heldout_split(data, seed: int, heldout_users: int | None):
     def m(x):
         return sp.csr_matrix(x.matrix)
 
-    return X.Split("heldout-users", m(tr), history=m(parts.test.history), targets=m(parts.test.targets),
-                   validation_history=m(parts.validation.history), validation_targets=m(parts.validation.targets),
-                   item_ids=tr.item_ids, user_ids=tr.user_ids, item_metadata=tr.item_metadata,
-                   info={"n_heldout": n_held, "binarize_threshold": 0.0})
+    return X.Split(
+        "heldout-users",
+        m(tr),
+        history=m(parts.test.history),
+        targets=m(parts.test.targets),
+        validation_history=m(parts.validation.history),
+        validation_targets=m(parts.validation.targets),
+        item_ids=tr.item_ids,
+        user_ids=tr.user_ids,
+        item_metadata=tr.item_metadata,
+        info={"n_heldout": n_held, "binarize_threshold": 0.0},
+    )
 
 
 # ---------------------------------------------------------------------------------------- baselines
@@ -451,8 +536,9 @@ def _fit_model(split, method, epsilon, delta, params, seed, show_progress: bool)
     import time
 
     model = X.make_model(method, epsilon, delta, params, seed, split.protocol)
-    kwargs = {"show_progress": bool(show_progress)} if "show_progress" in inspect.signature(model.fit).parameters \
-        else {}
+    kwargs = (
+        {"show_progress": bool(show_progress)} if "show_progress" in inspect.signature(model.fit).parameters else {}
+    )
     t0 = time.perf_counter()
     model.fit(split.train, **kwargs)
     return model, time.perf_counter() - t0
@@ -470,19 +556,27 @@ def _baselines(args, split, name, method, params) -> dict:
     """Trivial baseline (always) and non-private ALS (when wanted) on the same split."""
     triv = _Trivial(split.train, split.protocol)
     ev = X.evaluate_split(triv, split)
-    out = {"trivial": {"name": triv.name, "private": False, "metrics": ev["metrics"], "sliced": ev["sliced"]},
-           "als": None}
+    out = {
+        "trivial": {"name": triv.name, "private": False, "metrics": ev["metrics"], "sliced": ev["sliced"]},
+        "als": None,
+    }
     if _want_als(args, method, split.train.nnz):
         als_params = {k: params[k] for k in ("factors", "iterations") if k in params}
         fitted = _fit_model(split, "als", None, None, als_params, _noise_seed(args), False)
-        _, res = X.run_experiment(split, "als", params=als_params, seed=_noise_seed(args), dataset=name,
-                                  fitted=fitted)
-        out["als"] = {"name": "ALS" + (" (same factors, iterations)" if als_params else ""),
-                      "private": False, "params": als_params, "metrics": res["metrics"], "sliced": res["sliced"],
-                      "fit_seconds": res["fit_seconds"]}
+        _, res = X.run_experiment(split, "als", params=als_params, seed=_noise_seed(args), dataset=name, fitted=fitted)
+        out["als"] = {
+            "name": "ALS" + (" (same factors, iterations)" if als_params else ""),
+            "private": False,
+            "params": als_params,
+            "metrics": res["metrics"],
+            "sliced": res["sliced"],
+            "fit_seconds": res["fit_seconds"],
+        }
     elif method != "als" and args.compare_als is None:
-        out["als_skipped"] = (f"training data has {split.train.nnz:,} ratings (>= {ALS_COMPARISON_MAX_NNZ:,}); "
-                              "pass --compare-als to fit it anyway")
+        out["als_skipped"] = (
+            f"training data has {split.train.nnz:,} ratings (>= {ALS_COMPARISON_MAX_NNZ:,}); "
+            "pass --compare-als to fit it anyway"
+        )
     return out
 
 
@@ -494,8 +588,9 @@ def _primary(protocol: str) -> tuple[str, str, str]:
 
 
 # ---------------------------------------------------------------------------------------- privacy text
-def privacy_paragraph(report: dict | None, feedback: str = "explicit", noise_seed=None,
-                      width: int | None = _WIDTH) -> str:
+def privacy_paragraph(
+    report: dict | None, feedback: str = "explicit", noise_seed=None, width: int | None = _WIDTH
+) -> str:
     """A plain-language summary of a privacy report (``model.privacy_report()``).
 
     What epsilon, delta and "user-level" mean for the release, which accountant computed epsilon,
@@ -504,13 +599,16 @@ def privacy_paragraph(report: dict | None, feedback: str = "explicit", noise_see
     """
     fill = (lambda text: textwrap.fill(text, width)) if width else (lambda text: text)
     if not report or not report.get("events"):
-        return fill("None: this is a non-private model. Its item factors are fitted on the exact data and can "
-                    "reveal individual users' ratings; use it as a reference, not as a release.")
+        return fill(
+            "None: this is a non-private model. Its item factors are fitted on the exact data and can "
+            "reveal individual users' ratings; use it as a reference, not as a release."
+        )
     eps = _as_float(report.get("epsilon"))
     delta = _as_float(report.get("delta"))
     if not math.isfinite(eps):
-        return fill("None: epsilon is infinite (privacy switched off), so the released item factors "
-                    "carry no guarantee.")
+        return fill(
+            "None: epsilon is infinite (privacy switched off), so the released item factors carry no guarantee."
+        )
     unit = "interactions" if feedback == "implicit" else "ratings"
     acc = str(report.get("accountant", "rdp")).lower()
     acc_name = {"pld": "PLD (privacy loss distribution)", "rdp": "RDP (Renyi differential privacy)"}.get(acc, acc)
@@ -524,19 +622,25 @@ def privacy_paragraph(report: dict | None, feedback: str = "explicit", noise_see
         f"User-level means the protected unit is everything one user contributed: removing all of one user's {unit} "
         f"changes the probability of any released item factors by at most a factor e^{eps:.3g} = {factor:.3g}, "
         f"except with probability delta = {delta:.3g}.",
-        f"epsilon = {eps:.4g}" + (f" (target {target:g})" if math.isfinite(target) else "")
+        f"epsilon = {eps:.4g}"
+        + (f" (target {target:g})" if math.isfinite(target) else "")
         + f" was computed by the {acc_name} accountant over the {n_events} recorded noise events of the fit"
         + (f" (the {other_name} accountant gives {other:.4g} for the same noise)." if math.isfinite(other) else "."),
-        ("Covered by it: the item factors and the popularity prior (the noisy item counts divided by the number "
-         "of users)." if feedback == "implicit" else
-         "Covered by it: the item factors and item biases, and the intermediate noisy statistics listed in the "
-         "report (item counts and, when centering, the global mean).")
+        (
+            "Covered by it: the item factors and the popularity prior (the noisy item counts divided by the number "
+            "of users)."
+            if feedback == "implicit"
+            else "Covered by it: the item factors and item biases, and the intermediate noisy statistics listed in the "
+            "report (item counts and, when centering, the global mean)."
+        )
         + " User embeddings are never released: each user's embedding is recomputed from the released item side "
         "and that user's own history, at no privacy cost. The numbers of users and items are treated as public.",
     ]
     if noise_seed is not None:
-        parts.append(f"WARNING: --noise-seed {noise_seed} fixed the noise; anyone who knows the seed can regenerate "
-                     "and subtract it, so this run has no privacy guarantee (experiments only).")
+        parts.append(
+            f"WARNING: --noise-seed {noise_seed} fixed the noise; anyone who knows the seed can regenerate "
+            "and subtract it, so this run has no privacy guarantee (experiments only)."
+        )
     return fill(" ".join(parts))
 
 
@@ -552,11 +656,15 @@ def _delta_warning(delta: float, n_users: int, protocol: str, user_chose: bool) 
     if delta is None or not n_users or delta < 1.0 / n_users:
         return None
     suggest = 10.0 ** math.floor(math.log10(0.01 / n_users))
-    text = (f"delta = {delta:.3g} is not smaller than 1/n_users = 1/{n_users:,}: with delta >= 1/n a mechanism that "
-            "publishes the full data of one randomly chosen user meets the definition.")
+    text = (
+        f"delta = {delta:.3g} is not smaller than 1/n_users = 1/{n_users:,}: with delta >= 1/n a mechanism that "
+        "publishes the full data of one randomly chosen user meets the definition."
+    )
     if protocol == "heldout-users" and not user_chose:
-        text += (" The held-out-users protocol uses delta = 1/n by the paper's convention (Krichene et al. 2023) "
-                 "so that results are comparable with it.")
+        text += (
+            " The held-out-users protocol uses delta = 1/n by the paper's convention (Krichene et al. 2023) "
+            "so that results are comparable with it."
+        )
     return text + f" For real use choose delta much smaller than 1/n_users, e.g. --delta {suggest:.0e}."
 
 
@@ -592,8 +700,14 @@ def _rows(res: dict) -> list[tuple[str, str, dict, dict]]:
     for key in ("trivial", "als"):
         b = (res.get("baselines") or {}).get(key)
         if b:
-            rows.append((("trivial baseline: " if key == "trivial" else "") + b["name"], "non-private",
-                         b["metrics"], b["sliced"]))
+            rows.append(
+                (
+                    ("trivial baseline: " if key == "trivial" else "") + b["name"],
+                    "non-private",
+                    b["metrics"],
+                    b["sliced"],
+                )
+            )
     return rows
 
 
@@ -645,14 +759,18 @@ def _verdict(res: dict) -> str | None:
     worse = mine > ref if overall == "rmse" else mine < ref
     if not worse:
         return None
-    return (f"at this epsilon and data size the private model does not beat the trivial baseline ({overall} "
-            f"{mine:.4f} vs {ref:.4f}); more users or a larger epsilon help, and the trivial model itself may be "
-            "the better choice.")
+    return (
+        f"at this epsilon and data size the private model does not beat the trivial baseline ({overall} "
+        f"{mine:.4f} vs {ref:.4f}); more users or a larger epsilon help, and the trivial model itself may be "
+        "the better choice."
+    )
 
 
 def _print_result(res: dict) -> None:
-    print(f"dataset   {res.get('dataset')}  ({res['n_users']} users x {res['n_items']} items, "
-          f"{res['n_train']} training interactions, protocol {res['protocol']})")
+    print(
+        f"dataset   {res.get('dataset')}  ({res['n_users']} users x {res['n_items']} items, "
+        f"{res['n_train']} training interactions, protocol {res['protocol']})"
+    )
     print(f"method    {res['method']}" + ("  (non-private reference)" if res["method"] == "als" else ""))
     print(f"fit       {res['fit_seconds']:.2f} s")
     if "metrics" in res:
@@ -674,8 +792,10 @@ def _check_plot(path) -> None:
     ext = path.suffix.lower().lstrip(".")
     supported = Figure().canvas.get_supported_filetypes()
     if ext not in supported:
-        raise CommandError(f"--plot {path.name}: unknown image type {path.suffix!r}; use one of "
-                           f"{', '.join('.' + e for e in sorted(supported))}")
+        raise CommandError(
+            f"--plot {path.name}: unknown image type {path.suffix!r}; use one of "
+            f"{', '.join('.' + e for e in sorted(supported))}"
+        )
     if not path.parent.is_dir():
         raise CommandError(f"--plot: folder {path.parent} does not exist")
 
@@ -692,8 +812,9 @@ def save_bucket_plot(res: dict, path) -> str:
     ax = fig.subplots()
     w = 0.8 / len(series)
     for j, (label, vals) in enumerate(series):
-        ax.bar([b + j * w for b in range(nb)], [math.nan if v is None else v for v in vals], w, label=label,
-               color=f"C{j}")
+        ax.bar(
+            [b + j * w for b in range(nb)], [math.nan if v is None else v for v in vals], w, label=label, color=f"C{j}"
+        )
     ax.set_xticks([b + 0.4 - w / 2 for b in range(nb)])
     ax.set_xticklabels([f"{b}" + (" (tail)" if b == 0 else " (head)" if b == nb - 1 else "") for b in range(nb)])
     ax.set_xlabel("item popularity bucket (0 = least popular)")
@@ -725,11 +846,16 @@ def _check_fit_args(args) -> dict:
             _warn(args, "δ (--delta) is ignored by the non-private method als")
         for flag in ("weight_exponent", "budget", "max_norm"):
             if getattr(args, flag) is not None:
-                raise CommandError(f"{_FLAG_NAMES[flag]} ({_MODEL_FLAGS[flag]}) does not apply to the non-private "
-                                   "method als; it is a private-method option")
+                raise CommandError(
+                    f"{_FLAG_NAMES[flag]} ({_MODEL_FLAGS[flag]}) does not apply to the non-private "
+                    "method als; it is a private-method option"
+                )
     elif args.weight_exponent is not None and args.method not in _ADAPTIVE:
-        _warn(args, f"--weight-exponent (mu) is ignored by {args.method}; only the adaptive methods "
-                    f"({', '.join(_ADAPTIVE)}) use it")
+        _warn(
+            args,
+            f"--weight-exponent (mu) is ignored by {args.method}; only the adaptive methods "
+            f"({', '.join(_ADAPTIVE)}) use it",
+        )
     if args.compare_als and not private:
         _warn(args, "--compare-als is ignored: the fitted model is already non-private ALS")
     for flag in ("factors", "iterations"):
@@ -746,8 +872,9 @@ def _fit(args) -> int:
     private = args.method != "als"
     epsilon = (DEFAULT_EPSILON if args.epsilon is None else args.epsilon) if private else None
     evaluate = args.evaluate or not args.output or args.plot is not None
-    stages = _Stages(["load", "split", "fit"] + (["evaluate", "baselines"] if evaluate else []),
-                     _progress_enabled(args))
+    stages = _Stages(
+        ["load", "split", "fit"] + (["evaluate", "baselines"] if evaluate else []), _progress_enabled(args)
+    )
     try:
         name, data = _load(args)
         stages.next()
@@ -759,11 +886,20 @@ def _fit(args) -> int:
             msg = _delta_warning(delta, split.train.shape[0], split.protocol, args.delta is not None)
             if msg:
                 _warn(args, msg)
-        fitted = _fit_model(split, args.method, epsilon, delta if private else None, params, _noise_seed(args),
-                            _progress_enabled(args))
-        model, res = X.run_experiment(split, args.method, epsilon=epsilon, delta=delta if private else None,
-                                      params=params, seed=_noise_seed(args), evaluate=evaluate, dataset=name,
-                                      fitted=fitted)
+        fitted = _fit_model(
+            split, args.method, epsilon, delta if private else None, params, _noise_seed(args), _progress_enabled(args)
+        )
+        model, res = X.run_experiment(
+            split,
+            args.method,
+            epsilon=epsilon,
+            delta=delta if private else None,
+            params=params,
+            seed=_noise_seed(args),
+            evaluate=evaluate,
+            dataset=name,
+            fitted=fitted,
+        )
         stages.next()
         if evaluate:
             stages.next()
@@ -810,13 +946,23 @@ def _evaluate(args) -> int:
     name, data = _load(args)
     split = _split(args, data, name)
     if model.item_factors_.shape[0] != split.train.shape[1]:
-        raise CommandError(f"model has {model.item_factors_.shape[0]} items but dataset {name} has "
-                           f"{split.train.shape[1]}; evaluate on the dataset it was fitted on")
+        raise CommandError(
+            f"model has {model.item_factors_.shape[0]} items but dataset {name} has "
+            f"{split.train.shape[1]}; evaluate on the dataset it was fitted on"
+        )
     ev = X.evaluate_split(model, split)
     method = getattr(model, "method", None) if hasattr(model, "privacy_report") else "als"
-    res = {"dataset": name, "model": str(args.model), "method": method or type(model).__name__.lower(),
-           "protocol": split.protocol, "n_users": int(split.train.shape[0]), "n_items": int(split.train.shape[1]),
-           "n_train": int(split.train.nnz), **X.privacy_summary(model, None), **ev}
+    res = {
+        "dataset": name,
+        "model": str(args.model),
+        "method": method or type(model).__name__.lower(),
+        "protocol": split.protocol,
+        "n_users": int(split.train.shape[0]),
+        "n_items": int(split.train.shape[1]),
+        "n_train": int(split.train.nnz),
+        **X.privacy_summary(model, None),
+        **ev,
+    }
     res["baselines"] = _baselines(args, split, name, res["method"], {})
     report = res["privacy_events"] if res["privacy_events"].get("events") else None
     res["privacy_summary"] = privacy_paragraph(report, getattr(model, "feedback", "explicit"), width=None)
@@ -850,8 +996,10 @@ def _titles(data, idx) -> list:
 def _show_items(args, data, ids, scores, header: str) -> None:
     item_ids = np.asarray(getattr(data, "item_ids", np.arange(data.matrix.shape[1])))
     titles = _titles(data, ids)
-    rows = [{"item": X.json_safe(item_ids[i]), "score": float(s), **({"title": t} if t else {})}
-            for i, s, t in zip(ids, scores, titles)]
+    rows = [
+        {"item": X.json_safe(item_ids[i]), "score": float(s), **({"title": t} if t else {})}
+        for i, s, t in zip(ids, scores, titles)
+    ]
     if args.json:
         print(json.dumps({"query": header, "items": rows}))
         return
@@ -862,8 +1010,10 @@ def _show_items(args, data, ids, scores, header: str) -> None:
 
 def _check_model_matches(model, data, name):
     if model.item_factors_.shape[0] != data.matrix.shape[1]:
-        raise CommandError(f"model has {model.item_factors_.shape[0]} items but dataset {name} has "
-                           f"{data.matrix.shape[1]}; pass the dataset the model was fitted on")
+        raise CommandError(
+            f"model has {model.item_factors_.shape[0]} items but dataset {name} has "
+            f"{data.matrix.shape[1]}; pass the dataset the model was fitted on"
+        )
 
 
 def cmd_recommend(args) -> int:

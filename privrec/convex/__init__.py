@@ -33,4 +33,27 @@ from .losses import (
 )
 from .multitask import MultiTaskDPClassifier, MultiTaskDPRegressor, MultiTaskProblem
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+__all__ = [
+    "AsyncDPLearner",
+    "JointDPSGD",
+    "LogisticLoss",
+    "MultiTaskDPClassifier",
+    "MultiTaskDPRegressor",
+    "MultiTaskProblem",
+    "PersonalBiasLinear",
+    "PersonalBiasSoftmax",
+    "SoftmaxLoss",
+    "SpecSquaredLoss",
+    "SquaredLoss",
+    "clip_gradients",
+    "clip_gradients_l1",
+    "clipped_gradient_sum",
+    "cost_bound",
+    "effective_noise_scale",
+    "group_privacy",
+    "laplace_scale",
+    "paper_noise_std",
+    "ridge_objective",
+    "ridge_optimum",
+    "user_level_budget",
+]

@@ -88,7 +88,9 @@ class SpecSquaredLoss:
         return 2.0 * (z - y)
 
 
-def laplace_scale(grad_bound: float, n_steps: int, n_records: int, epsilon: float, n_params: int | None = None) -> float:
+def laplace_scale(
+    grad_bound: float, n_steps: int, n_records: int, epsilon: float, n_params: int | None = None
+) -> float:
     """b_i = 2 Xi T / (n_i eps_i) (Farokhi et al., Alg. 1), times sqrt(p) when ``n_params`` = p is given (L2 bound)."""
     xi = check_positive(grad_bound, "grad_bound")
     T = check_int(n_steps, "n_steps", minimum=1)
@@ -161,9 +163,20 @@ class AsyncDPLearner(BaseEstimator):
         at fit time (``sklearn.clone`` would give every clone the same noise).
     """
 
-    def __init__(self, epsilon=1.0, n_steps: int = 1000, rho: float = 1.0, sigma: float = 1e-5,
-                 theta_max: float = 1e5, grad_bound: float = 1.0, l1_mode: str = "clip_l1",
-                 coefficient: str = "proof", loss=None, delta: float = 1e-6, random_state=None):
+    def __init__(
+        self,
+        epsilon=1.0,
+        n_steps: int = 1000,
+        rho: float = 1.0,
+        sigma: float = 1e-5,
+        theta_max: float = 1e5,
+        grad_bound: float = 1.0,
+        l1_mode: str = "clip_l1",
+        coefficient: str = "proof",
+        loss=None,
+        delta: float = 1e-6,
+        random_state=None,
+    ):
         self.epsilon = epsilon
         self.n_steps = n_steps
         self.rho = rho
@@ -246,7 +259,7 @@ class AsyncDPLearner(BaseEstimator):
         theta_O = np.zeros((n_runs, N, p))
         sel = rng.integers(0, N, size=(T, n_runs))
         runs = np.arange(n_runs)
-        ckpt = set() if checkpoints is None else set(int(k) for k in checkpoints)
+        ckpt = set() if checkpoints is None else {int(k) for k in checkpoints}
         traj = {}
         for k in range(1, T + 1):
             i = sel[k - 1]
@@ -284,9 +297,13 @@ class AsyncDPLearner(BaseEstimator):
                 if a > 1:
                     event = dp_accounting.SelfComposedDpEvent(event, a)
                 prefix = f"run {r}: " if label_runs else ""
-                ledger.record(f"{prefix}owner {owners[j]!r}: {a} Laplace gradient answers", event,
-                              laplace_scale=float(b[j]), l1_sensitivity=float(b[j] * eps[j] / T) if z else None,
-                              l1_mode=self.l1_mode)
+                ledger.record(
+                    f"{prefix}owner {owners[j]!r}: {a} Laplace gradient answers",
+                    event,
+                    laplace_scale=float(b[j]),
+                    l1_sensitivity=float(b[j] * eps[j] / T) if z else None,
+                    l1_mode=self.l1_mode,
+                )
             ledgers.append(ledger)
         return ledgers
 
@@ -343,8 +360,11 @@ class AsyncDPLearner(BaseEstimator):
         T = self.simulation_n_steps_
         out = {}
         for j, ledger in enumerate(self.simulation_ledgers_):
-            key = self.simulation_owners_[j].item() if hasattr(self.simulation_owners_[j], "item") \
+            key = (
+                self.simulation_owners_[j].item()
+                if hasattr(self.simulation_owners_[j], "item")
                 else self.simulation_owners_[j]
+            )
             if owner is not None and key != owner:
                 continue
             rep = ledger.report(self.delta, include_pld=False)
@@ -385,8 +405,9 @@ class AsyncDPLearner(BaseEstimator):
             rep = ledger.report(self.delta, include_pld=False)
             answers = int(np.sum(self.owner_sequence_ == j))
             rep["answers"] = answers
-            rep["epsilon_pure"] = (float(answers / self.n_steps * self.epsilons_[j])
-                                   if np.isfinite(self.epsilons_[j]) else "inf")
+            rep["epsilon_pure"] = (
+                float(answers / self.n_steps * self.epsilons_[j]) if np.isfinite(self.epsilons_[j]) else "inf"
+            )
             if answers and not np.isfinite(self.epsilons_[j]):
                 rep["epsilon"] = "inf"
             out[key] = rep

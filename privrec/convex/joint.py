@@ -128,8 +128,9 @@ REGIMES = ("joint", "full", "nonprivate", "individual")
 # -------------------------------------------------------------------------------------------------
 
 
-def paper_noise_std(lipschitz: float, n_steps: int, epsilon: float, delta: float, records_per_owner: int,
-                    n_owners: int) -> float:
+def paper_noise_std(
+    lipschitz: float, n_steps: int, epsilon: float, delta: float, records_per_owner: int, n_owners: int
+) -> float:
     """sigma = L sqrt(T ln(1/delta)) / (eps m n), Huang et al., Algorithm 1, line 2 (constants unspecified).
 
     privrec's estimators calibrate sigma with the accountant instead; this is for comparison.
@@ -151,7 +152,9 @@ def group_privacy(epsilon: float, delta: float, k: int) -> tuple[float, float]:
     return k * eps, k * math.exp(k * eps) * d
 
 
-def user_level_budget(epsilon: float, delta: float, records_per_user: int, records_per_owner: int) -> tuple[float, float]:
+def user_level_budget(
+    epsilon: float, delta: float, records_per_user: int, records_per_owner: int
+) -> tuple[float, float]:
     """Record-level budget giving user-level (eps, delta): eps' = eps r/m, delta' = delta r/(m e^eps).
 
     Huang et al., Sec. 3.1.2 (user-level joint DP). Group privacy with k = m/r maps (eps', delta') back to
@@ -301,8 +304,9 @@ def _fit_event(regime: str, z: float, n_owners: int, B: int, T: int):
 @functools.lru_cache(maxsize=256)
 def _calibrated_multiplier(regime: str, epsilon: float, delta: float, n_owners: int, B: int, T: int) -> float:
     """Accountant-calibrated multiplier for the exact event a fit records (cached: a pure function)."""
-    return calibrate_noise_multiplier(epsilon, delta, lambda z: _fit_event(regime, z, n_owners, B, T),
-                                      neighboring="replace_one")
+    return calibrate_noise_multiplier(
+        epsilon, delta, lambda z: _fit_event(regime, z, n_owners, B, T), neighboring="replace_one"
+    )
 
 
 @dataclass
@@ -346,10 +350,23 @@ class JointDPSGD(BaseEstimator):
         draw identical noise).
     """
 
-    def __init__(self, model, regime: str = "joint", epsilon: float | None = 1.0, delta: float = 1e-5,
-                 n_steps: int = 1000, owners_per_step: int = 1, records_per_owner: int = 1, clip_norm: float = 1.0,
-                 personal_radius: float = math.inf, shared_radius: float = math.inf, learning_rate="auto",
-                 noise_multiplier: float | None = None, average: bool = True, random_state=None):
+    def __init__(
+        self,
+        model,
+        regime: str = "joint",
+        epsilon: float | None = 1.0,
+        delta: float = 1e-5,
+        n_steps: int = 1000,
+        owners_per_step: int = 1,
+        records_per_owner: int = 1,
+        clip_norm: float = 1.0,
+        personal_radius: float = math.inf,
+        shared_radius: float = math.inf,
+        learning_rate="auto",
+        noise_multiplier: float | None = None,
+        average: bool = True,
+        random_state=None,
+    ):
         if regime not in REGIMES:
             raise ValueError(f"regime must be one of {REGIMES}, got {regime!r}")
         self.model = model
@@ -383,8 +400,10 @@ class JointDPSGD(BaseEstimator):
                 check_epsilon(self.epsilon)
             else:
                 check_positive(self.noise_multiplier, "noise_multiplier", allow_zero=True)
-        if not (self.learning_rate == "auto" or (isinstance(self.learning_rate, (int, float))
-                                                 and not isinstance(self.learning_rate, bool))):
+        if not (
+            self.learning_rate == "auto"
+            or (isinstance(self.learning_rate, (int, float)) and not isinstance(self.learning_rate, bool))
+        ):
             raise ValueError(f"learning_rate must be a positive number or 'auto', got {self.learning_rate!r}")
         if self.learning_rate != "auto":
             check_positive(self.learning_rate, "learning_rate")
@@ -406,7 +425,7 @@ class JointDPSGD(BaseEstimator):
         self.owners_, owner_idx = np.unique(owner, return_inverse=True)
         n = self.owners_.size
         B = int(self.owners_per_step)
-        if self.regime != "individual" and B > n:
+        if self.regime != "individual" and n < B:
             raise ValueError(f"owners_per_step ({B}) exceeds the number of owners ({n})")
         order = np.argsort(owner_idx, kind="stable")
         Xs, ys = X[order], y[order]
@@ -450,9 +469,14 @@ class JointDPSGD(BaseEstimator):
             for event, count in events.items():
                 ledger.record(
                     f"{self.regime}-DP SGD: {count} noisy steps, {B} of {n} owners per step, noise on "
-                    + ("the shared block (sampling revealed: no amplification)" if self.regime == "joint"
-                       else "all coordinates (sampling hidden: subsampled without replacement)"),
-                    dp_accounting.SelfComposedDpEvent(event, count), clip_norm=L, noise_std=sigma,
+                    + (
+                        "the shared block (sampling revealed: no amplification)"
+                        if self.regime == "joint"
+                        else "all coordinates (sampling hidden: subsampled without replacement)"
+                    ),
+                    dp_accounting.SelfComposedDpEvent(event, count),
+                    clip_norm=L,
+                    noise_std=sigma,
                     sensitivity=2 * L,
                 )
         return self
@@ -476,13 +500,14 @@ class JointDPSGD(BaseEstimator):
             c = min(chunk, T - c0)
             if B == 1:
                 sel = rng.integers(0, n, size=(c, 1))
-            elif B == n:
+            elif n == B:
                 sel = np.broadcast_to(np.arange(n), (c, n))
             else:
                 sel = np.argpartition(rng.random((c, n)), B - 1, axis=1)[:, :B]
             k = self.k_
-            rows = starts[sel][..., None] + np.floor(
-                rng.random((*sel.shape, k)) * counts[sel][..., None]).astype(np.int64)
+            rows = starts[sel][..., None] + np.floor(rng.random((*sel.shape, k)) * counts[sel][..., None]).astype(
+                np.int64
+            )
             for t in range(c):
                 if self.average:
                     U_sum += U
@@ -535,7 +560,7 @@ class JointDPSGD(BaseEstimator):
         P = np.zeros((n, *model.personal_shape), dtype=dtype)
         U_sum = np.zeros_like(U, dtype=np.float64)
         P_sum = np.zeros_like(P, dtype=np.float64)
-        for t in range(T):
+        for _t in range(T):
             if self.average:
                 U_sum += U
                 P_sum += P
@@ -604,10 +629,13 @@ class JointDPSGD(BaseEstimator):
         else:
             rep = {"events": [], "epsilon": "inf", "note": f"regime {self.regime!r} adds no noise"}
         rep["regime"] = self.regime
-        rep["guarantee"] = {"joint": "joint DP (everything but owner j's personal block; no amplification by "
-                                     "owner sampling, which the other owners' personal blocks reveal)",
-                            "full": "standard DP of all released parameters",
-                            "nonprivate": "none", "individual": "none (no communication)"}[self.regime]
+        rep["guarantee"] = {
+            "joint": "joint DP (everything but owner j's personal block; no amplification by "
+            "owner sampling, which the other owners' personal blocks reveal)",
+            "full": "standard DP of all released parameters",
+            "nonprivate": "none",
+            "individual": "none (no communication)",
+        }[self.regime]
         return rep
 
 

@@ -57,8 +57,8 @@ import math
 
 import dp_accounting
 import numpy as np
-from sklearn.base import BaseEstimator
 import scipy.sparse as sp
+from sklearn.base import BaseEstimator
 
 from .._validation import check_delta, check_epsilon, check_finite_array, check_int, check_positive
 from ..allocation import adaptive_task_weights, adaptive_weights, private_item_counts
@@ -142,10 +142,15 @@ class MultiTaskProblem:
 
     # ---------------------------------------------------------------- constructors / properties
     @classmethod
-    def from_task_examples(cls, examples, user_features, n_tasks: int | None = None) -> "MultiTaskProblem":
+    def from_task_examples(cls, examples, user_features, n_tasks: int | None = None) -> MultiTaskProblem:
         """From :class:`privrec.data.synthetic.TaskExamples` (indptr, feature_ids, labels) + user features."""
-        return cls(examples.task_ids().astype(np.int64), np.asarray(examples.feature_ids, dtype=np.int64),
-                   examples.labels, user_features=user_features, n_tasks=n_tasks or examples.n_tasks)
+        return cls(
+            examples.task_ids().astype(np.int64),
+            np.asarray(examples.feature_ids, dtype=np.int64),
+            examples.labels,
+            user_features=user_features,
+            n_tasks=n_tasks or examples.n_tasks,
+        )
 
     @property
     def n_examples(self) -> int:
@@ -173,8 +178,10 @@ class MultiTaskProblem:
         """(users x tasks CSR with ones, order): CSR position k holds example ``order[k]``."""
         order = np.lexsort((self.tasks, self.user_index))
         indptr = np.concatenate(([0], np.cumsum(np.bincount(self.user_index, minlength=self.n_users))))
-        mat = sp.csr_matrix((np.ones(order.size, dtype=np.float32), self.tasks[order].astype(np.int32), indptr),
-                            shape=(self.n_users, self.n_tasks))
+        mat = sp.csr_matrix(
+            (np.ones(order.size, dtype=np.float32), self.tasks[order].astype(np.int32), indptr),
+            shape=(self.n_users, self.n_tasks),
+        )
         return mat, order
 
     def task_batch(self, example_weights, task_sizes=None, task_weights=None) -> TaskBatch:
@@ -195,8 +202,15 @@ class MultiTaskProblem:
             fid, feats = self.user_index[order], self.user_features
         else:
             fid, feats = order, self.features
-        return TaskBatch(indptr, fid.astype(np.int64), feats, self.labels[order], w[order],
-                         task_sizes=task_sizes, task_weights=task_weights)
+        return TaskBatch(
+            indptr,
+            fid.astype(np.int64),
+            feats,
+            self.labels[order],
+            w[order],
+            task_sizes=task_sizes,
+            task_weights=task_weights,
+        )
 
     def user_spend(self, example_weights) -> np.ndarray:
         """Per-user sum of squared weights (must be <= beta: Krichene et al. 2023, Thm 3.3)."""
@@ -256,7 +270,9 @@ class _MultiTaskDPBase(BaseEstimator):
     def _public_counts(self, problem):
         if isinstance(self.task_counts, str):
             if self.task_counts != "private":
-                raise ValueError(f"task_counts must be 'private' or an array of public counts, got {self.task_counts!r}")
+                raise ValueError(
+                    f"task_counts must be 'private' or an array of public counts, got {self.task_counts!r}"
+                )
             return None
         c = check_finite_array(np.asarray(self.task_counts, dtype=np.float64), "task_counts")
         if c.shape != (problem.n_tasks,) or np.any(c <= 0):
@@ -270,15 +286,15 @@ class _MultiTaskDPBase(BaseEstimator):
         public = self._public_counts(problem)
         release_counts = public is None and self._needs_counts()
         if release_counts:
-            frac = self.count_fraction if self.count_fraction is not None else default_count_fraction(
-                self.epsilon_target_)
+            frac = (
+                self.count_fraction if self.count_fraction is not None else default_count_fraction(self.epsilon_target_)
+            )
             split = calibrate_with_split(self.epsilon_target_, self.delta_, frac, gaussian_event, build_train_event)
         else:
             split = calibrate_with_split(self.epsilon_target_, self.delta_, 0.0, None, build_train_event)
         user_tasks, order = problem.user_task_matrix()
         if release_counts:
-            stat = private_item_counts(user_tasks, int(self.count_sample), split.count_scale, rng,
-                                       label="task counts")
+            stat = private_item_counts(user_tasks, int(self.count_sample), split.count_scale, rng, label="task counts")
             stat.record(ledger)
             counts = stat.value
         elif public is not None:
@@ -286,8 +302,15 @@ class _MultiTaskDPBase(BaseEstimator):
         else:
             counts = np.ones(problem.n_tasks)
         n_public = problem.n_users if self.n_users is None else check_int(self.n_users, "n_users", minimum=1)
-        W = adaptive_weights(user_tasks, counts, float(self.weight_exponent), self.budget_, mode=self.weight_mode,
-                             n_users=n_public, dtype=np.float64)
+        W = adaptive_weights(
+            user_tasks,
+            counts,
+            float(self.weight_exponent),
+            self.budget_,
+            mode=self.weight_mode,
+            n_users=n_public,
+            dtype=np.float64,
+        )
         weights = np.empty(problem.n_examples)
         weights[order] = W.data
         spend = problem.user_spend(weights)
@@ -361,12 +384,27 @@ class MultiTaskDPRegressor(_MultiTaskDPBase):
     Fitted attributes: see the module docstring (``weights_`` is a private diagnostic).
     """
 
-    def __init__(self, solver: str = "ssp", epsilon: float = 1.0, delta: float = 1e-5,
-                 weight_exponent: float = 0.5, budget: float = 1.0, weight_mode: str = "per_user",
-                 n_users: int | None = None, task_counts="private", count_fraction: float | None = None, count_sample: int = 32,
-                 max_norm: float = 1.0, label_bound: float = 1.0, reg: float = 1.0, iterations: int = 50,
-                 radius: float = 2.0, schedule="strongly_convex", strong_convexity: float = 0.1,
-                 random_state=None):
+    def __init__(
+        self,
+        solver: str = "ssp",
+        epsilon: float = 1.0,
+        delta: float = 1e-5,
+        weight_exponent: float = 0.5,
+        budget: float = 1.0,
+        weight_mode: str = "per_user",
+        n_users: int | None = None,
+        task_counts="private",
+        count_fraction: float | None = None,
+        count_sample: int = 32,
+        max_norm: float = 1.0,
+        label_bound: float = 1.0,
+        reg: float = 1.0,
+        iterations: int = 50,
+        radius: float = 2.0,
+        schedule="strongly_convex",
+        strong_convexity: float = 0.1,
+        random_state=None,
+    ):
         _store_params(self, locals())
 
     def _needs_counts(self) -> bool:
@@ -374,12 +412,26 @@ class MultiTaskDPRegressor(_MultiTaskDPBase):
 
     def _make_solver(self, z: float):
         if self.solver == "ssp":
-            return SSPSolver(noise_multiplier=z, budget=self.budget_, max_norm=self.max_norm,
-                             label_bound=self.label_bound, reg=self.reg, dtype=np.float64)
-        return NoisyGDSolver(noise_multiplier=z, iterations=self.iterations, budget=self.budget_,
-                             max_norm=self.max_norm, label_bound=self.label_bound, radius=self.radius,
-                             reg=self.reg, schedule=self.schedule, strong_convexity=self.strong_convexity,
-                             dtype=np.float64)
+            return SSPSolver(
+                noise_multiplier=z,
+                budget=self.budget_,
+                max_norm=self.max_norm,
+                label_bound=self.label_bound,
+                reg=self.reg,
+                dtype=np.float64,
+            )
+        return NoisyGDSolver(
+            noise_multiplier=z,
+            iterations=self.iterations,
+            budget=self.budget_,
+            max_norm=self.max_norm,
+            label_bound=self.label_bound,
+            radius=self.radius,
+            reg=self.reg,
+            schedule=self.schedule,
+            strong_convexity=self.strong_convexity,
+            dtype=np.float64,
+        )
 
     def fit(self, X=None, y=None, tasks=None, users=None, problem: MultiTaskProblem | None = None):
         """Fit on per-example features ``X``, labels ``y``, ``tasks`` and ``users`` (or a ``problem``)."""
@@ -428,12 +480,24 @@ class MultiTaskDPClassifier(_MultiTaskDPBase):
     diagnostic) as :class:`MultiTaskDPRegressor`.
     """
 
-    def __init__(self, epsilon: float = 1.0, delta: float = 1e-5, weight_exponent: float = 0.5,
-                 budget: float = 1.0, weight_mode: str = "per_user", n_users: int | None = None,
-                 task_counts="private",
-                 count_fraction: float | None = None, count_sample: int = 32, max_norm: float = 1.0,
-                 reg: float = 1e-2, iterations: int = 50, radius: float = 10.0, learning_rate: float = 1.0,
-                 random_state=None):
+    def __init__(
+        self,
+        epsilon: float = 1.0,
+        delta: float = 1e-5,
+        weight_exponent: float = 0.5,
+        budget: float = 1.0,
+        weight_mode: str = "per_user",
+        n_users: int | None = None,
+        task_counts="private",
+        count_fraction: float | None = None,
+        count_sample: int = 32,
+        max_norm: float = 1.0,
+        reg: float = 1e-2,
+        iterations: int = 50,
+        radius: float = 10.0,
+        learning_rate: float = 1.0,
+        random_state=None,
+    ):
         _store_params(self, locals())
 
     def _train_event(self, z: float):
@@ -472,9 +536,16 @@ class MultiTaskDPClassifier(_MultiTaskDPBase):
                 if std > 0:
                     g += gaussian_noise(g.shape, std, rng, np.float64)
                 theta = clip_rows(theta - eta[:, None] * (g + reg * theta), R)
-            ledger.record(f"logistic noisy GD gradients: {T} steps", self._train_event(z),
-                          mechanism="gaussian", noise_multiplier=z, noise_std=std,
-                          sensitivity=math.sqrt(self.budget_) * gx, steps=T, budget=self.budget_)
+            ledger.record(
+                f"logistic noisy GD gradients: {T} steps",
+                self._train_event(z),
+                mechanism="gaussian",
+                noise_multiplier=z,
+                noise_std=std,
+                sensitivity=math.sqrt(self.budget_) * gx,
+                steps=T,
+                budget=self.budget_,
+            )
             return theta
 
         self.budget_ = check_positive(self.budget, "budget")

@@ -107,18 +107,19 @@ def save(x: Interactions, folder) -> Path:
             cols["timestamp"] = pa.array(x.timestamps)
         opts = dict(compression="zstd", compression_level=1)
         pq.write_table(pa.table(cols), tmp / "entries.parquet", **opts)
-        pq.write_table(pa.table({"user_id": pa.array(x.user_ids), "count": pa.array(x.user_counts)}),
-                       tmp / "users.parquet", **opts)
+        pq.write_table(
+            pa.table({"user_id": pa.array(x.user_ids), "count": pa.array(x.user_counts)}), tmp / "users.parquet", **opts
+        )
         items = pd.DataFrame({"item_id": x.item_ids})
         if x.item_metadata is not None:
             for c in x.item_metadata.columns:
                 if c != "item_id":
                     items[c] = x.item_metadata[c].to_numpy()
         pq.write_table(pa.Table.from_pandas(items, preserve_index=False), tmp / "items.parquet", **opts)
-        info = {k: v for k, v in x.info.items()
-                if isinstance(v, (str, int, float, bool, type(None))) and k != "cache"}
-        (tmp / "info.json").write_text(json.dumps({"name": x.name, "info": info,
-                                                   "has_metadata": x.item_metadata is not None}))
+        info = {k: v for k, v in x.info.items() if isinstance(v, (str, int, float, bool, type(None))) and k != "cache"}
+        (tmp / "info.json").write_text(
+            json.dumps({"name": x.name, "info": info, "has_metadata": x.item_metadata is not None})
+        )
         manifest = {"cache_version": CACHE_VERSION, "files": {f: _sha256_file(tmp / f) for f in _FILES}}
         (tmp / _MANIFEST).write_text(json.dumps(manifest, separators=(",", ":")))
         old = None
@@ -141,8 +142,7 @@ def _read_verified(folder: Path) -> dict[str, bytes]:
     except (OSError, ValueError) as exc:
         raise CacheIntegrityError(f"manifest unreadable ({type(exc).__name__}: {exc})") from None
     files = manifest.get("files") if isinstance(manifest, dict) else None
-    if (not isinstance(files, dict) or set(files) != set(_FILES)
-            or manifest.get("cache_version") != CACHE_VERSION):
+    if not isinstance(files, dict) or set(files) != set(_FILES) or manifest.get("cache_version") != CACHE_VERSION:
         raise CacheIntegrityError("manifest is malformed or from another cache version")
     out = {}
     for name in _FILES:
@@ -184,15 +184,21 @@ def load(folder) -> Interactions:
     if int(indptr[-1]) != len(indices):
         raise CacheIntegrityError(f"per-user counts add up to {int(indptr[-1])}, but there are {len(indices)} entries")
     # scipy does not check index bounds here: Interactions runs the full structure check
-    matrix = sp.csr_matrix((entries.column("data").to_numpy(), indices, indptr),
-                           shape=(len(counts), items.num_rows))
+    matrix = sp.csr_matrix((entries.column("data").to_numpy(), indices, indptr), shape=(len(counts), items.num_rows))
     ts = entries.column("timestamp").to_numpy() if "timestamp" in entries.column_names else None
     item_ids = _ids_back(items.column("item_id"))
     md = items.to_pandas() if meta.get("has_metadata") else None
     info = dict(meta.get("info", {}))
     info["cache"] = str(folder)
-    return Interactions(matrix, _ids_back(users.column("user_id")), item_ids, timestamps=ts, item_metadata=md,
-                        name=str(meta.get("name", "")), info=info)
+    return Interactions(
+        matrix,
+        _ids_back(users.column("user_id")),
+        item_ids,
+        timestamps=ts,
+        item_metadata=md,
+        name=str(meta.get("name", "")),
+        info=info,
+    )
 
 
 _UNREADABLE = (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError, pa.ArrowException)
@@ -216,8 +222,11 @@ def cached_load(loader, sources, name: str, cache_dir=None, use_cache: bool = Tr
             return load(entry)
         except _UNREADABLE as exc:
             msg = " ".join(str(exc).split()) or type(exc).__name__
-            warnings.warn(f"cache entry {entry} is corrupt or unreadable ({msg}); parsing the source files again",
-                          UserWarning, stacklevel=2)
+            warnings.warn(
+                f"cache entry {entry} is corrupt or unreadable ({msg}); parsing the source files again",
+                UserWarning,
+                stacklevel=2,
+            )
     x = loader()
     try:
         save(x, entry)

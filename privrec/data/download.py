@@ -35,7 +35,6 @@ import hashlib
 import http.client
 import os
 import re
-import socket
 import stat
 import struct
 import time
@@ -56,8 +55,8 @@ class DownloadError(ValueError):
 @dataclass(frozen=True)
 class Source:
     url: str
-    folder: str           # folder the data ends up in, under the data root
-    main_file: str        # file that must exist inside ``folder`` after extraction
+    folder: str  # folder the data ends up in, under the data root
+    main_file: str  # file that must exist inside ``folder`` after extraction
     zip_folder: str | None  # top-level folder inside the zip (None: members at the root)
     sha256: str | None = None  # None: not known for certain (see module docstring)
 
@@ -70,23 +69,27 @@ SOURCES: dict[str, Source] = {
     "ml-20m": Source(f"{_GL}/movielens/ml-20m.zip", "ml-20m", "ratings.csv", "ml-20m"),
     "ml-25m": Source(f"{_GL}/movielens/ml-25m.zip", "ml-25m", "ratings.csv", "ml-25m"),
     "ml-latest": Source(f"{_GL}/movielens/ml-latest.zip", "ml-latest", "ratings.csv", "ml-latest"),
-    "ml-latest-small": Source(f"{_GL}/movielens/ml-latest-small.zip", "ml-latest-small", "ratings.csv",
-                              "ml-latest-small"),
-    "lastfm-2k": Source(f"{_GL}/hetrec2011/hetrec2011-lastfm-2k.zip", "hetrec2011-lastfm-2k", "user_artists.dat",
-                        None),
-    "msd": Source("http://millionsongdataset.com/sites/default/files/challenge/train_triplets.txt.zip",
-                  "msd-taste-profile", "train_triplets.txt", None),
+    "ml-latest-small": Source(
+        f"{_GL}/movielens/ml-latest-small.zip", "ml-latest-small", "ratings.csv", "ml-latest-small"
+    ),
+    "lastfm-2k": Source(f"{_GL}/hetrec2011/hetrec2011-lastfm-2k.zip", "hetrec2011-lastfm-2k", "user_artists.dat", None),
+    "msd": Source(
+        "http://millionsongdataset.com/sites/default/files/challenge/train_triplets.txt.zip",
+        "msd-taste-profile",
+        "train_triplets.txt",
+        None,
+    ),
 }
 
 #: Default limits (the largest official archive, MSD, unpacks to about 3 GB; text compresses < 20:1).
-DEFAULT_DEADLINE = 6 * 3600.0   # seconds for the whole transfer
-DEFAULT_MIN_RATE = 1024         # bytes/s, averaged over each ``timeout``-second window
-DEFAULT_MAX_BYTES = 16 << 30    # total uncompressed size of the archive
-DEFAULT_MAX_RATIO = 200         # uncompressed / compressed size, per member and overall
+DEFAULT_DEADLINE = 6 * 3600.0  # seconds for the whole transfer
+DEFAULT_MIN_RATE = 1024  # bytes/s, averaged over each ``timeout``-second window
+DEFAULT_MAX_BYTES = 16 << 30  # total uncompressed size of the archive
+DEFAULT_MAX_RATIO = 200  # uncompressed / compressed size, per member and overall
 
 # temporary names written by privrec < 0.2 (".ml-100k.abc123.zip.partial", ".ml-100k.abc123.extract",
 # ".ml-100k.abc123.old"), also removed once stale
-_LEGACY_TEMP = re.compile(r"^\.(%s)\..+\.(zip\.partial|extract|old)$" % "|".join(re.escape(n) for n in SOURCES))
+_LEGACY_TEMP = re.compile(r"^\.({})\..+\.(zip\.partial|extract|old)$".format("|".join(re.escape(n) for n in SOURCES)))
 
 
 def default_data_root() -> Path:
@@ -107,15 +110,16 @@ def _stream(url: str, dest, timeout: float, deadline: float, min_rate: float, ch
     window_start, window_bytes = start, 0
     expected = None
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - fixed official URLs / caller's
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
             expected = resp.headers.get("Content-Length")
             read = getattr(resp, "read1", resp.read)  # read1: returns what one recv() brings, never waits to fill
             while True:
                 try:
                     block = read(chunk)
                 except http.client.IncompleteRead as exc:
-                    raise DownloadError(f"transfer from {url} was interrupted after {n + len(exc.partial)} bytes "
-                                        f"(expected {expected})") from None
+                    raise DownloadError(
+                        f"transfer from {url} was interrupted after {n + len(exc.partial)} bytes (expected {expected})"
+                    ) from None
                 if not block:
                     break
                 dest.write(block)
@@ -124,17 +128,20 @@ def _stream(url: str, dest, timeout: float, deadline: float, min_rate: float, ch
                 window_bytes += len(block)
                 now = time.monotonic()
                 if now - start > deadline:
-                    raise DownloadError(f"download from {url} exceeded its deadline of {deadline:g} s "
-                                        f"({n} bytes received)")
+                    raise DownloadError(
+                        f"download from {url} exceeded its deadline of {deadline:g} s ({n} bytes received)"
+                    )
                 if now - window_start >= timeout:
                     rate = window_bytes / (now - window_start)
                     if rate < min_rate:
-                        raise DownloadError(f"download from {url} is too slow ({rate:.0f} bytes/s over the last "
-                                            f"{now - window_start:.0f} s, minimum {min_rate:g}); giving up")
+                        raise DownloadError(
+                            f"download from {url} is too slow ({rate:.0f} bytes/s over the last "
+                            f"{now - window_start:.0f} s, minimum {min_rate:g}); giving up"
+                        )
                     window_start, window_bytes = now, 0
     except DownloadError:
         raise
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         raise DownloadError(f"could not download {url}: no data for {timeout:g} s (timeout)") from None
     except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
         raise DownloadError(f"could not download {url}: {exc}") from None
@@ -166,8 +173,9 @@ def _member_parts(info: zipfile.ZipInfo, url: str) -> tuple[str, ...] | None:
     return parts
 
 
-def _plan_extraction(zf: zipfile.ZipFile, url: str, compressed_size: int, max_bytes: int,
-                     max_ratio: float) -> list[tuple[zipfile.ZipInfo, tuple[str, ...]]]:
+def _plan_extraction(
+    zf: zipfile.ZipFile, url: str, compressed_size: int, max_bytes: int, max_ratio: float
+) -> list[tuple[zipfile.ZipInfo, tuple[str, ...]]]:
     """Check every member (names, conflicts, sizes, ratios) before writing anything."""
     files: list[tuple[zipfile.ZipInfo, tuple[str, ...]]] = []
     seen: dict[str, str] = {}
@@ -181,24 +189,31 @@ def _plan_extraction(zf: zipfile.ZipFile, url: str, compressed_size: int, max_by
             continue
         key = "/".join(parts).casefold()
         if key in seen:
-            raise DownloadError(f"archive from {url} has conflicting members {seen[key]!r} and {info.filename!r} "
-                                f"(the same file twice)")
+            raise DownloadError(
+                f"archive from {url} has conflicting members {seen[key]!r} and {info.filename!r} (the same file twice)"
+            )
         seen[key] = info.filename
         for i in range(1, len(parts)):
             dirs.add("/".join(parts[:i]).casefold())
         total += info.file_size
         if info.file_size > max_ratio * max(info.compress_size, 1) and info.file_size > (1 << 20):
-            raise DownloadError(f"archive member {info.filename!r} from {url} expands {info.file_size} bytes from "
-                                f"{info.compress_size} (ratio above {max_ratio:g}): refusing a possible zip bomb")
+            raise DownloadError(
+                f"archive member {info.filename!r} from {url} expands {info.file_size} bytes from "
+                f"{info.compress_size} (ratio above {max_ratio:g}): refusing a possible zip bomb"
+            )
         files.append((info, parts))
     clash = sorted(set(seen) & dirs)
     if clash:
-        raise DownloadError(f"archive from {url} has conflicting members: {seen[clash[0]]!r} is both a file and a folder")
+        raise DownloadError(
+            f"archive from {url} has conflicting members: {seen[clash[0]]!r} is both a file and a folder"
+        )
     if total > max_bytes:
         raise DownloadError(f"archive from {url} would expand to {total} bytes, more than the limit of {max_bytes}")
     if total > max_ratio * max(compressed_size, 1) and total > (1 << 20):
-        raise DownloadError(f"archive from {url} would expand {compressed_size} bytes to {total} (ratio above "
-                            f"{max_ratio:g}): refusing a possible zip bomb")
+        raise DownloadError(
+            f"archive from {url} would expand {compressed_size} bytes to {total} (ratio above "
+            f"{max_ratio:g}): refusing a possible zip bomb"
+        )
     return files
 
 
@@ -224,8 +239,10 @@ def _extract(zf: zipfile.ZipFile, files, target: Path, url: str, max_bytes: int)
                 left -= len(block)
                 written += len(block)
                 if left < 0 or written > max_bytes:
-                    raise DownloadError(f"archive member {info.filename!r} from {url} holds more data than its "
-                                        f"header declares: refusing a possible zip bomb")
+                    raise DownloadError(
+                        f"archive member {info.filename!r} from {url} holds more data than its "
+                        f"header declares: refusing a possible zip bomb"
+                    )
                 dst.write(block)
 
 
@@ -235,26 +252,38 @@ def _move_into_place(extracted: Path, final: Path, main_file: str) -> None:
     A file of the dataset already at that path is replaced (it is the dataset's own file being
     refreshed); nothing else under ``final`` is touched.
     """
-    files = sorted((p for p in extracted.rglob("*") if p.is_file() and not p.is_symlink()),
-                   key=lambda p: (p.relative_to(extracted).as_posix() == main_file, p.as_posix()))
+    files = sorted(
+        (p for p in extracted.rglob("*") if p.is_file() and not p.is_symlink()),
+        key=lambda p: (p.relative_to(extracted).as_posix() == main_file, p.as_posix()),
+    )
     for src in files:
         rel = src.relative_to(extracted)
         dest = final / rel
         for parent in reversed(rel.parents[:-1]):
             d = final / parent
             if d.exists() and not d.is_dir():
-                raise DownloadError(f"cannot place the dataset file {rel}: {d} exists and is not a folder "
-                                    f"(left untouched)")
+                raise DownloadError(
+                    f"cannot place the dataset file {rel}: {d} exists and is not a folder (left untouched)"
+                )
         if dest.is_dir() and not dest.is_symlink():
             raise DownloadError(f"cannot place the dataset file {rel}: {dest} is a folder (left untouched)")
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.replace(src, dest)
 
 
-def download_dataset(name: str, data_root=None, *, url: str | None = None, sha256: str | None = None,
-                     timeout: float = 60.0, force: bool = False, deadline: float = DEFAULT_DEADLINE,
-                     min_rate: float = DEFAULT_MIN_RATE, max_bytes: int = DEFAULT_MAX_BYTES,
-                     max_ratio: float = DEFAULT_MAX_RATIO) -> Path:
+def download_dataset(
+    name: str,
+    data_root=None,
+    *,
+    url: str | None = None,
+    sha256: str | None = None,
+    timeout: float = 60.0,
+    force: bool = False,
+    deadline: float = DEFAULT_DEADLINE,
+    min_rate: float = DEFAULT_MIN_RATE,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_ratio: float = DEFAULT_MAX_RATIO,
+) -> Path:
     """Download and extract dataset ``name`` under ``data_root``; return its folder.
 
     ``url`` / ``sha256`` override the registry (mirrors, tests). Nothing is fetched when the
@@ -267,8 +296,11 @@ def download_dataset(name: str, data_root=None, *, url: str | None = None, sha25
         raise ValueError(f"no download source for {name!r}; downloadable: {sorted(SOURCES)}")
     for label, value in (("timeout", timeout), ("deadline", deadline), ("max_ratio", max_ratio)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"{label} must be a positive number of seconds, got {value!r}"
-                             if label != "max_ratio" else f"max_ratio must be > 0, got {value!r}")
+            raise ValueError(
+                f"{label} must be a positive number of seconds, got {value!r}"
+                if label != "max_ratio"
+                else f"max_ratio must be > 0, got {value!r}"
+            )
     if timeout == float("inf"):
         raise ValueError("timeout must be finite")
     if isinstance(min_rate, bool) or not isinstance(min_rate, (int, float)) or min_rate < 0:

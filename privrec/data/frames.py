@@ -41,6 +41,7 @@ RATING_COL = "rating"
 
 # ---------------------------------------------------------------------- id vocabularies
 
+
 def _tidy_uniques(uniques) -> np.ndarray:
     """Unique ids as a compact numpy array: unicode for all-string ids, object for mixed ids."""
     arr = np.asarray(uniques)
@@ -71,8 +72,10 @@ def _codes_in_vocabulary(values, vocabulary, name: str) -> tuple[np.ndarray, np.
     codes = index.get_indexer(values)
     if np.any(codes < 0):
         missing = pd.unique(np.asarray(values, dtype=object)[codes < 0])[:5]
-        raise ValueError(f"{int(np.count_nonzero(codes < 0))} {name} value(s) are not in the given {name} "
-                         f"vocabulary, e.g. {list(missing)}")
+        raise ValueError(
+            f"{int(np.count_nonzero(codes < 0))} {name} value(s) are not in the given {name} "
+            f"vocabulary, e.g. {list(missing)}"
+        )
     return codes.astype(np.int64, copy=False), _tidy_uniques(vocab)
 
 
@@ -92,27 +95,41 @@ def vocabulary_fingerprint(ids) -> str:
     return h.hexdigest()
 
 
-def _build(ucodes, icodes, values, user_vocab, item_vocab, user_given, item_given, duplicates, timestamps,
-           name, source) -> Interactions:
+def _build(
+    ucodes, icodes, values, user_vocab, item_vocab, user_given, item_given, duplicates, timestamps, name, source
+) -> Interactions:
     """Interactions from integer codes (0..len(vocab)-1) and their vocabularies."""
     if duplicates not in DUPLICATE_POLICIES:
         raise ValueError(f"duplicates must be one of {DUPLICATE_POLICIES}, got {duplicates!r}")
-    info = {"source": source, "user_vocabulary": "given" if user_given else "data",
-            "item_vocabulary": "given" if item_given else "data"}
+    info = {
+        "source": source,
+        "user_vocabulary": "given" if user_given else "data",
+        "item_vocabulary": "given" if item_given else "data",
+    }
     if item_given:
         info["item_vocabulary_sha256"] = vocabulary_fingerprint(item_vocab)
     try:
         # integer codes with a fixed vocabulary 0..n-1: the matrix has exactly len(vocab) rows/columns
-        inter = Interactions.from_arrays(ucodes, icodes, values, timestamps=timestamps, duplicates=duplicates,
-                                         name=name, user_ids=np.arange(len(user_vocab)),
-                                         item_ids=np.arange(len(item_vocab)), info=info)
+        inter = Interactions.from_arrays(
+            ucodes,
+            icodes,
+            values,
+            timestamps=timestamps,
+            duplicates=duplicates,
+            name=name,
+            user_ids=np.arange(len(user_vocab)),
+            item_ids=np.arange(len(item_vocab)),
+            info=info,
+        )
     except ValueError as exc:
         msg = str(exc)
         if duplicates == "error" and "duplicate" in msg:
             n_dup = msg.split()[0]
-            raise ValueError(f"{n_dup} duplicate (user, item) row(s) in the rating table: privrec rejects "
-                             f"duplicates; pass duplicates='sum' (add them, e.g. play counts) or "
-                             f"duplicates='last' (keep the last row)") from None
+            raise ValueError(
+                f"{n_dup} duplicate (user, item) row(s) in the rating table: privrec rejects "
+                f"duplicates; pass duplicates='sum' (add them, e.g. play counts) or "
+                f"duplicates='last' (keep the last row)"
+            ) from None
         raise
     inter.user_ids = user_vocab  # codes were the identity: swap in the real ids (lookups not built yet)
     inter.item_ids = item_vocab
@@ -138,9 +155,19 @@ def _rating_values(series, name: str) -> np.ndarray:
 
 # ---------------------------------------------------------------------- readers
 
-def from_pandas(df: pd.DataFrame, user_col=USER_COL, item_col=ITEM_COL, rating_col=RATING_COL, *,
-                duplicates: str = "error", user_ids=None, item_ids=None, timestamp_col=None,
-                name: str = "") -> Interactions:
+
+def from_pandas(
+    df: pd.DataFrame,
+    user_col=USER_COL,
+    item_col=ITEM_COL,
+    rating_col=RATING_COL,
+    *,
+    duplicates: str = "error",
+    user_ids=None,
+    item_ids=None,
+    timestamp_col=None,
+    name: str = "",
+) -> Interactions:
     """An :class:`Interactions` from a long-format DataFrame (one row per rating).
 
     ``user_col`` / ``item_col`` hold ids of any hashable type; ``rating_col`` the ratings
@@ -157,8 +184,11 @@ def from_pandas(df: pd.DataFrame, user_col=USER_COL, item_col=ITEM_COL, rating_c
         raise ValueError("the rating table is empty (no rows)")
     users = _column(df, user_col, "user_col")
     items = _column(df, item_col, "item_col")
-    values = None if rating_col is None else _rating_values(_column(df, rating_col, "rating_col"),
-                                                             f"rating column {rating_col!r}")
+    values = (
+        None
+        if rating_col is None
+        else _rating_values(_column(df, rating_col, "rating_col"), f"rating column {rating_col!r}")
+    )
     ts = None
     if timestamp_col is not None:
         ts = np.asarray(_column(df, timestamp_col, "timestamp_col"))
@@ -172,8 +202,19 @@ def from_pandas(df: pd.DataFrame, user_col=USER_COL, item_col=ITEM_COL, rating_c
         icodes, ivocab = _factorize_ids(items, f"item column {item_col!r}")
     else:
         icodes, ivocab = _codes_in_vocabulary(items, item_ids, "item")
-    return _build(ucodes, icodes, values, uvocab, ivocab, user_ids is not None, item_ids is not None, duplicates,
-                  ts, name, "pandas")
+    return _build(
+        ucodes,
+        icodes,
+        values,
+        uvocab,
+        ivocab,
+        user_ids is not None,
+        item_ids is not None,
+        duplicates,
+        ts,
+        name,
+        "pandas",
+    )
 
 
 class _Vocabulary:
@@ -212,9 +253,19 @@ class _Vocabulary:
         return inverse[codes], _tidy_uniques(ids[order])
 
 
-def from_parquet(path, user_col=USER_COL, item_col=ITEM_COL, rating_col=RATING_COL, *, duplicates: str = "error",
-                 user_ids=None, item_ids=None, timestamp_col=None, batch_size: int = 1 << 20,
-                 name: str = "") -> Interactions:
+def from_parquet(
+    path,
+    user_col=USER_COL,
+    item_col=ITEM_COL,
+    rating_col=RATING_COL,
+    *,
+    duplicates: str = "error",
+    user_ids=None,
+    item_ids=None,
+    timestamp_col=None,
+    batch_size: int = 1 << 20,
+    name: str = "",
+) -> Interactions:
     """An :class:`Interactions` from a long-format Parquet file, read in chunks with pyarrow.
 
     Only the needed columns are read, ``batch_size`` rows at a time; ids (any Arrow type:
@@ -230,8 +281,12 @@ def from_parquet(path, user_col=USER_COL, item_col=ITEM_COL, rating_col=RATING_C
     pf = pq.ParquetFile(path)
     names = pf.schema_arrow.names
     wanted = [c for c in (user_col, item_col, rating_col, timestamp_col) if c is not None]
-    for what, col in (("user_col", user_col), ("item_col", item_col), ("rating_col", rating_col),
-                      ("timestamp_col", timestamp_col)):
+    for what, col in (
+        ("user_col", user_col),
+        ("item_col", item_col),
+        ("rating_col", rating_col),
+        ("timestamp_col", timestamp_col),
+    ):
         if col is not None and col not in names:
             hint = " (pass rating_col=None for implicit feedback)" if what == "rating_col" else ""
             raise ValueError(f"{what}={col!r} is not a column of {path}; columns are {names[:20]}{hint}")
@@ -251,8 +306,10 @@ def from_parquet(path, user_col=USER_COL, item_col=ITEM_COL, rating_col=RATING_C
         codes = index.get_indexer(series.to_numpy())
         if np.any(codes < 0):
             missing = pd.unique(series.to_numpy()[codes < 0])[:5]
-            raise ValueError(f"{int(np.count_nonzero(codes < 0))} {what} value(s) are not in the given {what} "
-                             f"vocabulary, e.g. {list(missing)}")
+            raise ValueError(
+                f"{int(np.count_nonzero(codes < 0))} {what} value(s) are not in the given {what} "
+                f"vocabulary, e.g. {list(missing)}"
+            )
         return codes.astype(np.int64)
 
     for batch in pf.iter_batches(batch_size=batch_size, columns=list(dict.fromkeys(wanted))):
@@ -280,11 +337,13 @@ def from_parquet(path, user_col=USER_COL, item_col=ITEM_COL, rating_col=RATING_C
         ivocab = _codes_in_vocabulary(np.zeros(0), item_ids, "item")[1]
     values = np.concatenate(vals) if rating_col is not None else None
     ts = np.concatenate(stamps) if timestamp_col is not None else None
-    return _build(uc, ic, values, uvocab, ivocab, user_ids is not None, item_ids is not None, duplicates, ts,
-                  name, "parquet")
+    return _build(
+        uc, ic, values, uvocab, ivocab, user_ids is not None, item_ids is not None, duplicates, ts, name, "parquet"
+    )
 
 
 # ---------------------------------------------------------------------- inputs of fit / score
+
 
 def interactions_from_frame(df: pd.DataFrame, *, rating_required: bool = True) -> Interactions:
     """``from_pandas`` with the module's default column names (what ``model.fit(df)`` does)."""
@@ -306,6 +365,7 @@ def frame_triples(df: pd.DataFrame, *, rating_required: bool = True):
 
 
 # ---------------------------------------------------------------------- cross-validation
+
 
 class RatingSplitCV:
     """K-fold over *ratings* within each user, for ``GridSearchCV`` / ``cross_val_score``.
@@ -342,8 +402,10 @@ class RatingSplitCV:
         self.random_state = random_state
 
     def __repr__(self) -> str:
-        return (f"RatingSplitCV(n_splits={self.n_splits}, user_col={self.user_col!r}, shuffle={self.shuffle}, "
-                f"random_state={self.random_state!r})")
+        return (
+            f"RatingSplitCV(n_splits={self.n_splits}, user_col={self.user_col!r}, shuffle={self.shuffle}, "
+            f"random_state={self.random_state!r})"
+        )
 
     def get_n_splits(self, X=None, y=None, groups=None) -> int:
         return self.n_splits
@@ -354,7 +416,8 @@ class RatingSplitCV:
                 f"RatingSplitCV splits the rows of a long-format rating DataFrame (one row per rating), got "
                 f"{type(X).__name__}: scikit-learn indexes the rows of X, which for a users x items matrix are "
                 f"users, not ratings. Convert with Interactions.to_pandas() and rename the columns to "
-                f"{USER_COL!r}, {ITEM_COL!r}, {RATING_COL!r}")
+                f"{USER_COL!r}, {ITEM_COL!r}, {RATING_COL!r}"
+            )
         users = _column(X, self.user_col, "user_col")
         codes, _ = _factorize_ids(users, f"user column {self.user_col!r}")
         n = len(codes)
@@ -378,10 +441,20 @@ class RatingSplitCV:
         for k in range(self.n_splits):
             test = folds == k
             if not test.any():
-                raise ValueError(f"fold {k} has no test ratings: too few users with two or more ratings "
-                                 f"for n_splits={self.n_splits}")
+                raise ValueError(
+                    f"fold {k} has no test ratings: too few users with two or more ratings for n_splits={self.n_splits}"
+                )
             yield rows[~test], rows[test]
 
 
-__all__ = ["USER_COL", "ITEM_COL", "RATING_COL", "from_pandas", "from_parquet", "RatingSplitCV",
-           "interactions_from_frame", "frame_triples", "vocabulary_fingerprint"]
+__all__ = [
+    "USER_COL",
+    "ITEM_COL",
+    "RATING_COL",
+    "from_pandas",
+    "from_parquet",
+    "RatingSplitCV",
+    "interactions_from_frame",
+    "frame_triples",
+    "vocabulary_fingerprint",
+]

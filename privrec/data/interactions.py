@@ -21,6 +21,7 @@ not mutate ``matrix`` in place either (cached derived objects such as ``item_use
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from typing import Any
 
@@ -57,17 +58,16 @@ def _factorize(ids: np.ndarray, vocabulary, name: str) -> tuple[np.ndarray, np.n
         uniques = np.asarray(uniques)
         if uniques.dtype == object:
             # keep string ids as a numpy unicode array when possible (compact, sortable)
-            try:
+            with contextlib.suppress(TypeError, ValueError):  # exotic ids stay objects
                 uniques = uniques.astype(str)
-            except (TypeError, ValueError):  # pragma: no cover - exotic ids
-                pass
         return codes.astype(np.int64, copy=False), uniques
     vocab = _as_id_array(vocabulary, f"{name} vocabulary")
     codes = pd.Index(vocab).get_indexer(ids)
     if np.any(codes < 0):
         missing = pd.unique(np.asarray(ids)[codes < 0])[:5]
-        raise ValueError(f"{int(np.count_nonzero(codes < 0))} {name} value(s) are not in the given vocabulary, "
-                         f"e.g. {list(missing)}")
+        raise ValueError(
+            f"{int(np.count_nonzero(codes < 0))} {name} value(s) are not in the given vocabulary, e.g. {list(missing)}"
+        )
     return codes.astype(np.int64, copy=False), vocab
 
 
@@ -81,8 +81,16 @@ class Interactions:
     (never summed), the same policy as the models' ``fit``.
     """
 
-    def __init__(self, matrix, user_ids=None, item_ids=None, timestamps=None, item_metadata=None,
-                 name: str = "", info: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        matrix,
+        user_ids=None,
+        item_ids=None,
+        timestamps=None,
+        item_metadata=None,
+        name: str = "",
+        info: dict[str, Any] | None = None,
+    ):
         if not sp.issparse(matrix):
             raise ValueError(f"matrix must be a scipy sparse matrix, got {type(matrix).__name__}")
         m = _as_checked_csr(matrix)
@@ -102,8 +110,10 @@ class Interactions:
             del rows
             indices, data = indices[order], data[order]
         data = np.ascontiguousarray(data, dtype=np.float32)
-        m = sp.csr_matrix((data, indices.astype(np.int32, copy=False), m.indptr.astype(np.int32, copy=False)),
-                          shape=(n_users, n_items))
+        m = sp.csr_matrix(
+            (data, indices.astype(np.int32, copy=False), m.indptr.astype(np.int32, copy=False)),
+            shape=(n_users, n_items),
+        )
         m.has_sorted_indices = True
         m.has_canonical_format = True
         self.matrix: sp.csr_matrix = m
@@ -119,8 +129,9 @@ class Interactions:
                 raise ValueError(f"timestamps must be integers, got dtype {timestamps.dtype}")
             timestamps = np.ascontiguousarray(timestamps, dtype=np.int64)
             if timestamps.shape != (m.nnz,):
-                raise ValueError(f"timestamps must align with matrix.data ({m.nnz} entries), got shape "
-                                 f"{timestamps.shape}")
+                raise ValueError(
+                    f"timestamps must align with matrix.data ({m.nnz} entries), got shape {timestamps.shape}"
+                )
             if order is not None:
                 timestamps = timestamps[order]
         self.timestamps = timestamps
@@ -138,9 +149,19 @@ class Interactions:
 
     # ------------------------------------------------------------------ constructors
     @classmethod
-    def from_arrays(cls, users, items, values=None, timestamps=None, duplicates: str = "last",
-                    name: str = "", item_metadata=None, user_ids=None, item_ids=None,
-                    info: dict[str, Any] | None = None) -> "Interactions":
+    def from_arrays(
+        cls,
+        users,
+        items,
+        values=None,
+        timestamps=None,
+        duplicates: str = "last",
+        name: str = "",
+        item_metadata=None,
+        user_ids=None,
+        item_ids=None,
+        info: dict[str, Any] | None = None,
+    ) -> Interactions:
         """Build from parallel arrays of raw user ids, item ids and values.
 
         ``values`` defaults to 1.0 (implicit feedback). ``user_ids`` / ``item_ids``, when given,
@@ -221,8 +242,12 @@ class Interactions:
         info["duplicate_rows"] = int(n_dup)
         info["duplicate_policy"] = duplicates
         if n_dup:
-            warnings.warn(f"{n_dup} duplicate (user, item) row(s) resolved with policy {duplicates!r}"
-                          + (f" in {name}" if name else ""), UserWarning, stacklevel=2)
+            warnings.warn(
+                f"{n_dup} duplicate (user, item) row(s) resolved with policy {duplicates!r}"
+                + (f" in {name}" if name else ""),
+                UserWarning,
+                stacklevel=2,
+            )
         return cls(matrix, uid, iid, timestamps=out_ts, item_metadata=item_metadata, name=name, info=info)
 
     # ------------------------------------------------------------------ basic facts
@@ -261,8 +286,14 @@ class Interactions:
         """Items x users CSR (the transpose), computed once and cached."""
         if self._item_user is None:
             csc = self.matrix.tocsc()
-            t = sp.csr_matrix((csc.data.astype(np.float32, copy=False), csc.indices.astype(np.int32, copy=False),
-                               csc.indptr.astype(np.int32, copy=False)), shape=(self.n_items, self.n_users))
+            t = sp.csr_matrix(
+                (
+                    csc.data.astype(np.float32, copy=False),
+                    csc.indices.astype(np.int32, copy=False),
+                    csc.indptr.astype(np.int32, copy=False),
+                ),
+                shape=(self.n_items, self.n_users),
+            )
             t.has_sorted_indices = True
             self._item_user = t
         return self._item_user
@@ -307,18 +338,19 @@ class Interactions:
         return _lookup(self._item_lookup, ids, "item")
 
     # ------------------------------------------------------------------ derived objects
-    def _derive(self, matrix, user_ids, item_ids, timestamps, item_metadata, info_update) -> "Interactions":
+    def _derive(self, matrix, user_ids, item_ids, timestamps, item_metadata, info_update) -> Interactions:
         info = dict(self.info)
         info.update(info_update)
-        return Interactions(matrix, user_ids, item_ids, timestamps=timestamps, item_metadata=item_metadata,
-                            name=self.name, info=info)
+        return Interactions(
+            matrix, user_ids, item_ids, timestamps=timestamps, item_metadata=item_metadata, name=self.name, info=info
+        )
 
     def _positions(self) -> sp.csr_matrix:
         """CSR with the same pattern whose data are positions into ``matrix.data`` (int64)."""
         m = self.matrix
         return sp.csr_matrix((np.arange(m.nnz, dtype=np.int64), m.indices, m.indptr), shape=m.shape)
 
-    def subset_users(self, idx) -> "Interactions":
+    def subset_users(self, idx) -> Interactions:
         """Keep the given users (index array in the wanted order, or boolean mask); items unchanged.
 
         The item axis (indexing, ids, metadata) is kept as is, so the result shares item indexing
@@ -331,7 +363,7 @@ class Interactions:
         ts = None if self.timestamps is None else self.timestamps[p]
         return self._derive(sub, self.user_ids[idx], self.item_ids, ts, self.item_metadata, {})
 
-    def subset_items(self, idx) -> "Interactions":
+    def subset_items(self, idx) -> Interactions:
         """Keep the given items (index array in the wanted order, or boolean mask); users unchanged.
 
         Items are re-indexed in the given order; users keep their rows (possibly empty).
@@ -348,7 +380,7 @@ class Interactions:
             meta = self.item_metadata.iloc[idx].reset_index(drop=True)
         return self._derive(sub, self.user_ids, self.item_ids[idx], ts, meta, {})
 
-    def filter_entries(self, mask) -> "Interactions":
+    def filter_entries(self, mask) -> Interactions:
         """Keep the entries where ``mask`` (aligned with ``matrix.data``) is true; shape unchanged."""
         mask = np.asarray(mask, dtype=bool)
         if mask.shape != (self.nnz,):
@@ -361,7 +393,7 @@ class Interactions:
         ts = None if self.timestamps is None else self.timestamps[mask]
         return self._derive(sub, self.user_ids, self.item_ids, ts, self.item_metadata, {})
 
-    def binarize(self, threshold: float = 0.0) -> "Interactions":
+    def binarize(self, threshold: float = 0.0) -> Interactions:
         """Keep entries with value strictly greater than ``threshold`` and set them to 1.0.
 
         Shape and indexing are unchanged (users/items may end up with no entries). Liang et al.
@@ -375,7 +407,7 @@ class Interactions:
         out.info["binarized_threshold"] = thr
         return out
 
-    def drop_empty(self) -> "Interactions":
+    def drop_empty(self) -> Interactions:
         """Remove users and items without any interaction."""
         out = self
         if np.any(out.user_counts == 0):

@@ -42,12 +42,16 @@ class DatasetNotFoundError(FileNotFoundError, ValueError):
 
 def missing_file_error(path, dataset: str | None = None) -> DatasetNotFoundError:
     """Error naming the expected file and how to obtain it."""
-    how = (f"run `privrec datasets prepare {dataset} --download` or point --data-dir / data_dir= at a folder "
-           f"holding it" if dataset else "point data_dir= at a folder holding it")
+    how = (
+        f"run `privrec datasets prepare {dataset} --download` or point --data-dir / data_dir= at a folder holding it"
+        if dataset
+        else "point data_dir= at a folder holding it"
+    )
     return DatasetNotFoundError(f"expected file not found: {path}; {how}")
 
 
 # ------------------------------------------------------------------------------- valid values
+
 
 @dataclass(frozen=True)
 class RatingRange:
@@ -113,8 +117,10 @@ def _check_values(path: Path, values: np.ndarray, valid: RatingRange, column: st
         row = int(bad[0])
         v = values[row]
         more = f" ({len(bad)} such lines)" if len(bad) > 1 else ""
-        raise ValueError(f"{path}, line {row + skip + 1}: {column} {v:g} is outside the valid values of {dataset} "
-                         f"({valid.description}){more}")
+        raise ValueError(
+            f"{path}, line {row + skip + 1}: {column} {v:g} is outside the valid values of {dataset} "
+            f"({valid.description}){more}"
+        )
 
 
 # ------------------------------------------------------------------------------- parsing core
@@ -164,8 +170,9 @@ def _scan_for_bad_line(path: Path, sep: str, kinds: list[str | None], skip: int,
     return None
 
 
-def _read_table(path: Path, sep: str, kinds: list[str | None], names: list[str], skip: int = 0,
-                encoding: str = "utf-8") -> dict[str, np.ndarray]:
+def _read_table(
+    path: Path, sep: str, kinds: list[str | None], names: list[str], skip: int = 0, encoding: str = "utf-8"
+) -> dict[str, np.ndarray]:
     """Parse a delimited file whose columns are ``kinds`` (None = ignored column).
 
     Returns numpy arrays for the named (non-ignored) columns. ``sep`` may be ``"::"``: it is read
@@ -199,12 +206,21 @@ def _read_table(path: Path, sep: str, kinds: list[str | None], names: list[str],
     try:
         table = pacsv.read_csv(
             path,
-            read_options=pacsv.ReadOptions(column_names=cols, skip_rows=skip, encoding=encoding,
-                                           block_size=1 << 24),
-            parse_options=pacsv.ParseOptions(delimiter=csv_sep, quote_char=False, escape_char=False,
-                                             newlines_in_values=False, ignore_empty_lines=False),
-            convert_options=pacsv.ConvertOptions(column_types=types, include_columns=include, null_values=[""],
-                                                 strings_can_be_null=False, quoted_strings_can_be_null=False),
+            read_options=pacsv.ReadOptions(column_names=cols, skip_rows=skip, encoding=encoding, block_size=1 << 24),
+            parse_options=pacsv.ParseOptions(
+                delimiter=csv_sep,
+                quote_char=False,
+                escape_char=False,
+                newlines_in_values=False,
+                ignore_empty_lines=False,
+            ),
+            convert_options=pacsv.ConvertOptions(
+                column_types=types,
+                include_columns=include,
+                null_values=[""],
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
         )
     except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
         bad = _scan_for_bad_line(path, sep, kinds, skip, encoding)
@@ -282,9 +298,27 @@ def _to_codes(col) -> tuple[np.ndarray, np.ndarray]:
 
 # ------------------------------------------------------------------------------- loaders
 
-ML100K_GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary",
-                 "Drama", "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller",
-                 "War", "Western"]
+ML100K_GENRES = [
+    "unknown",
+    "Action",
+    "Adventure",
+    "Animation",
+    "Children's",
+    "Comedy",
+    "Crime",
+    "Documentary",
+    "Drama",
+    "Fantasy",
+    "Film-Noir",
+    "Horror",
+    "Musical",
+    "Mystery",
+    "Romance",
+    "Sci-Fi",
+    "Thriller",
+    "War",
+    "Western",
+]
 
 
 def load_movielens_100k(folder, duplicates: str = "last", name: str = "ml-100k", rating_range=None) -> Interactions:
@@ -296,8 +330,15 @@ def load_movielens_100k(folder, duplicates: str = "last", name: str = "ml-100k",
     valid = _range_for(name, rating_range, STARS_1_TO_5)
     t = _read_table(path, "\t", [_INT, _INT, _FLOAT, _INT], ["user", "item", "rating", "timestamp"])
     _check_values(path, t["rating"], valid, "rating", 0, name)
-    x = Interactions.from_arrays(t["user"], t["item"], t["rating"], timestamps=t["timestamp"],
-                                 duplicates=duplicates, name=name, info={"source": str(path)})
+    x = Interactions.from_arrays(
+        t["user"],
+        t["item"],
+        t["rating"],
+        timestamps=t["timestamp"],
+        duplicates=duplicates,
+        name=name,
+        info={"source": str(path)},
+    )
     item_file = path.parent / "u.item"
     if item_file.is_file():
         genre_names = ML100K_GENRES
@@ -314,8 +355,9 @@ def load_movielens_100k(folder, duplicates: str = "last", name: str = "ml-100k",
                     continue
                 f = line.split("|")
                 if len(f) != 24 or not f[0].strip().isdigit():
-                    raise ValueError(f"{item_file}, line {lineno}: malformed line (expected 24 '|'-separated fields, "
-                                     f"found {len(f)})")
+                    raise ValueError(
+                        f"{item_file}, line {lineno}: malformed line (expected 24 '|'-separated fields, found {len(f)})"
+                    )
                 ids.append(int(f[0]))
                 titles.append(f[1])
                 genres.append("|".join(g for g, flag in zip(genre_names, f[5:]) if flag.strip() == "1"))
@@ -352,8 +394,15 @@ def load_movielens_dat(folder, duplicates: str = "last", name: str = "ml-1m", ra
     valid = _range_for(name, rating_range, HALF_STARS)
     t = _read_table(path, "::", [_INT, _INT, _FLOAT, _INT], ["user", "item", "rating", "timestamp"])
     _check_values(path, t["rating"], valid, "rating", 0, name)
-    x = Interactions.from_arrays(t["user"], t["item"], t["rating"], timestamps=t["timestamp"],
-                                 duplicates=duplicates, name=name, info={"source": str(path)})
+    x = Interactions.from_arrays(
+        t["user"],
+        t["item"],
+        t["rating"],
+        timestamps=t["timestamp"],
+        duplicates=duplicates,
+        name=name,
+        info={"source": str(path)},
+    )
     movies = path.parent / "movies.dat"
     if movies.is_file():
         x.item_metadata = _metadata_for(x.item_ids, *_read_movies_dat(movies))
@@ -372,13 +421,21 @@ def load_movielens_csv(folder, duplicates: str = "last", name: str = "ml-20m", r
         raise ValueError(f"{path}, line 1: expected header 'userId,movieId,rating,timestamp', found {header[:80]!r}")
     t = _read_table(path, ",", [_INT, _INT, _FLOAT, _INT], ["user", "item", "rating", "timestamp"], skip=1)
     _check_values(path, t["rating"], valid, "rating", 1, name)
-    x = Interactions.from_arrays(t["user"], t["item"], t["rating"], timestamps=t["timestamp"],
-                                 duplicates=duplicates, name=name, info={"source": str(path)})
+    x = Interactions.from_arrays(
+        t["user"],
+        t["item"],
+        t["rating"],
+        timestamps=t["timestamp"],
+        duplicates=duplicates,
+        name=name,
+        info={"source": str(path)},
+    )
     movies = path.parent / "movies.csv"
     if movies.is_file():
         try:
-            m = pd.read_csv(movies, dtype={"movieId": "int64", "title": str, "genres": str}, keep_default_na=False,
-                            engine="c")
+            m = pd.read_csv(
+                movies, dtype={"movieId": "int64", "title": str, "genres": str}, keep_default_na=False, engine="c"
+            )
         except (ValueError, pd.errors.ParserError) as exc:
             raise ValueError(f"{movies}: malformed file ({str(exc).splitlines()[0]})") from None
         if list(m.columns) != ["movieId", "title", "genres"]:
@@ -421,8 +478,14 @@ def load_lastfm_hetrec(folder, duplicates: str = "sum", name: str = "lastfm-2k",
     skip = 1 if first == [h.lower() for h in LASTFM_HEADER] else 0
     t = _read_table(path, "\t", [_INT, _INT, _INT], ["user", "item", "weight"], skip=skip)
     _check_values(path, t["weight"], valid, "weight", skip, name)
-    x = Interactions.from_arrays(t["user"], t["item"], t["weight"], duplicates=duplicates, name=name,
-                                 info={"source": str(path), "header": bool(skip)})
+    x = Interactions.from_arrays(
+        t["user"],
+        t["item"],
+        t["weight"],
+        duplicates=duplicates,
+        name=name,
+        info={"source": str(path), "header": bool(skip)},
+    )
     artists = path.parent / "artists.dat"
     if artists.is_file():
         ids, names = [], []
@@ -436,6 +499,17 @@ def load_lastfm_hetrec(folder, duplicates: str = "sum", name: str = "lastfm-2k",
     return x
 
 
-__all__ = ["DatasetNotFoundError", "missing_file_error", "RatingRange", "RATING_RANGES", "STARS_1_TO_5", "HALF_STARS",
-           "POSITIVE_COUNTS", "load_movielens_100k", "load_movielens_dat",
-           "load_movielens_csv", "load_msd_taste_profile", "load_lastfm_hetrec"]
+__all__ = [
+    "DatasetNotFoundError",
+    "missing_file_error",
+    "RatingRange",
+    "RATING_RANGES",
+    "STARS_1_TO_5",
+    "HALF_STARS",
+    "POSITIVE_COUNTS",
+    "load_movielens_100k",
+    "load_movielens_dat",
+    "load_movielens_csv",
+    "load_msd_taste_profile",
+    "load_lastfm_hetrec",
+]

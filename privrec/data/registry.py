@@ -13,9 +13,9 @@ Each :class:`DatasetInfo` declares its valid values: ``rating_range`` (a
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from privrec._validation import check_positive, check_random_state_seed
 from privrec.data import loaders
@@ -28,7 +28,7 @@ from privrec.data.synthetic import PRESETS, generate_preset
 @dataclass(frozen=True)
 class DatasetInfo:
     name: str
-    kind: str                    # "real" or "synthetic"
+    kind: str  # "real" or "synthetic"
     description: str
     main_file: str | None = None
     companions: tuple[str, ...] = ()
@@ -44,36 +44,92 @@ class DatasetInfo:
 
 def _real(name, description, main_file, companions, loader, *extra_folders) -> DatasetInfo:
     folders = tuple(dict.fromkeys(((SOURCES[name].folder,) if name in SOURCES else ()) + (name,) + extra_folders))
-    return DatasetInfo(name, "real", description, main_file, companions, loader, folders,
-                       loaders.RATING_RANGES[name])
+    return DatasetInfo(name, "real", description, main_file, companions, loader, folders, loaders.RATING_RANGES[name])
 
 
-DATASETS: dict[str, DatasetInfo] = {d.name: d for d in [
-    _real("ml-100k", "MovieLens 100K: 100,000 ratings 1-5, 943 users, 1,682 movies", "u.data",
-          ("u.item", "u.genre"), loaders.load_movielens_100k),
-    _real("ml-1m", "MovieLens 1M: ~1M ratings 1-5, 6,040 users, ~3,700 movies", "ratings.dat", ("movies.dat",),
-          loaders.load_movielens_dat),
-    _real("ml-10m", "MovieLens 10M: 10M ratings 0.5-5, 69,878 users, 10,677 movies", "ratings.dat", ("movies.dat",),
-          loaders.load_movielens_dat, "ml-10m100k"),
-    _real("ml-20m", "MovieLens 20M: 20M ratings 0.5-5, 138,493 users, 26,744 movies", "ratings.csv",
-          ("movies.csv",), loaders.load_movielens_csv),
-    _real("ml-25m", "MovieLens 25M: 25M ratings 0.5-5, 162,541 users, 59,047 movies", "ratings.csv",
-          ("movies.csv",), loaders.load_movielens_csv),
-    _real("ml-latest", "MovieLens latest (full; changes over time)", "ratings.csv", ("movies.csv",),
-          loaders.load_movielens_csv),
-    _real("ml-latest-small", "MovieLens latest-small (~100K ratings; changes over time)", "ratings.csv",
-          ("movies.csv",), loaders.load_movielens_csv),
-    _real("msd", "Million Song Dataset, Echo Nest Taste Profile: 48,373,586 play counts, string ids",
-          "train_triplets.txt", (), loaders.load_msd_taste_profile),
-    _real("lastfm-2k", "Last.fm HetRec 2011: 92,834 user-artist play counts, 1,892 users, 17,632 artists",
-          "user_artists.dat", ("artists.dat",), loaders.load_lastfm_hetrec, "lastfm"),
-]}
+DATASETS: dict[str, DatasetInfo] = {
+    d.name: d
+    for d in [
+        _real(
+            "ml-100k",
+            "MovieLens 100K: 100,000 ratings 1-5, 943 users, 1,682 movies",
+            "u.data",
+            ("u.item", "u.genre"),
+            loaders.load_movielens_100k,
+        ),
+        _real(
+            "ml-1m",
+            "MovieLens 1M: ~1M ratings 1-5, 6,040 users, ~3,700 movies",
+            "ratings.dat",
+            ("movies.dat",),
+            loaders.load_movielens_dat,
+        ),
+        _real(
+            "ml-10m",
+            "MovieLens 10M: 10M ratings 0.5-5, 69,878 users, 10,677 movies",
+            "ratings.dat",
+            ("movies.dat",),
+            loaders.load_movielens_dat,
+            "ml-10m100k",
+        ),
+        _real(
+            "ml-20m",
+            "MovieLens 20M: 20M ratings 0.5-5, 138,493 users, 26,744 movies",
+            "ratings.csv",
+            ("movies.csv",),
+            loaders.load_movielens_csv,
+        ),
+        _real(
+            "ml-25m",
+            "MovieLens 25M: 25M ratings 0.5-5, 162,541 users, 59,047 movies",
+            "ratings.csv",
+            ("movies.csv",),
+            loaders.load_movielens_csv,
+        ),
+        _real(
+            "ml-latest",
+            "MovieLens latest (full; changes over time)",
+            "ratings.csv",
+            ("movies.csv",),
+            loaders.load_movielens_csv,
+        ),
+        _real(
+            "ml-latest-small",
+            "MovieLens latest-small (~100K ratings; changes over time)",
+            "ratings.csv",
+            ("movies.csv",),
+            loaders.load_movielens_csv,
+        ),
+        _real(
+            "msd",
+            "Million Song Dataset, Echo Nest Taste Profile: 48,373,586 play counts, string ids",
+            "train_triplets.txt",
+            (),
+            loaders.load_msd_taste_profile,
+        ),
+        _real(
+            "lastfm-2k",
+            "Last.fm HetRec 2011: 92,834 user-artist play counts, 1,892 users, 17,632 artists",
+            "user_artists.dat",
+            ("artists.dat",),
+            loaders.load_lastfm_hetrec,
+            "lastfm",
+        ),
+    ]
+}
 for _name, _preset in PRESETS.items():
-    DATASETS[_name] = DatasetInfo(_name, "synthetic", _preset.description + f" ({_preset.n_users:,} x "
-                                  f"{_preset.n_items:,}, {_preset.n_interactions:,})",
-                                  rating_range=(loaders.HALF_STARS if _preset.values == "ratings"
-                                                else loaders.POSITIVE_COUNTS))
-ALIASES = {"hetrec2011-lastfm-2k": "lastfm-2k", "lastfm": "lastfm-2k", "ml-10m100k": "ml-10m", "msd-taste-profile": "msd"}
+    DATASETS[_name] = DatasetInfo(
+        _name,
+        "synthetic",
+        _preset.description + f" ({_preset.n_users:,} x {_preset.n_items:,}, {_preset.n_interactions:,})",
+        rating_range=(loaders.HALF_STARS if _preset.values == "ratings" else loaders.POSITIVE_COUNTS),
+    )
+ALIASES = {
+    "hetrec2011-lastfm-2k": "lastfm-2k",
+    "lastfm": "lastfm-2k",
+    "ml-10m100k": "ml-10m",
+    "msd-taste-profile": "msd",
+}
 
 
 def dataset_names() -> list[str]:
@@ -110,8 +166,15 @@ def find_dataset_folder(name: str, data_dir=None) -> Path | None:
     return None
 
 
-def load_dataset(name: str, data_dir=None, download: bool = False, cache: bool = True, cache_dir=None,
-                 scale: float = 1.0, random_state=0) -> Interactions:
+def load_dataset(
+    name: str,
+    data_dir=None,
+    download: bool = False,
+    cache: bool = True,
+    cache_dir=None,
+    scale: float = 1.0,
+    random_state=0,
+) -> Interactions:
     """Load any dataset by name as :class:`~privrec.data.Interactions`.
 
     Real datasets: looked up in ``data_dir`` (the dataset folder or a parent of it), else in the

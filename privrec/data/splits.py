@@ -24,7 +24,6 @@ import numpy as np
 from privrec._validation import check_int
 from privrec.data.interactions import Interactions
 
-
 MIN_ITEMS_FOR_TARGETS = 5  # Liang et al.: held-out users with fewer items get no target
 
 
@@ -49,9 +48,9 @@ class FoldIn:
 
 @dataclass
 class HeldOutSplit:
-    train: Interactions   # training users x training items
-    validation: FoldIn    # validation users x training items
-    test: FoldIn          # test users x training items
+    train: Interactions  # training users x training items
+    validation: FoldIn  # validation users x training items
+    test: FoldIn  # test users x training items
 
     @property
     def validation_history(self) -> Interactions:
@@ -78,8 +77,9 @@ def random_split(x: Interactions, fractions=(0.8, 0.1, 0.1), random_state=0) -> 
     """
     f = np.asarray(fractions, dtype=np.float64)
     if f.shape != (3,) or np.any(~np.isfinite(f)) or np.any(f < 0) or not np.isclose(f.sum(), 1.0) or f[0] <= 0:
-        raise ValueError(f"fractions must be three non-negative numbers summing to 1 with a positive train "
-                         f"share, got {fractions!r}")
+        raise ValueError(
+            f"fractions must be three non-negative numbers summing to 1 with a positive train share, got {fractions!r}"
+        )
     rng = np.random.default_rng(random_state)
     n = x.nnz
     n_train = int(round(f[0] * n))
@@ -87,8 +87,8 @@ def random_split(x: Interactions, fractions=(0.8, 0.1, 0.1), random_state=0) -> 
     part = np.empty(n, dtype=np.int8)
     perm = rng.permutation(n)
     part[perm[:n_train]] = 0
-    part[perm[n_train:n_train + n_val]] = 1
-    part[perm[n_train + n_val:]] = 2
+    part[perm[n_train : n_train + n_val]] = 1
+    part[perm[n_train + n_val :]] = 2
     parts = [x.filter_entries(part == k) for k in range(3)]
     for p, label in zip(parts, ("train", "validation", "test")):
         p.info.update(split=f"random:{label}", split_seed=random_state)
@@ -122,9 +122,15 @@ def _fold_in(x: Interactions, rng, target_fraction: float, min_items_for_targets
 DEFAULT_HELDOUT = 10_000  # ML-20M protocol (Liang et al. 2018)
 
 
-def heldout_users_split(x: Interactions, n_heldout: int | None = None, binarize_threshold: float | None = 3.5,
-                        min_user_items: int = 5, min_item_users: int = 0, target_fraction: float = 0.2,
-                        random_state=0) -> HeldOutSplit:
+def heldout_users_split(
+    x: Interactions,
+    n_heldout: int | None = None,
+    binarize_threshold: float | None = 3.5,
+    min_user_items: int = 5,
+    min_item_users: int = 0,
+    target_fraction: float = 0.2,
+    random_state=0,
+) -> HeldOutSplit:
     """Strong-generalisation split of Liang et al. (2018); see the module docstring.
 
     ``n_heldout`` users go to validation and ``n_heldout`` others to test (10,000 each for ML-20M
@@ -151,24 +157,37 @@ def heldout_users_split(x: Interactions, n_heldout: int | None = None, binarize_
     train_items = np.flatnonzero(train.item_counts > 0)
     train = train.subset_items(train_items)
     folds = []
-    for sel in (perm[n_train:n_train + n_heldout], perm[n_train + n_heldout:]):
+    for sel in (perm[n_train : n_train + n_heldout], perm[n_train + n_heldout :]):
         held = x.subset_users(np.sort(sel)).subset_items(train_items)
         nonempty = np.flatnonzero(held.user_counts > 0)
         if len(nonempty) == 0:
             raise ValueError("held-out users have no training items left")
         held = held.subset_users(nonempty)
         folds.append(_fold_in(held, rng, target_fraction, MIN_ITEMS_FOR_TARGETS))
-    info = dict(split="heldout-users", split_seed=random_state, n_heldout=n_heldout,
-                binarize_threshold=binarize_threshold, min_user_items=min_user_items, min_item_users=min_item_users)
+    info = dict(
+        split="heldout-users",
+        split_seed=random_state,
+        n_heldout=n_heldout,
+        binarize_threshold=binarize_threshold,
+        min_user_items=min_user_items,
+        min_item_users=min_item_users,
+    )
     for part in (train, folds[0].history, folds[0].targets, folds[1].history, folds[1].targets):
         part.info.update(info)
     return HeldOutSplit(train, folds[0], folds[1])
 
 
-def msd_heldout_users_split(x: Interactions, n_heldout: int = 50_000, min_user_items: int = 20,
-                            min_item_users: int = 200, random_state=0) -> HeldOutSplit:
+def msd_heldout_users_split(
+    x: Interactions, n_heldout: int = 50_000, min_user_items: int = 20, min_item_users: int = 200, random_state=0
+) -> HeldOutSplit:
     """Liang et al. (2018) protocol for the Million Song Dataset (used by Krichene et al. 2023, App. D):
     any play count is an implicit positive (binarised at > 0), songs with >= 200 users, users with >= 20 songs,
     ``n_heldout`` (50,000) validation and test users."""
-    return heldout_users_split(x, n_heldout, binarize_threshold=0.0, min_user_items=min_user_items,
-                               min_item_users=min_item_users, random_state=random_state)
+    return heldout_users_split(
+        x,
+        n_heldout,
+        binarize_threshold=0.0,
+        min_user_items=min_user_items,
+        min_item_users=min_item_users,
+        random_state=random_state,
+    )

@@ -15,7 +15,7 @@ def top_share(counts: np.ndarray, fraction: float = 0.1) -> float:
     if counts.sum() == 0:
         return float("nan")
     k = max(1, int(math.ceil(fraction * len(counts))))
-    top = np.partition(counts, len(counts) - k)[len(counts) - k:]
+    top = np.partition(counts, len(counts) - k)[len(counts) - k :]
     return float(top.sum() / counts.sum())
 
 

@@ -72,9 +72,9 @@ class TaskExamples:
 class MultiTaskRegression:
     """Output of :func:`multitask_regression` (Krichene et al. 2023, Appendix C)."""
 
-    features: np.ndarray      # (n_users, d) user features u_j, ||u_j|| <= 1
-    task_params: np.ndarray   # (n_tasks, d) true theta_i, ||theta_i|| <= 1
-    task_probs: np.ndarray    # (n_tasks,) q_i, sum = tasks_per_user (before clipping at 1)
+    features: np.ndarray  # (n_users, d) user features u_j, ||u_j|| <= 1
+    task_params: np.ndarray  # (n_tasks, d) true theta_i, ||theta_i|| <= 1
+    task_probs: np.ndarray  # (n_tasks,) q_i, sum = tasks_per_user (before clipping at 1)
     train: TaskExamples
     test: TaskExamples
     params: dict = field(default_factory=dict)
@@ -85,9 +85,17 @@ def _project_unit_ball(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(norms, 1.0)
 
 
-def multitask_regression(n_users: int = 10_000, n_tasks: int = 100, dim: int = 5, power: float = 1.0,
-                         tasks_per_user: float = 20.0, noise_std: float = 1e-3, train_fraction: float = 0.8,
-                         random_state=0, dtype=np.float32) -> MultiTaskRegression:
+def multitask_regression(
+    n_users: int = 10_000,
+    n_tasks: int = 100,
+    dim: int = 5,
+    power: float = 1.0,
+    tasks_per_user: float = 20.0,
+    noise_std: float = 1e-3,
+    train_fraction: float = 0.8,
+    random_state=0,
+    dtype=np.float32,
+) -> MultiTaskRegression:
     """Generate the multi-task regression data of Krichene et al. (ICML 2023), Appendix C.
 
     ``power`` is the exponent ``a`` of the task-probability law (pdf ``a x^(a-1)``, i.e. a Beta(a, 1)
@@ -115,7 +123,7 @@ def multitask_regression(n_users: int = 10_000, n_tasks: int = 100, dim: int = 5
     tasks_l, users_l = [], []
     chunk = max(1, int(2_000_000 // max(n_users, 1)))
     for s in range(0, n_tasks, chunk):
-        mask = rng.random((min(chunk, n_tasks - s), n_users)) < q_eff[s:s + chunk, None]
+        mask = rng.random((min(chunk, n_tasks - s), n_users)) < q_eff[s : s + chunk, None]
         t, u = np.nonzero(mask)
         tasks_l.append(t + s)
         users_l.append(u)
@@ -133,10 +141,22 @@ def multitask_regression(n_users: int = 10_000, n_tasks: int = 100, dim: int = 5
         np.cumsum(np.bincount(t, minlength=n_tasks), out=indptr[1:])
         return TaskExamples(indptr, users[sel], labels[sel])  # np.nonzero order: task-major, users sorted
 
-    return MultiTaskRegression(features, params, q, group(is_train), group(~is_train),
-                               params=dict(n_users=n_users, n_tasks=n_tasks, dim=dim, power=power,
-                                           tasks_per_user=tasks_per_user, noise_std=noise_std,
-                                           train_fraction=train_fraction))
+    return MultiTaskRegression(
+        features,
+        params,
+        q,
+        group(is_train),
+        group(~is_train),
+        params=dict(
+            n_users=n_users,
+            n_tasks=n_tasks,
+            dim=dim,
+            power=power,
+            tasks_per_user=tasks_per_user,
+            noise_std=noise_std,
+            train_fraction=train_fraction,
+        ),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,10 +170,10 @@ class Preset:
     n_users: int
     n_items: int
     n_interactions: int
-    top10_share: float          # expected share of interactions held by the top 10% of items
+    top10_share: float  # expected share of interactions held by the top 10% of items
     min_per_user: int
-    values: str = "ratings"     # "ratings" (0.5..5 stars) or "counts" (play counts >= 1)
-    user_sigma: float = 1.4     # log-normal spread of items per user (heavy-tailed activity)
+    values: str = "ratings"  # "ratings" (0.5..5 stars) or "counts" (play counts >= 1)
+    user_sigma: float = 1.4  # log-normal spread of items per user (heavy-tailed activity)
     max_user_fraction: float = 0.35  # cap on a user's share of all items
     description: str = ""
 
@@ -161,19 +181,35 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     # ML-10M (Lee et al. 2013 protocol): 69,878 x 10,677, 10,000,054 ratings, every user >= 20 ratings.
     # Its top-10% share is not stated in the paper; we reuse ML-20M's 86% (assumption).
-    "ml10m-like": Preset(69_878, 10_677, 10_000_054, 0.86, 20,
-                         description="MovieLens-10M-sized ratings (Krichene et al. 2023, Table 1)"),
+    "ml10m-like": Preset(
+        69_878, 10_677, 10_000_054, 0.86, 20, description="MovieLens-10M-sized ratings (Krichene et al. 2023, Table 1)"
+    ),
     # ML-20M after Liang et al. preprocessing: 136,677 x 20,108, ~10.0M interactions, users >= 5 items,
     # top 10% of items hold 86% of the data (Krichene et al. 2023, Sec. 5).
-    "ml20m-like": Preset(136_677, 20_108, 9_990_000, 0.86, 5,
-                         description="MovieLens-20M (processed, Liang et al. 2018)-sized, top-10% items hold ~86%"),
+    "ml20m-like": Preset(
+        136_677,
+        20_108,
+        9_990_000,
+        0.86,
+        5,
+        description="MovieLens-20M (processed, Liang et al. 2018)-sized, top-10% items hold ~86%",
+    ),
     # MSD Taste Profile after Liang et al. filtering: 571,355 x 41,140, 33.63M; users >= 20 songs.
     # Its top-10% share is not stated in the paper; 0.86 again (assumption).
-    "msd-like": Preset(571_355, 41_140, 33_633_450, 0.86, 20, values="counts", max_user_fraction=0.1,
-                       description="Million Song Dataset (filtered)-sized play counts"),
+    "msd-like": Preset(
+        571_355,
+        41_140,
+        33_633_450,
+        0.86,
+        20,
+        values="counts",
+        max_user_fraction=0.1,
+        description="Million Song Dataset (filtered)-sized play counts",
+    ),
     # Small embedded default: generates in well under a second.
-    "synthetic-skew": Preset(5_000, 2_000, 100_000, 0.86, 5, max_user_fraction=0.2,
-                             description="small skewed ratings, the embedded default"),
+    "synthetic-skew": Preset(
+        5_000, 2_000, 100_000, 0.86, 5, max_user_fraction=0.2, description="small skewed ratings, the embedded default"
+    ),
 }
 
 
@@ -194,8 +230,8 @@ class LowRankData:
     item_bias: np.ndarray
     global_mean: float
     signal: float
-    popularity: np.ndarray      # sampling probability of each item
-    exponent: float             # calibrated Zipf exponent
+    popularity: np.ndarray  # sampling probability of each item
+    exponent: float  # calibrated Zipf exponent
 
     def expected(self, users, items) -> np.ndarray:
         u = np.asarray(users)
@@ -231,8 +267,9 @@ def _user_degrees(rng, n_users, n_items, total, min_per_user, sigma, max_fractio
     return k + min_per_user
 
 
-def _expected_top_share(p_groups: np.ndarray, c_groups: np.ndarray, k_bins: np.ndarray, w_bins: np.ndarray,
-                        n_top_groups: int) -> float:
+def _expected_top_share(
+    p_groups: np.ndarray, c_groups: np.ndarray, k_bins: np.ndarray, w_bins: np.ndarray, n_top_groups: int
+) -> float:
     """Expected top-10% share when each user draws k distinct items by successive sampling.
 
     Items come in groups of ``c_groups`` items with (mean) probability ``p_groups``, most popular
@@ -392,7 +429,7 @@ def _sample_distinct(rng, k: np.ndarray, p: np.ndarray, bulk_rounds: int = 3) ->
         hu = held_keys // m
         block = max(1, int(4_000_000 // m))
         for b in range(0, len(short), block):
-            us = short[b:b + block]
+            us = short[b : b + block]
             keyv = rng.exponential(size=(len(us), m)) / np.maximum(p, 1e-300)
             lo_ = np.searchsorted(hu, us, side="left")
             cnt = np.searchsorted(hu, us, side="right") - lo_
@@ -400,7 +437,9 @@ def _sample_distinct(rng, k: np.ndarray, p: np.ndarray, bulk_rounds: int = 3) ->
             keyv[np.repeat(np.arange(len(us)), cnt), held_keys[sel] - hu[sel] * m] = np.inf
             d = deficit[us]
             kmax = int(d.max())
-            part = np.argpartition(keyv, kmax - 1, axis=1)[:, :kmax] if kmax < m else np.tile(np.arange(m), (len(us), 1))
+            part = (
+                np.argpartition(keyv, kmax - 1, axis=1)[:, :kmax] if kmax < m else np.tile(np.arange(m), (len(us), 1))
+            )
             part_keys = np.take_along_axis(keyv, part, axis=1)
             part = np.take_along_axis(part, np.argsort(part_keys, axis=1), axis=1)
             mask = np.arange(kmax)[None, :] < d[:, None]
@@ -478,8 +517,9 @@ def _top_share(items: np.ndarray, n_items: int) -> float:
 _SELECT_BLOCK = 1 << 22
 
 
-def _affinity_select(rng, cand_keys: np.ndarray, k: np.ndarray, uf: np.ndarray, vf: np.ndarray,
-                     affinity: float, n_items: int) -> np.ndarray:
+def _affinity_select(
+    rng, cand_keys: np.ndarray, k: np.ndarray, uf: np.ndarray, vf: np.ndarray, affinity: float, n_items: int
+) -> np.ndarray:
     """Keep ``k[u]`` of user u's candidates, a weighted sample without replacement ∝ ``exp(affinity <U_u, V_i>)``.
 
     Gumbel-top-k: the ``k[u]`` largest ``affinity * <U_u, V_i> + Gumbel`` per user, found with a
@@ -488,7 +528,7 @@ def _affinity_select(rng, cand_keys: np.ndarray, k: np.ndarray, uf: np.ndarray, 
     order, so the result does not depend on the block size. ``cand_keys`` are sorted
     ``user * n_items + item``; so is the result.
     """
-    n = len(cand_keys)
+    len(cand_keys)
     n_users = len(k)
     # start of each user's candidates (cand_keys is sorted by user), without an n-sized user array
     ustart = np.searchsorted(cand_keys, np.arange(n_users + 1, dtype=np.int64) * np.int64(n_items))
@@ -567,11 +607,23 @@ def _candidate_counts(k, n_items, top10_share, affinity, oversample, cap):
     return best
 
 
-def low_rank_interactions(n_users: int, n_items: int, n_interactions: int, top10_share: float = 0.86,
-                          min_per_user: int = 5, values: str = "ratings", rank: int = 8, signal: float = 0.7,
-                          noise_std: float = 0.5, user_sigma: float = 1.4, max_user_fraction: float = 0.35,
-                          affinity: float = DEFAULT_AFFINITY, oversample: float = DEFAULT_OVERSAMPLE,
-                          random_state=0, name: str = "synthetic") -> LowRankData:
+def low_rank_interactions(
+    n_users: int,
+    n_items: int,
+    n_interactions: int,
+    top10_share: float = 0.86,
+    min_per_user: int = 5,
+    values: str = "ratings",
+    rank: int = 8,
+    signal: float = 0.7,
+    noise_std: float = 0.5,
+    user_sigma: float = 1.4,
+    max_user_fraction: float = 0.35,
+    affinity: float = DEFAULT_AFFINITY,
+    oversample: float = DEFAULT_OVERSAMPLE,
+    random_state=0,
+    name: str = "synthetic",
+) -> LowRankData:
     """Skewed low-rank interactions with planted ground truth (statistics of Krichene et al. 2023, Table 1).
 
     * items per user: ``min_per_user`` + log-normal(0, ``user_sigma``) scaled to the total and
@@ -618,18 +670,23 @@ def low_rank_interactions(n_users: int, n_items: int, n_interactions: int, top10
     rng = np.random.default_rng(random_state)
     k = _user_degrees(rng, n_users, n_items, n_interactions, min_per_user, user_sigma, max_user_fraction)
     # candidates per user: k itself when observation ignores taste, else oversampled (capped)
-    k_cand, a, expected_share, oversample = _candidate_counts(k, n_items, top10_share, affinity, oversample,
-                                                              max(min_per_user, int(max_user_fraction * n_items)))
+    k_cand, a, expected_share, oversample = _candidate_counts(
+        k, n_items, top10_share, affinity, oversample, max(min_per_user, int(max_user_fraction * n_items))
+    )
     if expected_share < top10_share - 0.01:
-        warnings.warn(f"top-10% share {top10_share} is out of reach for {n_users} users x {n_items} items with "
-                      f"{n_interactions} interactions (heavy users saturate the head); expected share is "
-                      f"{expected_share:.3f} at the steepest exponent {a}", UserWarning, stacklevel=2)
-    perm = rng.permutation(n_items)        # popularity rank r -> item index perm[r]
+        warnings.warn(
+            f"top-10% share {top10_share} is out of reach for {n_users} users x {n_items} items with "
+            f"{n_interactions} interactions (heavy users saturate the head); expected share is "
+            f"{expected_share:.3f} at the steepest exponent {a}",
+            UserWarning,
+            stacklevel=2,
+        )
+    perm = rng.permutation(n_items)  # popularity rank r -> item index perm[r]
     p = np.empty(n_items)
     p[perm] = _zipf(n_items, a)
     # planted factors from their own stream, so they do not depend on how pairs were sampled
-    frng = np.random.default_rng(rng.integers(0, 2 ** 63))
-    scale = rank ** -0.25
+    frng = np.random.default_rng(rng.integers(0, 2**63))
+    scale = rank**-0.25
     uf = (frng.standard_normal((n_users, rank)) * scale).astype(np.float32)
     vf = (frng.standard_normal((n_items, rank)) * scale).astype(np.float32)
     keys = _sample_distinct(rng, k_cand, p)
@@ -644,24 +701,33 @@ def low_rank_interactions(n_users: int, n_items: int, n_interactions: int, top10
     vals = np.empty(nnz, dtype=np.float32)
     step = 1 << 22
     for s in range(0, nnz, step):  # chunked to bound memory
-        u, i = users[s:s + step], items[s:s + step]
+        u, i = users[s : s + step], items[s : s + step]
         dots = np.einsum("ij,ij->i", uf[u], vf[i])
         if values == "ratings":
             score = gm + ub[u] + ib[i] + signal * dots + noise_std * rng.standard_normal(len(u)).astype(np.float32)
-            vals[s:s + step] = np.clip(np.round(score * 2.0) / 2.0, 0.5, 5.0)
+            vals[s : s + step] = np.clip(np.round(score * 2.0) / 2.0, 0.5, 5.0)
         else:
             lam = np.exp(gm + 0.5 * ub[u] + 0.5 * ib[i] + signal * dots)
-            vals[s:s + step] = 1.0 + rng.poisson(lam)
+            vals[s : s + step] = 1.0 + rng.poisson(lam)
     indptr = np.zeros(n_users + 1, dtype=np.int64)
     np.cumsum(np.bincount(users, minlength=n_users), out=indptr[1:])
     matrix = sp.csr_matrix((vals, items.astype(np.int32), indptr), shape=(n_users, n_items))
     matrix.has_sorted_indices = True
-    info = dict(source="synthetic", generator="low_rank_interactions", target_interactions=n_interactions,
-                target_top10_share=top10_share, zipf_exponent=a,
-                expected_top10_share=expected_share, top10_share=_top_share(items, n_items),
-                affinity=affinity, oversample=oversample,
-                values=values, rank=rank, seed=random_state,
-                duplicate_rows=0)
+    info = dict(
+        source="synthetic",
+        generator="low_rank_interactions",
+        target_interactions=n_interactions,
+        target_top10_share=top10_share,
+        zipf_exponent=a,
+        expected_top10_share=expected_share,
+        top10_share=_top_share(items, n_items),
+        affinity=affinity,
+        oversample=oversample,
+        values=values,
+        rank=rank,
+        seed=random_state,
+        duplicate_rows=0,
+    )
     inter = Interactions(matrix, np.arange(n_users), np.arange(n_items), name=name, info=info)
     offset = gm if values == "ratings" else 0.0
     return LowRankData(inter, uf, vf, ub, ib, offset, signal, p, a)
@@ -682,8 +748,17 @@ def generate_preset(name: str, scale: float = 1.0, random_state=0) -> LowRankDat
     pr = PRESETS[name]
     n_users = max(10, int(round(pr.n_users * scale)))
     nnz = max(n_users * pr.min_per_user, int(round(pr.n_interactions * scale)))
-    data = low_rank_interactions(n_users, pr.n_items, nnz, top10_share=pr.top10_share, min_per_user=pr.min_per_user,
-                                 values=pr.values, user_sigma=pr.user_sigma, max_user_fraction=pr.max_user_fraction,
-                                 random_state=random_state, name=name)
+    data = low_rank_interactions(
+        n_users,
+        pr.n_items,
+        nnz,
+        top10_share=pr.top10_share,
+        min_per_user=pr.min_per_user,
+        values=pr.values,
+        user_sigma=pr.user_sigma,
+        max_user_fraction=pr.max_user_fraction,
+        random_state=random_state,
+        name=name,
+    )
     data.interactions.info.update(preset=name, scale=scale)
     return data

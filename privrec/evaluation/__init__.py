@@ -21,4 +21,22 @@ from .neighbours import (
 from .slicing import PAPER_SLICED_KS, popularity_buckets, sliced_recall, sliced_rmse, top_items
 from .topk import topk_indices
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+__all__ = [
+    "PAPER_SLICED_KS",
+    "ReferenceNeighbours",
+    "catalogue_coverage",
+    "cosine_neighbours",
+    "ndcg_at_k",
+    "neighbour_overlap",
+    "pair_predictions",
+    "popularity_buckets",
+    "ranking_metrics",
+    "recall_at_k",
+    "rmse",
+    "sample_per_bucket",
+    "sliced_neighbour_overlap",
+    "sliced_recall",
+    "sliced_rmse",
+    "top_items",
+    "topk_indices",
+]

@@ -40,8 +40,9 @@ _TOPK_DATASETS = ("ml20m-like", "msd-like", "ml-20m", "msd", "lastfm-2k", "hetre
 #: seed 0; ``python benchmarks/bench_tradeoff.py --tune-als``, grid in
 #: ``benchmarks/results/tradeoff_ds-ml20m-like@1.json["als_tuning"]``) ridge 200 scores higher, so the
 #: reference is a tuned ceiling rather than an under-regularised model. Test users never chose it.
-HELDOUT_ALS_DEFAULTS = dict(biases=False, center=False, factors=64, regularization=200.0, unobserved_weight=0.2,
-                            iterations=15)
+HELDOUT_ALS_DEFAULTS = dict(
+    biases=False, center=False, factors=64, regularization=200.0, unobserved_weight=0.2, iterations=15
+)
 
 #: synthetic presets whose target sizes are those of the already-binarised benchmark data (Krichene et al.
 #: 2023, App. D, Table 1)
@@ -62,10 +63,10 @@ class Split:
 
     protocol: str
     train: sp.csr_matrix
-    test: sp.csr_matrix | None = None          # random protocol
-    history: sp.csr_matrix | None = None       # held-out users: fold-in
-    targets: sp.csr_matrix | None = None       # held-out users: targets
-    projection: sp.csr_matrix | None = None    # random protocol: history users are projected from
+    test: sp.csr_matrix | None = None  # random protocol
+    history: sp.csr_matrix | None = None  # held-out users: fold-in
+    targets: sp.csr_matrix | None = None  # held-out users: targets
+    projection: sp.csr_matrix | None = None  # random protocol: history users are projected from
     validation_history: sp.csr_matrix | None = None  # held-out users: validation fold-in (tuning only)
     validation_targets: sp.csr_matrix | None = None  # held-out users: validation targets (tuning only)
     item_ids: np.ndarray | None = None
@@ -87,8 +88,9 @@ def load_data(dataset: str | None = None, data_dir=None, scale: float | None = N
     if name in PRESETS:
         kwargs.update(scale=1.0 if scale is None else scale, random_state=seed)
     elif scale is not None and scale != 1.0:
-        raise ValueError(f"--scale applies to the synthetic presets only ({', '.join(sorted(PRESETS))}), "
-                         f"not to {name!r}")
+        raise ValueError(
+            f"--scale applies to the synthetic presets only ({', '.join(sorted(PRESETS))}), not to {name!r}"
+        )
     return load_dataset(name, **kwargs)
 
 
@@ -123,10 +125,18 @@ def make_split(data, protocol: str, seed: int = 0, heldout_users: int | None = N
     threshold = 0.0 if counts_data or processed_sized else 3.5
     parts = heldout_users_split(data, n_held, binarize_threshold=threshold, random_state=seed)
     tr = parts.train
-    return Split(protocol, _m(tr), history=_m(parts.test.history), targets=_m(parts.test.targets),
-                 validation_history=_m(parts.validation.history), validation_targets=_m(parts.validation.targets),
-                 item_ids=tr.item_ids, user_ids=tr.user_ids, item_metadata=tr.item_metadata,
-                 info={"n_heldout": n_held, "binarize_threshold": threshold})
+    return Split(
+        protocol,
+        _m(tr),
+        history=_m(parts.test.history),
+        targets=_m(parts.test.targets),
+        validation_history=_m(parts.validation.history),
+        validation_targets=_m(parts.validation.targets),
+        item_ids=tr.item_ids,
+        user_ids=tr.user_ids,
+        item_metadata=tr.item_metadata,
+        info={"n_heldout": n_held, "binarize_threshold": threshold},
+    )
 
 
 def _parts(parts, names):
@@ -141,8 +151,14 @@ def _m(x):
     return sp.csr_matrix(getattr(x, "matrix", x))
 
 
-def make_model(method: str, epsilon: float | None = None, delta: float | None = None,
-               params: dict | None = None, seed: int | None = None, protocol: str = "random"):
+def make_model(
+    method: str,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    params: dict | None = None,
+    seed: int | None = None,
+    protocol: str = "random",
+):
     """Instantiate the estimator for ``method`` with only the parameters it accepts.
 
     ``seed`` fixes initialisation *and* the privacy noise of private methods (experiments only:
@@ -192,8 +208,11 @@ def privacy_summary(model, delta: float | None = None, pld: bool = True) -> dict
         return {"epsilon_spent": "inf", "privacy_events": {"events": [], "epsilon": "inf", "note": "non-private"}}
     ledger = getattr(model, "ledger_", None)
     if not pld and ledger is not None:
-        report = ledger.report(delta if delta is not None else model.delta, include_pld=False,
-                               accountant=getattr(model, "accountant", "rdp"))
+        report = ledger.report(
+            delta if delta is not None else model.delta,
+            include_pld=False,
+            accountant=getattr(model, "accountant", "rdp"),
+        )
     else:
         report = fn()
     eps = report.get("epsilon", report.get("epsilon_rdp"))
@@ -205,14 +224,26 @@ def evaluate_split(model, split: Split, reference=None, k: int = 20, paper_slice
     if split.protocol == "random":
         history = split.projection if split.projection is not None else split.train
         return evaluate_ratings(model, split.train, split.test, reference=reference, history=history)
-    return evaluate_heldout(model, split.train, split.history, split.targets, k=k,
-                            paper_sliced=paper_sliced, reference=reference)
+    return evaluate_heldout(
+        model, split.train, split.history, split.targets, k=k, paper_sliced=paper_sliced, reference=reference
+    )
 
 
-def run_experiment(split: Split, method: str, epsilon=None, delta=None, params=None, seed=None,
-                   reference=None, evaluate: bool = True, dataset: str | None = None,
-                   paper_sliced: bool = False, pld: bool = True,
-                   show_progress: bool = False, fitted: tuple | None = None) -> tuple[Any, dict]:
+def run_experiment(
+    split: Split,
+    method: str,
+    epsilon=None,
+    delta=None,
+    params=None,
+    seed=None,
+    reference=None,
+    evaluate: bool = True,
+    dataset: str | None = None,
+    paper_sliced: bool = False,
+    pld: bool = True,
+    show_progress: bool = False,
+    fitted: tuple | None = None,
+) -> tuple[Any, dict]:
     """Fit ``method`` on ``split.train`` and evaluate it; returns ``(model, result dict)``.
 
     ``fitted = (model, fit_seconds)`` skips the fit and evaluates a model already fitted on
@@ -248,8 +279,12 @@ def run_experiment(split: Split, method: str, epsilon=None, delta=None, params=N
     if evaluate:
         t1 = time.perf_counter()
         ev = evaluate_split(model, split, reference=reference, paper_sliced=paper_sliced)
-        out.update(metrics=ev["metrics"], sliced=ev["sliced"], bucket_items=ev["bucket_items"],
-                   eval_seconds=round(time.perf_counter() - t1, 4))
+        out.update(
+            metrics=ev["metrics"],
+            sliced=ev["sliced"],
+            bucket_items=ev["bucket_items"],
+            eval_seconds=round(time.perf_counter() - t1, 4),
+        )
     return model, out
 
 

@@ -108,8 +108,8 @@ def ranking_metrics(
     kmax = ks[-1]
     disc = _discounts(kmax)
     n_t = np.diff(targets.indptr)
-    recall_sum = {k: 0.0 for k in ks}
-    ndcg_sum = {k: 0.0 for k in ks}
+    recall_sum = dict.fromkeys(ks, 0.0)
+    ndcg_sum = dict.fromkeys(ks, 0.0)
     seen = {k: np.zeros(V.shape[0], dtype=bool) for k in ks}
     n_eval = 0
     for a, b in iter_chunks(U.shape[0], chunk):

@@ -98,8 +98,9 @@ def sample_per_bucket(buckets, per_bucket: int | None) -> np.ndarray:
     return np.unique(np.concatenate(out)) if out else np.zeros(0, dtype=np.int64)
 
 
-def sliced_neighbour_overlap(item_factors, reference_factors, buckets, k: int = 20,
-                             n_buckets: int | None = None, per_bucket: int | None = None) -> list:
+def sliced_neighbour_overlap(
+    item_factors, reference_factors, buckets, k: int = 20, n_buckets: int | None = None, per_bucket: int | None = None
+) -> list:
     """Mean :func:`neighbour_overlap` per popularity bucket (NaN for an empty bucket).
 
     ``per_bucket`` evaluates only that many evenly spaced items of each bucket (an unbiased-by-

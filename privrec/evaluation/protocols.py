@@ -24,11 +24,11 @@ import scipy.sparse as sp
 
 from .metrics import pair_predictions, ranking_metrics, rmse
 from .neighbours import ReferenceNeighbours, sliced_neighbour_overlap
+from .slicing import PAPER_SLICED_KS, popularity_buckets, sliced_recall, sliced_rmse, top_items
 
 #: items per popularity bucket used for the neighbour overlap (deterministic subsample; Krichene et al.
 #: 2023, App. D.3, Fig. 11)
 OVERLAP_ITEMS_PER_BUCKET = 400
-from .slicing import PAPER_SLICED_KS, popularity_buckets, sliced_recall, sliced_rmse, top_items
 
 
 def _matrix(x):
@@ -118,7 +118,8 @@ def evaluate_ratings(model, train, test, n_buckets: int = 5, reference=None, his
     }
     if reference is not None:
         out["sliced"]["neighbour_overlap@20"] = sliced_neighbour_overlap(
-            item_factors_of(model), _reference(reference), buckets, 20, n_buckets, OVERLAP_ITEMS_PER_BUCKET)
+            item_factors_of(model), _reference(reference), buckets, 20, n_buckets, OVERLAP_ITEMS_PER_BUCKET
+        )
     return out
 
 
@@ -156,16 +157,20 @@ def evaluate_heldout(
         items = None if head_fraction is None else top_items(counts, head_fraction)
         ks = k
     buckets = popularity_buckets(counts, n_buckets, items=items)
-    rec, nd = sliced_recall(U, V, ta, buckets, history=hi, ks=ks, item_bias=ib, n_buckets=n_buckets,
-                            with_ndcg=True)
+    rec, nd = sliced_recall(U, V, ta, buckets, history=hi, ks=ks, item_bias=ib, n_buckets=n_buckets, with_ndcg=True)
     sliced = {"recall": rec, "ndcg": nd, "k": np.broadcast_to(np.asarray(ks), (n_buckets,)).tolist()}
     if reference is not None:
         all_b = popularity_buckets(counts, n_buckets)
-        sliced["neighbour_overlap@20"] = sliced_neighbour_overlap(V, _reference(reference), all_b, 20, n_buckets,
-                                                                  OVERLAP_ITEMS_PER_BUCKET)
+        sliced["neighbour_overlap@20"] = sliced_neighbour_overlap(
+            V, _reference(reference), all_b, 20, n_buckets, OVERLAP_ITEMS_PER_BUCKET
+        )
     return {
-        "metrics": {f"recall@{k}": m[f"recall@{k}"], f"ndcg@{k}": m[f"ndcg@{k}"],
-                    f"coverage@{k}": m[f"coverage@{k}"], "n_users": m["n_users"]},
+        "metrics": {
+            f"recall@{k}": m[f"recall@{k}"],
+            f"ndcg@{k}": m[f"ndcg@{k}"],
+            f"coverage@{k}": m[f"coverage@{k}"],
+            "n_users": m["n_users"],
+        },
         "sliced": sliced,
         "bucket_items": np.bincount(buckets[buckets >= 0], minlength=n_buckets).tolist(),
     }

@@ -7,7 +7,7 @@ reads any model written by ``save``.
 
 from ._base import FactorizationModel, NotFittedError, PrivateReleaseError, RatingRangeWarning
 from .als import ALS, ImplicitALS
-from .dpals import METHODS, DPALS
+from .dpals import DPALS, METHODS
 
 MODEL_CLASSES = {"ALS": ALS, "ImplicitALS": ImplicitALS, "DPALS": DPALS}
 
@@ -18,5 +18,15 @@ def load_model(fileobj_or_path):
     return FactorizationModel.load(fileobj_or_path)
 
 
-__all__ = ["ALS", "ImplicitALS", "DPALS", "METHODS", "FactorizationModel", "MODEL_CLASSES", "load_model",
-           "NotFittedError", "PrivateReleaseError", "RatingRangeWarning"]
+__all__ = [
+    "ALS",
+    "ImplicitALS",
+    "DPALS",
+    "METHODS",
+    "FactorizationModel",
+    "MODEL_CLASSES",
+    "load_model",
+    "NotFittedError",
+    "PrivateReleaseError",
+    "RatingRangeWarning",
+]

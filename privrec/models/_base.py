@@ -63,8 +63,17 @@ _MAX_META_BYTES = 256 << 20  # UTF-32 text of the metadata (privacy reports with
 _MAX_JSON_DEPTH = 64
 _EPS_RTOL = 1e-6
 
-__all__ = ["FactorizationModel", "PrivateReleaseError", "RatingRangeWarning", "NotFittedError", "as_user_items",
-           "check_fit_matrix", "check_ids", "check_rating_range", "fit_input"]
+__all__ = [
+    "FactorizationModel",
+    "PrivateReleaseError",
+    "RatingRangeWarning",
+    "NotFittedError",
+    "as_user_items",
+    "check_fit_matrix",
+    "check_ids",
+    "check_rating_range",
+    "fit_input",
+]
 
 
 class PrivateReleaseError(ValueError, NotImplementedError):
@@ -79,6 +88,7 @@ class RatingRangeWarning(UserWarning):
 
 # ---------------------------------------------------------------------- input checks
 
+
 def _dense_to_csr(user_items, name: str) -> sp.csr_matrix:
     """A dense users x items array as CSR: **NaN marks an unrated entry; every other value, 0
     included, is a rating** (a ``UserWarning`` says how many zeros were taken as ratings, since
@@ -86,8 +96,10 @@ def _dense_to_csr(user_items, name: str) -> sp.csr_matrix:
     import pandas as pd
 
     if isinstance(user_items, pd.DataFrame):
-        raise ValueError(f"{name}: a DataFrame is read as a long-format rating table (columns 'user', 'item', "
-                         f"'rating'), got columns {list(user_items.columns)[:10]}; see privrec.data.from_pandas")
+        raise ValueError(
+            f"{name}: a DataFrame is read as a long-format rating table (columns 'user', 'item', "
+            f"'rating'), got columns {list(user_items.columns)[:10]}; see privrec.data.from_pandas"
+        )
     arr = np.asarray(user_items)
     if arr.dtype.kind == "c":
         raise ValueError(f"Complex data not supported: {name} must hold real-valued ratings")
@@ -97,25 +109,31 @@ def _dense_to_csr(user_items, name: str) -> sp.csr_matrix:
         else:
             raise ValueError(f"{name} must hold numeric ratings, got dtype {arr.dtype}")
     if arr.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D users x items matrix, got an array of shape {arr.shape}. Reshape "
-                         f"your data: a single user's ratings with .reshape(1, -1)")
+        raise ValueError(
+            f"{name} must be a 2-D users x items matrix, got an array of shape {arr.shape}. Reshape "
+            f"your data: a single user's ratings with .reshape(1, -1)"
+        )
     arr = arr.astype(np.float32, copy=False) if arr.dtype.kind != "f" else arr
     if np.isinf(arr).any():
         raise ValueError(f"{name} contains {int(np.isinf(arr).sum())} infinite value(s)")
     rated = ~np.isnan(arr)
     n_zero = int(np.count_nonzero(arr == 0))
     if n_zero:
-        warnings.warn(f"dense {name}: {n_zero} entries equal to 0 are taken as ratings of 0 (NaN marks an unrated "
-                      f"entry in a dense matrix; pass a scipy.sparse matrix if 0 means unrated)", UserWarning,
-                      stacklevel=4)
+        warnings.warn(
+            f"dense {name}: {n_zero} entries equal to 0 are taken as ratings of 0 (NaN marks an unrated "
+            f"entry in a dense matrix; pass a scipy.sparse matrix if 0 means unrated)",
+            UserWarning,
+            stacklevel=4,
+        )
     indptr = np.zeros(arr.shape[0] + 1, dtype=np.int64)
     np.cumsum(rated.sum(axis=1), out=indptr[1:])
     cols = np.nonzero(rated)[1]
     return sp.csr_matrix((arr[rated].astype(np.float32), cols, indptr), shape=arr.shape)
 
 
-def as_user_items(user_items, name: str = "user_items", n_items: int | None = None,
-                  model: str = "the model") -> sp.csr_matrix:
+def as_user_items(
+    user_items, name: str = "user_items", n_items: int | None = None, model: str = "the model"
+) -> sp.csr_matrix:
     """Validate and normalise a users x items rating matrix (scipy sparse or dense, or an ``Interactions``).
 
     Returns a float32 CSR with sorted int32 indices (a copy when needed). Every public entry that
@@ -137,8 +155,10 @@ def as_user_items(user_items, name: str = "user_items", n_items: int | None = No
         raise ValueError(f"{name} must be 2-D, got shape {matrix.shape}")
     matrix = sparse_to_csr(matrix, name)
     if n_items is not None and matrix.shape[1] != n_items:
-        raise ValueError(f"{name} has {matrix.shape[1]} item columns, but the model was fitted on {n_items} items "
-                         f"(X has {matrix.shape[1]} features, but {model} is expecting {n_items} features as input)")
+        raise ValueError(
+            f"{name} has {matrix.shape[1]} item columns, but the model was fitted on {n_items} items "
+            f"(X has {matrix.shape[1]} features, but {model} is expecting {n_items} features as input)"
+        )
     is_sorted = check_csr_structure(matrix, name)
     data = np.asarray(matrix.data)
     indices = np.asarray(matrix.indices)
@@ -146,8 +166,11 @@ def as_user_items(user_items, name: str = "user_items", n_items: int | None = No
     small = max(matrix.shape) < np.iinfo(np.int32).max and len(indices) < np.iinfo(np.int32).max
     idx_dtype = np.int32 if small else np.int64
     out = sp.csr_matrix(
-        (data.astype(np.float32, copy=False), indices.astype(idx_dtype, copy=False),
-         indptr.astype(idx_dtype, copy=False)),
+        (
+            data.astype(np.float32, copy=False),
+            indices.astype(idx_dtype, copy=False),
+            indptr.astype(idx_dtype, copy=False),
+        ),
         shape=matrix.shape,
         copy=False,
     )
@@ -232,11 +255,13 @@ def check_fit_matrix(user_items) -> sp.csr_matrix:
     """
     m = fit_input(user_items)[0]
     if m.shape[1] == 0:
-        raise ValueError(f"user_items has no items, nothing to fit: 0 feature(s) (shape={m.shape}) while a minimum "
-                         f"of 1 is required.")
+        raise ValueError(
+            f"user_items has no items, nothing to fit: 0 feature(s) (shape={m.shape}) while a minimum of 1 is required."
+        )
     if m.shape[0] == 0:
-        raise ValueError(f"user_items has no users, nothing to fit: 0 sample(s) (shape={m.shape}) while a minimum "
-                         f"of 1 is required.")
+        raise ValueError(
+            f"user_items has no users, nothing to fit: 0 sample(s) (shape={m.shape}) while a minimum of 1 is required."
+        )
     if m.nnz == 0:
         raise ValueError("user_items holds no ratings (nnz = 0); every user and item has no data")
     return m
@@ -249,8 +274,12 @@ def check_ids(ids, n: int, name: str) -> tuple[np.ndarray, bool]:
     if arr.ndim != 1:
         raise ValueError(f"{name} must be an integer or a 1-D array of integers, got shape {arr.shape}")
     if arr.size and arr.dtype.kind not in "iu":
-        if (arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr))
-                and np.all(np.abs(arr) < 2.0**62)):
+        if (
+            arr.dtype.kind == "f"
+            and np.all(np.isfinite(arr))
+            and np.all(arr == np.round(arr))
+            and np.all(np.abs(arr) < 2.0**62)
+        ):
             arr = arr.astype(np.int64)
         else:
             raise ValueError(f"{name} must be integers, got dtype {arr.dtype}")
@@ -318,8 +347,10 @@ def _wrap_fit(fit):
         if "y" in kwargs:
             kwargs.pop("y")
         if kwargs.get("callback") is not None and not callable(kwargs["callback"]):
-            raise ValueError(f"callback must be callable(iteration, elapsed_seconds, loss) or None, "
-                             f"got {type(kwargs['callback']).__name__}")
+            raise ValueError(
+                f"callback must be callable(iteration, elapsed_seconds, loss) or None, "
+                f"got {type(kwargs['callback']).__name__}"
+            )
         R, user_ids, item_ids, given = fit_input(user_items)
         out = fit(self, R, *args, **kwargs)
         self.user_ids_ = user_ids
@@ -432,8 +463,9 @@ class FactorizationModel(BaseEstimator):
         raise NotImplementedError
 
     def _solve_items(self, item_users: sp.csr_matrix):
-        raise NotImplementedError(f"{type(self).__name__} cannot re-solve item factors (recalculate_item / "
-                                  f"partial_fit_items)")
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot re-solve item factors (recalculate_item / partial_fit_items)"
+        )
 
     def _is_private(self) -> bool:
         """Whether the model carries a (finite) privacy guarantee: its parameter ``epsilon`` < inf."""
@@ -473,7 +505,9 @@ class FactorizationModel(BaseEstimator):
             warnings.warn(
                 f"{n_out} of {data.size} ratings ({n_out / data.size:.2%}) fall outside the declared rating range "
                 f"[{low:g}, {high:g}]; check the model's rating_range",
-                RatingRangeWarning, stacklevel=stacklevel)
+                RatingRangeWarning,
+                stacklevel=stacklevel,
+            )
         return n_out
 
     # ------------------------------------------------------------------ id maps
@@ -500,8 +534,13 @@ class FactorizationModel(BaseEstimator):
             if arr.dtype.kind in "iu":
                 ok = (arr >= 0) & (arr < n)
             else:
-                ok = np.array([isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_)) and 0 <= x < n
-                               for x in arr.tolist()], dtype=bool)
+                ok = np.array(
+                    [
+                        isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_)) and 0 <= x < n
+                        for x in arr.tolist()
+                    ],
+                    dtype=bool,
+                )
             codes[ok] = arr[ok].astype(np.int64)
         else:
             codes = index.get_indexer(arr).astype(np.int64)
@@ -516,8 +555,10 @@ class FactorizationModel(BaseEstimator):
 
     def _check_vocabulary_growth(self, which: str, n_new: int, n_old: int):
         if n_new > n_old and getattr(self, f"{which}_ids_", None) is not None:
-            raise ValueError(f"this model maps {which} ids ({which}_ids_ has {n_old} entries); indices >= {n_old} "
-                             f"would be {which}s without an id: refit with the new {which}s instead")
+            raise ValueError(
+                f"this model maps {which} ids ({which}_ids_ has {n_old} entries); indices >= {n_old} "
+                f"would be {which}s without an id: refit with the new {which}s instead"
+            )
 
     # ------------------------------------------------------------------ projection
     def recalculate_user(self, userid, user_items):
@@ -560,8 +601,9 @@ class FactorizationModel(BaseEstimator):
         ids, _ = check_ids(ids, np.iinfo(np.int64).max, "userids")
         rows = as_user_items(user_items, n_items=n_items)
         if rows.shape[0] != ids.size:
-            raise ValueError(f"user_items must contain 1 row for every user in userids ({ids.size}), "
-                             f"got {rows.shape[0]}")
+            raise ValueError(
+                f"user_items must contain 1 row for every user in userids ({ids.size}), got {rows.shape[0]}"
+            )
         if np.unique(ids).size != ids.size:
             raise ValueError("userids holds repeated ids")
         factors, bias = self._project_users(rows)
@@ -614,8 +656,10 @@ class FactorizationModel(BaseEstimator):
                 checked, _ = check_ids(ids, rows.shape[0], "itemid")
                 rows = rows[checked]
             else:
-                raise ValueError(f"item_users must have one row per itemid ({ids.size}) or one per fitted item, "
-                                 f"got {rows.shape[0]} rows")
+                raise ValueError(
+                    f"item_users must have one row per itemid ({ids.size}) or one per fitted item, "
+                    f"got {rows.shape[0]} rows"
+                )
         return rows, ids
 
     def partial_fit_items(self, itemids, item_users):
@@ -636,8 +680,9 @@ class FactorizationModel(BaseEstimator):
             raise ValueError(f"this {type(self).__name__} holds no user factors, so items cannot be solved")
         rows = _item_users(item_users, uf.shape[0])
         if rows.shape[0] != ids.size:
-            raise ValueError(f"item_users must contain 1 row for every item in itemids ({ids.size}), "
-                             f"got {rows.shape[0]}")
+            raise ValueError(
+                f"item_users must contain 1 row for every item in itemids ({ids.size}), got {rows.shape[0]}"
+            )
         factors, bias = self._solve_items(rows)
         V = np.asarray(self.item_factors_)
         n_old, d = V.shape
@@ -663,9 +708,11 @@ class FactorizationModel(BaseEstimator):
         full users x items matrix (then rows ``ids`` are taken); ``None`` allowed unless required."""
         if user_items is None:
             if required:
-                raise ValueError("user_items (the users' rated items, one row per userid) is required with "
-                                 "filter_already_liked_items=True, recalculate_user=True, or for a model without "
-                                 "user factors")
+                raise ValueError(
+                    "user_items (the users' rated items, one row per userid) is required with "
+                    "filter_already_liked_items=True, recalculate_user=True, or for a model without "
+                    "user factors"
+                )
             return None
         mat = as_user_items(user_items, n_items=self.n_items_, model=type(self).__name__)
         if mat.shape[0] == ids.size:
@@ -761,8 +808,14 @@ class FactorizationModel(BaseEstimator):
         sel = np.atleast_1d(np.asarray(selected_items))
         if sel.size == 0:
             raise ValueError("selected_items is empty")
-        return self.recommend(userid, user_items, N=int(sel.size), filter_already_liked_items=False,
-                              recalculate_user=recalculate_user, items=sel)
+        return self.recommend(
+            userid,
+            user_items,
+            N=int(sel.size),
+            filter_already_liked_items=False,
+            recalculate_user=recalculate_user,
+            items=sel,
+        )
 
     def _score_all(self, uvec, ubias):
         scores = uvec @ self.item_factors_.T
@@ -826,7 +879,8 @@ class FactorizationModel(BaseEstimator):
                 raise ValueError(
                     f"X has {m.shape[0]} rows but the model has {n_users} fitted users: a matrix X is indexed like the "
                     "training matrix (its entries are held-out ratings of the training users). To cross-validate, "
-                    "split ratings, not users: pass a long-format DataFrame with privrec.data.RatingSplitCV")
+                    "split ratings, not users: pass a long-format DataFrame with privrec.data.RatingSplitCV"
+                )
             coo = m.tocoo()
             return coo.row.astype(np.int64), coo.col.astype(np.int64), coo.data
         u = self._codes("user", users, n_users if n_users is not None else 0, strict=False)
@@ -867,9 +921,11 @@ class FactorizationModel(BaseEstimator):
         """
         self._check_fitted()
         if self._is_implicit_feedback():
-            raise ValueError(f"score(X) is the negative RMSE of predicted ratings; this {type(self).__name__} models "
-                             "implicit feedback (scores rank items, they are not ratings): evaluate it with "
-                             "privrec.evaluation.evaluate_topk or ranking_metrics")
+            raise ValueError(
+                f"score(X) is the negative RMSE of predicted ratings; this {type(self).__name__} models "
+                "implicit feedback (scores rank items, they are not ratings): evaluate it with "
+                "privrec.evaluation.evaluate_topk or ranking_metrics"
+            )
         u, i, truth = self._entries(X)
         if truth is None:
             from ..data.frames import RATING_COL
@@ -892,8 +948,9 @@ class FactorizationModel(BaseEstimator):
             return cand[top], vals
         return _topk(scores, N)
 
-    def similar_items(self, itemid, N: int = 10, recalculate_item: bool = False, item_users=None, filter_items=None,
-                      items=None):
+    def similar_items(
+        self, itemid, N: int = 10, recalculate_item: bool = False, item_users=None, filter_items=None, items=None
+    ):
         """Top-N items by cosine similarity of item factors: ``(ids, scores)`` (batched like recommend).
 
         Items with an all-zero factor (never seen in training) have similarity 0 to everything.
@@ -908,7 +965,8 @@ class FactorizationModel(BaseEstimator):
             raise ValueError(
                 "this model has no item factors (factors = 0: the bias / popularity model, which the automatic "
                 "configuration chooses when the privacy noise would swamp item embeddings), so item similarity is "
-                "undefined; fit with a larger epsilon, more users or an explicit factors=")
+                "undefined; fit with a larger epsilon, more users or an explicit factors="
+            )
         if recalculate_item:
             query = np.atleast_2d(self.recalculate_item(itemid, item_users))
         else:
@@ -929,8 +987,10 @@ class FactorizationModel(BaseEstimator):
         N = check_int(N, "N", minimum=1)
         uf = getattr(self, "user_factors_", None)
         if uf is None:
-            raise ValueError(f"this {type(self).__name__} holds no user factors (a loaded private model keeps only the "
-                             "item side); add users with partial_fit_users(userids, user_items) first")
+            raise ValueError(
+                f"this {type(self).__name__} holds no user factors (a loaded private model keeps only the "
+                "item side); add users with partial_fit_users(userids, user_items) first"
+            )
         n = uf.shape[0]
         scalar = np.ndim(userid) == 0
         ids, _ = check_ids(userid, n, "userid")
@@ -953,8 +1013,11 @@ class FactorizationModel(BaseEstimator):
         else:
             m = as_user_items(user_items)
             coo = m.tocoo()
-            users, items, vals = np.asarray(user_items.user_ids)[coo.row], np.asarray(user_items.item_ids)[coo.col], \
-                coo.data
+            users, items, vals = (
+                np.asarray(user_items.user_ids)[coo.row],
+                np.asarray(user_items.item_ids)[coo.col],
+                coo.data,
+            )
         if vals is None:
             vals = np.ones(len(users), dtype=np.float32)
         req_codes, req_uniques = pd.factorize(req)
@@ -963,16 +1026,27 @@ class FactorizationModel(BaseEstimator):
         item_idx = self._codes("item", np.asarray(items)[keep], self.n_items_, strict=False)
         unknown = int(np.count_nonzero(item_idx < 0))
         if unknown:
-            warnings.warn(f"{unknown} rated item(s) of the queried users are not in the model's items and are ignored",
-                          UserWarning, stacklevel=3)
+            warnings.warn(
+                f"{unknown} rated item(s) of the queried users are not in the model's items and are ignored",
+                UserWarning,
+                stacklevel=3,
+            )
         ok = item_idx >= 0
         r, c, v = pos[keep][ok], item_idx[ok], np.asarray(vals, dtype=np.float32)[keep][ok]
         # duplicate (user, item) rows are rejected by the COO check, not summed
         mat = as_user_items(sp.coo_matrix((v, (r, c)), shape=(len(req_uniques), self.n_items_)), name="user_items")
         return mat[req_codes]
 
-    def recommend_ids(self, user_id, user_items=None, N: int = 10, filter_already_liked_items: bool = True,
-                      filter_items=None, items=None, recalculate_user: bool = False):
+    def recommend_ids(
+        self,
+        user_id,
+        user_items=None,
+        N: int = 10,
+        filter_already_liked_items: bool = True,
+        filter_items=None,
+        items=None,
+        recalculate_user: bool = False,
+    ):
         """Top-N items for users given by their original ids: ``(item ids, scores)``.
 
         For a model fitted from a DataFrame / ``Interactions`` with ids (``user_ids_`` /
@@ -996,25 +1070,31 @@ class FactorizationModel(BaseEstimator):
         codes = self._codes("user", req, n_users, strict=False) if uf is not None else np.full(req.shape, -1)
         rows = None
         if user_items is not None:
-            by_id = isinstance(user_items, pd.DataFrame) or (not sp.issparse(user_items)
-                                                             and hasattr(user_items, "user_ids"))
+            by_id = isinstance(user_items, pd.DataFrame) or (
+                not sp.issparse(user_items) and hasattr(user_items, "user_ids")
+            )
             if by_id:
                 rows = self._id_rows(req, user_items)
             else:
                 rows = as_user_items(user_items, n_items=self.n_items_, model=type(self).__name__)
                 if rows.shape[0] != req.size:
-                    raise ValueError(f"a sparse user_items must have one row per requested user ({req.size}), "
-                                     f"got {rows.shape[0]}")
+                    raise ValueError(
+                        f"a sparse user_items must have one row per requested user ({req.size}), got {rows.shape[0]}"
+                    )
         projected = np.ones(req.size, dtype=bool) if (recalculate_user or uf is None) else codes < 0
         if projected.any():
             no_data = projected if rows is None else projected & (np.diff(rows.indptr) == 0)
             if no_data.any():
-                raise ValueError(f"user id(s) {list(req[no_data][:5])} have no fitted factors (unknown users, "
-                                 f"recalculate_user=True, or a model without user factors) and no ratings in "
-                                 f"user_items to project them from")
+                raise ValueError(
+                    f"user id(s) {list(req[no_data][:5])} have no fitted factors (unknown users, "
+                    f"recalculate_user=True, or a model without user factors) and no ratings in "
+                    f"user_items to project them from"
+                )
         if filter_already_liked_items and rows is None:
-            raise ValueError("filter_already_liked_items=True needs the users' rated items: pass user_items (e.g. the "
-                             "training DataFrame), or filter_already_liked_items=False")
+            raise ValueError(
+                "filter_already_liked_items=True needs the users' rated items: pass user_items (e.g. the "
+                "training DataFrame), or filter_already_liked_items=False"
+            )
         if recalculate_user or uf is None:
             uvec, ubias = self._project_users(rows)
         else:
@@ -1075,10 +1155,11 @@ class FactorizationModel(BaseEstimator):
     def _array_spec(cls, name) -> tuple[tuple[int, ...], tuple[str, ...]]:
         """``(allowed ndims, allowed dtype names)`` of saved array ``name``; ``ValueError`` if ``name``
         is not one of this class's saved arrays."""
-        if (not isinstance(name, str) or name not in cls._saved_arrays or not name.endswith("_")
-                or name.startswith("_")):
-            raise ValueError(f"array {str(name)[:60]!r} is not a saved array of {cls.__name__} "
-                             f"(expected some of {list(cls._saved_arrays)})")
+        if not isinstance(name, str) or name not in cls._saved_arrays or not name.endswith("_") or name.startswith("_"):
+            raise ValueError(
+                f"array {str(name)[:60]!r} is not a saved array of {cls.__name__} "
+                f"(expected some of {list(cls._saved_arrays)})"
+            )
         spec = cls._array_schema.get(name)
         if spec is None:  # a subclass added an array without a schema entry: float, at most 2-D
             return (0, 1, 2), _FLOAT_DTYPES
@@ -1118,9 +1199,11 @@ class FactorizationModel(BaseEstimator):
                 arr = _c_order(np.asarray(val))
                 ndims, dtypes = self._array_spec(name)
                 if arr.dtype.name not in dtypes or arr.ndim not in ndims:
-                    raise ValueError(f"cannot save {type(self).__name__}: {name} has dtype {arr.dtype} and "
-                                     f"{arr.ndim} dimension(s), the model file schema wants {'/'.join(dtypes)} "
-                                     f"with {'/'.join(map(str, ndims))}")
+                    raise ValueError(
+                        f"cannot save {type(self).__name__}: {name} has dtype {arr.dtype} and "
+                        f"{arr.ndim} dimension(s), the model file schema wants {'/'.join(dtypes)} "
+                        f"with {'/'.join(map(str, ndims))}"
+                    )
                 arrays[name] = arr
         params = {k: _jsonable(v) for k, v in self._saved_params().items()}
         meta = {
@@ -1137,16 +1220,18 @@ class FactorizationModel(BaseEstimator):
         if hasattr(path, "write"):  # an open binary file (implicit's save(file))
             np.savez(path, __meta__=np.array(meta_text), __sha256__=np.array(digest), **arrays)
             return
-        with atomic_path(path) as tmp:
-            with open(tmp, "wb") as fh:
-                np.savez(fh, __meta__=np.array(meta_text), __sha256__=np.array(digest), **arrays)
+        with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+            np.savez(fh, __meta__=np.array(meta_text), __sha256__=np.array(digest), **arrays)
 
     def _id_metadata(self) -> dict[str, Any]:
         out = {}
         uids = getattr(self, "user_ids_", None)
-        if (uids is not None and "user_factors_" in self._saved_arrays
-                and getattr(self, "user_factors_", None) is not None
-                and len(uids) == np.asarray(self.user_factors_).shape[0]):
+        if (
+            uids is not None
+            and "user_factors_" in self._saved_arrays
+            and getattr(self, "user_factors_", None) is not None
+            and len(uids) == np.asarray(self.user_factors_).shape[0]
+        ):
             entry = _ids_to_json(uids, "user")
             if entry is not None:
                 out["user_ids"] = entry
@@ -1156,8 +1241,10 @@ class FactorizationModel(BaseEstimator):
                 warnings.warn(
                     f"item ids not saved with this private {type(self).__name__}: they were derived from the training "
                     "data (the items that have ratings), which the privacy guarantee does not cover. Fit from "
-                    "privrec.data.from_pandas(..., item_ids=<public catalogue>) to release them", UserWarning,
-                    stacklevel=3)
+                    "privrec.data.from_pandas(..., item_ids=<public catalogue>) to release them",
+                    UserWarning,
+                    stacklevel=3,
+                )
             else:
                 entry = _ids_to_json(iids, "item")
                 if entry is not None:
@@ -1207,10 +1294,24 @@ class FactorizationModel(BaseEstimator):
         except ValueError as exc:
             msg = _one_line(exc)
             raise ValueError(msg if msg.startswith(f"{path}:") else f"{path}: {msg}") from None
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, KeyError, TypeError, AttributeError, IndexError,
-                RecursionError, OverflowError, NotImplementedError, RuntimeError, MemoryError) as exc:
-            raise ValueError(f"{path}: not a readable privrec model file ({type(exc).__name__}: "
-                             f"{_one_line(exc)[:300]})") from None
+        except (
+            zipfile.BadZipFile,
+            zlib.error,
+            EOFError,
+            OSError,
+            KeyError,
+            TypeError,
+            AttributeError,
+            IndexError,
+            RecursionError,
+            OverflowError,
+            NotImplementedError,
+            RuntimeError,
+            MemoryError,
+        ) as exc:
+            raise ValueError(
+                f"{path}: not a readable privrec model file ({type(exc).__name__}: {_one_line(exc)[:300]})"
+            ) from None
 
     @classmethod
     def _load_checked(cls, source, path):
@@ -1237,9 +1338,11 @@ class FactorizationModel(BaseEstimator):
             meta = _parse_meta(meta_text)
             version = meta.get("version")
             if version not in _READABLE_VERSIONS:
-                raise _BadModelFile(f"unsupported privrec model format version {version!r} (this privrec reads "
-                                    f"{', '.join(map(str, _READABLE_VERSIONS))}); save the model again with a "
-                                    f"matching privrec version")
+                raise _BadModelFile(
+                    f"unsupported privrec model format version {version!r} (this privrec reads "
+                    f"{', '.join(map(str, _READABLE_VERSIONS))}); save the model again with a "
+                    f"matching privrec version"
+                )
             from . import MODEL_CLASSES
 
             name = meta.get("class")
@@ -1262,14 +1365,17 @@ class FactorizationModel(BaseEstimator):
                     shape, dtype = entry["shape"], entry["dtype"]
                     if not isinstance(dtype, str) or dtype.lstrip("<>|=") not in ("f4", "f8"):
                         raise _BadModelFile(f"array {k}: metadata dtype {str(dtype)[:20]!r} is not float32/float64")
-                if (not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
-                                                           for n in shape)):
+                if not isinstance(shape, list) or not all(
+                    isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape
+                ):
                     raise _BadModelFile(f"array {k}: metadata shape must be a list of non-negative integers")
                 specs[k] = (tuple(shape), dtype, ndims, dtypes)
             allowed = {"__meta__"} | ({"__sha256__"} if version >= 2 else set())
             extra = sorted(set(members) - allowed - set(specs))
             if extra:
-                raise _BadModelFile(f"unexpected member(s) {[e[:40] for e in extra[:5]]} (not declared in the metadata)")
+                raise _BadModelFile(
+                    f"unexpected member(s) {[e[:40] for e in extra[:5]]} (not declared in the metadata)"
+                )
             missing = sorted(set(specs) - set(members))
             if missing:
                 raise _BadModelFile(f"arrays {missing} are declared in the metadata but missing from the file")
@@ -1287,8 +1393,11 @@ class FactorizationModel(BaseEstimator):
         if n_items == 0:  # d = 0 is legal: a DPALS bias / popularity-only model
             raise _BadModelFile(f"item_factors_ has no items (shape {arrays['item_factors_'].shape})")
         params = _check_params(meta.get("params", {}), target)
-        if isinstance(params.get("factors"), int) and not isinstance(params["factors"], bool) \
-                and params["factors"] != d:
+        if (
+            isinstance(params.get("factors"), int)
+            and not isinstance(params["factors"], bool)
+            and params["factors"] != d
+        ):
             raise _BadModelFile(f"params say factors={params['factors']} but item_factors_ has {d} columns")
         if "privacy_report" in meta:
             _verify_privacy_report(meta["privacy_report"], params)
@@ -1314,14 +1423,21 @@ class FactorizationModel(BaseEstimator):
     def _check_loaded_arrays(self, arrays: dict[str, np.ndarray], path) -> None:
         n_items, d = arrays["item_factors_"].shape
         if "user_factors_" in arrays and arrays["user_factors_"].shape[1:] != (d,):
-            raise ValueError(f"{path}: user_factors_ has {arrays['user_factors_'].shape[1:]} columns, item factors have {d}")
+            raise ValueError(
+                f"{path}: user_factors_ has {arrays['user_factors_'].shape[1:]} columns, item factors have {d}"
+            )
         if "item_bias_" in arrays and arrays["item_bias_"].shape != (n_items,):
             raise ValueError(f"{path}: item_bias_ has shape {arrays['item_bias_'].shape}, expected ({n_items},)")
-        if "user_bias_" in arrays and "user_factors_" in arrays and arrays["user_bias_"].shape != arrays["user_factors_"].shape[:1]:
+        if (
+            "user_bias_" in arrays
+            and "user_factors_" in arrays
+            and arrays["user_bias_"].shape != arrays["user_factors_"].shape[:1]
+        ):
             raise ValueError(f"{path}: user_bias_ does not match user_factors_")
 
 
 # ---------------------------------------------------------------------- model file helpers
+
 
 class _BadModelFile(ValueError):
     """A check of the model file failed (the message does not name the file; ``load`` adds it)."""
@@ -1345,8 +1461,11 @@ def _ids_to_json(ids, which: str):
                 break
         if values is not None:
             return {"kind": "object", "values": values}
-    warnings.warn(f"{which} ids of dtype {arr.dtype} are not saved (only str and int ids are): the loaded model "
-                  f"will use indices", UserWarning, stacklevel=4)
+    warnings.warn(
+        f"{which} ids of dtype {arr.dtype} are not saved (only str and int ids are): the loaded model will use indices",
+        UserWarning,
+        stacklevel=4,
+    )
     return None
 
 
@@ -1537,8 +1656,9 @@ def _verify_privacy_report(report, params: dict) -> None:
     if not isinstance(report, dict):
         raise _BadModelFile("privacy report must be an object")
     events = report.get("events")
-    if not isinstance(events, list) or not all(isinstance(e, dict) and isinstance(e.get("event"), dict)
-                                               for e in events):
+    if not isinstance(events, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("event"), dict) for e in events
+    ):
         raise _BadModelFile("privacy report: 'events' must be a list of recorded events")
     delta = report.get("delta")
     if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
@@ -1558,10 +1678,15 @@ def _verify_privacy_report(report, params: dict) -> None:
     if "epsilon" in report and not _same_epsilon(_as_epsilon(report["epsilon"], "epsilon"), claimed[accountant]):
         raise _BadModelFile(f"privacy report: epsilon differs from epsilon_{accountant}")
     target_eps = params.get("epsilon", report.get("target_epsilon"))
-    if "target_epsilon" in report and "epsilon" in params:
-        if not _same_epsilon(_as_epsilon(report["target_epsilon"], "target_epsilon"),
-                             _as_epsilon(params["epsilon"], "the epsilon parameter")):
-            raise _BadModelFile("privacy report: target_epsilon differs from the model's epsilon parameter")
+    if (
+        "target_epsilon" in report
+        and "epsilon" in params
+        and not _same_epsilon(
+            _as_epsilon(report["target_epsilon"], "target_epsilon"),
+            _as_epsilon(params["epsilon"], "the epsilon parameter"),
+        )
+    ):
+        raise _BadModelFile("privacy report: target_epsilon differs from the model's epsilon parameter")
     private = target_eps is not None and not math.isinf(_as_epsilon(target_eps, "target epsilon"))
     if private and not events and not math.isinf(claimed["rdp"]):
         raise _BadModelFile("privacy report of a private model records no events (epsilon cannot be recomputed)")
@@ -1569,11 +1694,14 @@ def _verify_privacy_report(report, params: dict) -> None:
         try:
             actual = epsilon_from_report(report, accountant)
         except (KeyError, TypeError, ValueError, IndexError, RecursionError) as exc:
-            raise _BadModelFile(f"privacy report events are malformed ({type(exc).__name__}: "
-                                f"{_one_line(exc)[:200]})") from None
+            raise _BadModelFile(
+                f"privacy report events are malformed ({type(exc).__name__}: {_one_line(exc)[:200]})"
+            ) from None
         if not _same_epsilon(actual, value):
-            raise _BadModelFile(f"privacy report claims epsilon_{accountant} = {value:g} but its recorded events "
-                                f"give {actual:g}: the report was edited")
+            raise _BadModelFile(
+                f"privacy report claims epsilon_{accountant} = {value:g} but its recorded events "
+                f"give {actual:g}: the report was edited"
+            )
 
 
 def _jsonable(v):

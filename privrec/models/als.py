@@ -34,7 +34,11 @@ _SOLVERS = ("cholesky", "cg")
 
 def check_exponent(value, name: str = "reg_exponent") -> float:
     """A finite real number (the frequency-scaling exponent)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not math.isfinite(value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not math.isfinite(value)
+    ):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
     return float(value)
 
@@ -85,8 +89,9 @@ def half_step(
     grav = gravity_gramian(fixed_factors, unobserved_weight, fixed.shape[1])
     if x0 is not None and with_bias and x0.shape[1] == d:
         x0 = np.hstack([x0, np.zeros((x0.shape[0], 1), dtype=dtype)])
-    sol = solve_rows(matrix.indptr, matrix.indices, targets, fixed, reg_rows, grav, solver, x0, cg_steps,
-                     num_threads=num_threads)
+    sol = solve_rows(
+        matrix.indptr, matrix.indices, targets, fixed, reg_rows, grav, solver, x0, cg_steps, num_threads=num_threads
+    )
     if with_bias:
         return np.ascontiguousarray(sol[:, :d]), np.ascontiguousarray(sol[:, d])
     return sol, None
@@ -127,8 +132,15 @@ class ALS(FactorizationModel):
     are implicit's names for the factor arrays.
     """
 
-    _saved_arrays = ("item_factors_", "user_factors_", "item_bias_", "user_bias_", "global_mean_", "user_reg_norm_",
-                     "item_reg_norm_")
+    _saved_arrays = (
+        "item_factors_",
+        "user_factors_",
+        "item_bias_",
+        "user_bias_",
+        "global_mean_",
+        "user_reg_norm_",
+        "item_reg_norm_",
+    )
 
     def __init__(
         self,
@@ -216,10 +228,32 @@ class ALS(FactorizationModel):
         with tqdm(total=self.iterations, disable=not show_progress, desc="ALS", unit="sweep") as progress:
             for it in range(self.iterations):
                 t0 = time.perf_counter()
-                U, bu = half_step(R, V, bi, mu, reg_u, self.unobserved_weight, self.biases, self.solver, U,
-                                  self.cg_steps, self.num_threads)
-                V, bi = half_step(RT, U, bu, mu, reg_i, self.unobserved_weight, self.biases, self.solver, V,
-                                  self.cg_steps, self.num_threads)
+                U, bu = half_step(
+                    R,
+                    V,
+                    bi,
+                    mu,
+                    reg_u,
+                    self.unobserved_weight,
+                    self.biases,
+                    self.solver,
+                    U,
+                    self.cg_steps,
+                    self.num_threads,
+                )
+                V, bi = half_step(
+                    RT,
+                    U,
+                    bu,
+                    mu,
+                    reg_i,
+                    self.unobserved_weight,
+                    self.biases,
+                    self.solver,
+                    V,
+                    self.cg_steps,
+                    self.num_threads,
+                )
                 progress.update(1)
                 if callback is not None:
                     callback(it, time.perf_counter() - t0, None)
@@ -235,10 +269,23 @@ class ALS(FactorizationModel):
     def _project_users(self, rows: sp.csr_matrix):
         counts = np.diff(rows.indptr).astype(np.float64)
         e = self.reg_exponent
-        reg = self.regularization * ((counts + 1.0) ** e) * float(self.user_reg_norm_) if e else np.full(counts.shape, self.regularization)
+        reg = (
+            self.regularization * ((counts + 1.0) ** e) * float(self.user_reg_norm_)
+            if e
+            else np.full(counts.shape, self.regularization)
+        )
         V = self.item_factors_
-        return half_step(rows, V, self._item_bias(), self._global(), reg, self.unobserved_weight, self.biases, "cholesky",
-                         num_threads=self.num_threads)
+        return half_step(
+            rows,
+            V,
+            self._item_bias(),
+            self._global(),
+            reg,
+            self.unobserved_weight,
+            self.biases,
+            "cholesky",
+            num_threads=self.num_threads,
+        )
 
     def _solve_items(self, rows: sp.csr_matrix):
         """Exact item step (items x users ``rows``) on the fitted user side: ``(factors, item_bias)``.
@@ -250,13 +297,25 @@ class ALS(FactorizationModel):
         if e and norm is None:
             raise ValueError("this ALS model file predates item_reg_norm_ (needed for the item ridge): refit it")
         counts = np.diff(rows.indptr).astype(np.float64)
-        reg = self.regularization * ((counts + 1.0) ** e) * float(norm) if e else np.full(counts.shape,
-                                                                                           self.regularization)
+        reg = (
+            self.regularization * ((counts + 1.0) ** e) * float(norm)
+            if e
+            else np.full(counts.shape, self.regularization)
+        )
         U = np.asarray(self.user_factors_)
         if U.shape[0] != rows.shape[1]:
             raise ValueError(f"item_users has {rows.shape[1]} user columns, but the model has {U.shape[0]} users")
-        return half_step(rows, U, self._user_bias(), self._global(), reg, self.unobserved_weight, self.biases,
-                         "cholesky", num_threads=self.num_threads)
+        return half_step(
+            rows,
+            U,
+            self._user_bias(),
+            self._global(),
+            reg,
+            self.unobserved_weight,
+            self.biases,
+            "cholesky",
+            num_threads=self.num_threads,
+        )
 
 
 class ImplicitALS(FactorizationModel):

@@ -40,17 +40,16 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import allocation
-from .._validation import check_memory
-from .._validation import check_delta, check_epsilon, check_fraction, check_int, check_positive
+from .._validation import check_delta, check_epsilon, check_fraction, check_int, check_memory, check_positive
 from ..privacy import (
     PrivacyLedger,
     calibrate_noise_multiplier,
     calibrate_with_split,
+    check_noise_random_state,
     clip_labels,
     clip_rows,
     compose,
     default_count_fraction,
-    check_noise_random_state,
     gaussian_event,
     make_rng,
 )
@@ -254,12 +253,17 @@ class DPALS(FactorizationModel):
         iters = auto["iterations"] if self.iterations is None else check_int(self.iterations, "iterations", minimum=1)
         budget = auto["budget"] if self.budget is None else check_positive(self.budget, "budget")
         if alloc != "adaptive" and budget != int(budget):
-            raise ValueError(f"budget is the number of sampled items k for {self.method}; must be an integer, got {budget!r}")
+            raise ValueError(
+                f"budget is the number of sampled items k for {self.method}; must be an integer, got {budget!r}"
+            )
         mu = (0.1 if factors == 0 else 0.25) if self.mu is None else check_positive(self.mu, "mu", allow_zero=True)
         if mu > 1:
             raise ValueError(f"mu must be in [0, 1], got {self.mu!r}")
-        reg = auto["regularization"] if self.regularization is None else check_positive(
-            self.regularization, "regularization", allow_zero=True)
+        reg = (
+            auto["regularization"]
+            if self.regularization is None
+            else check_positive(self.regularization, "regularization", allow_zero=True)
+        )
         private = not math.isinf(eps)
         if implicit and factors == 0:
             iters = 0  # the release is the popularity prior alone
@@ -290,8 +294,11 @@ class DPALS(FactorizationModel):
             count_fraction = auto["count_fraction"]
         else:
             count_fraction = check_fraction(self.count_fraction, "count_fraction", closed_high=False)
-        count_sample = int(math.ceil(budget)) if self.count_sample is None else check_int(
-            self.count_sample, "count_sample", minimum=1)
+        count_sample = (
+            int(math.ceil(budget))
+            if self.count_sample is None
+            else check_int(self.count_sample, "count_sample", minimum=1)
+        )
         count_sample = max(1, count_sample)
         dt = np.dtype(self.dtype)
         if dt not in (np.float32, np.float64):
@@ -302,19 +309,39 @@ class DPALS(FactorizationModel):
         fit_biases = bool(self.biases) and not implicit
         bias_feature = (bias_scale * max_norm if private else 1.0) if fit_biases else 0.0
         return {
-            "epsilon": eps, "delta": delta, "kind": kind, "allocation": alloc, "factors": factors,
-            "iterations": iters, "budget": budget, "mu": mu, "reg": reg, "reg_exponent": float(self.reg_exponent),
-            "user_reg": user_reg, "user_reg_exponent": user_reg_exponent,
-            "biases": fit_biases, "popularity_prior": bool(self.biases) and implicit, "bias_feature": bias_feature,
-            "implicit": implicit, "center": center,
-            "unobserved_weight": alpha0, "max_norm": max_norm, "rating_bound": rating_bound,
-            "label_bound": label_bound, "item_frac": item_frac, "count_fraction": count_fraction,
-            "count_sample": count_sample, "gramian_ratio": auto["gramian_ratio"] if self.gramian_ratio is None else check_positive(
-                self.gramian_ratio, "gramian_ratio"),
+            "epsilon": eps,
+            "delta": delta,
+            "kind": kind,
+            "allocation": alloc,
+            "factors": factors,
+            "iterations": iters,
+            "budget": budget,
+            "mu": mu,
+            "reg": reg,
+            "reg_exponent": float(self.reg_exponent),
+            "user_reg": user_reg,
+            "user_reg_exponent": user_reg_exponent,
+            "biases": fit_biases,
+            "popularity_prior": bool(self.biases) and implicit,
+            "bias_feature": bias_feature,
+            "implicit": implicit,
+            "center": center,
+            "unobserved_weight": alpha0,
+            "max_norm": max_norm,
+            "rating_bound": rating_bound,
+            "label_bound": label_bound,
+            "item_frac": item_frac,
+            "count_fraction": count_fraction,
+            "count_sample": count_sample,
+            "gramian_ratio": auto["gramian_ratio"]
+            if self.gramian_ratio is None
+            else check_positive(self.gramian_ratio, "gramian_ratio"),
             "global_ratio": check_positive(self.global_ratio, "global_ratio"),
             "gd_iterations": check_int(self.gd_iterations, "gd_iterations", minimum=1),
-            "init_scale": check_positive(self.init_scale, "init_scale", allow_zero=True), "dtype": dt,
-            "private": private, "accountant": self.accountant,
+            "init_scale": check_positive(self.init_scale, "init_scale", allow_zero=True),
+            "dtype": dt,
+            "private": private,
+            "accountant": self.accountant,
         }
 
     def _rating_range(self):
@@ -337,12 +364,18 @@ class DPALS(FactorizationModel):
         rng_ = self._rating_range()
         if rng_ is not None:
             if lo_v < rng_[0] or hi_v > rng_[1]:
-                raise ValueError(f"ratings span [{lo_v:g}, {hi_v:g}], outside the declared rating_range "
-                                 f"[{rng_[0]:g}, {rng_[1]:g}]; fix the data or declare the right range")
+                raise ValueError(
+                    f"ratings span [{lo_v:g}, {hi_v:g}], outside the declared rating_range "
+                    f"[{rng_[0]:g}, {rng_[1]:g}]; fix the data or declare the right range"
+                )
         elif max(abs(lo_v), abs(hi_v)) > cfg["rating_bound"]:
-            warnings.warn(f"ratings span [{lo_v:g}, {hi_v:g}] beyond rating_bound={cfg['rating_bound']:g}: they are "
-                          "clipped in every private statistic; declare rating_range=(low, high) for this scale, "
-                          "or use feedback='implicit' for counts", UserWarning, stacklevel=3)
+            warnings.warn(
+                f"ratings span [{lo_v:g}, {hi_v:g}] beyond rating_bound={cfg['rating_bound']:g}: they are "
+                "clipped in every private statistic; declare rating_range=(low, high) for this scale, "
+                "or use feedback='implicit' for counts",
+                UserWarning,
+                stacklevel=3,
+            )
 
     @staticmethod
     def _feature_norm(cfg: dict) -> float:
@@ -353,16 +386,31 @@ class DPALS(FactorizationModel):
         """The item-step solver at training noise multiplier ``z`` (shared by calibration and fit)."""
         if cfg["kind"] == "ssp":
             return SSPSolver(
-                noise_multiplier=z, budget=cfg["budget"], max_norm=self._feature_norm(cfg), label_bound=cfg["label_bound"],
-                reg=reg_items, unobserved_weight=cfg["unobserved_weight"], gramian_ratio=cfg["gramian_ratio"],
-                global_ratio=cfg["global_ratio"], dtype=cfg["dtype"],
+                noise_multiplier=z,
+                budget=cfg["budget"],
+                max_norm=self._feature_norm(cfg),
+                label_bound=cfg["label_bound"],
+                reg=reg_items,
+                unobserved_weight=cfg["unobserved_weight"],
+                gramian_ratio=cfg["gramian_ratio"],
+                global_ratio=cfg["global_ratio"],
+                dtype=cfg["dtype"],
             )
         gx = self._feature_norm(cfg)
         radius = cfg["label_bound"] / gx
         return NoisyGDSolver(
-            noise_multiplier=z, iterations=cfg["gd_iterations"], budget=cfg["budget"], max_norm=gx,
-            label_bound=cfg["label_bound"], radius=radius, reg=reg_items, unobserved_weight=cfg["unobserved_weight"],
-            global_ratio=cfg["global_ratio"], schedule=schedule, init=init, dtype=cfg["dtype"],
+            noise_multiplier=z,
+            iterations=cfg["gd_iterations"],
+            budget=cfg["budget"],
+            max_norm=gx,
+            label_bound=cfg["label_bound"],
+            radius=radius,
+            reg=reg_items,
+            unobserved_weight=cfg["unobserved_weight"],
+            global_ratio=cfg["global_ratio"],
+            schedule=schedule,
+            init=init,
+            dtype=cfg["dtype"],
         )
 
     def planned_events(self, count_scale: float, train_scale: float, cfg: dict | None = None) -> list:
@@ -374,7 +422,10 @@ class DPALS(FactorizationModel):
         cfg = cfg or self._settings()
         out = [("item counts", gaussian_event(count_scale))]
         if cfg["center"]:
-            out += [("global mean: sum", gaussian_event(count_scale)), ("global mean: count", gaussian_event(count_scale))]
+            out += [
+                ("global mean: sum", gaussian_event(count_scale)),
+                ("global mean: count", gaussian_event(count_scale)),
+            ]
         if not cfg["iterations"]:
             return out
         solver = self._make_solver(cfg, train_scale)
@@ -395,8 +446,9 @@ class DPALS(FactorizationModel):
         if cfg["iterations"] == 0:  # nothing trained (implicit popularity prior only): counts take it all
             c = calibrate_noise_multiplier(cfg["epsilon"], cfg["delta"], build_count, cfg["accountant"])
             return SplitCalibration(c, 0.0, 1.0, math.nan, cfg["delta"])
-        return calibrate_with_split(cfg["epsilon"], cfg["delta"], cfg["count_fraction"], build_count, build_train,
-                                    accountant=cfg["accountant"])
+        return calibrate_with_split(
+            cfg["epsilon"], cfg["delta"], cfg["count_fraction"], build_count, build_train, accountant=cfg["accountant"]
+        )
 
     # ------------------------------------------------------------------ allocation
     def _allocate(self, cfg: dict, R: sp.csr_matrix, counts: np.ndarray, rng) -> sp.csr_matrix:
@@ -416,7 +468,9 @@ class DPALS(FactorizationModel):
             return allocation.adaptive_task_weights(counts, cfg["mu"], cfg["budget"], n_users)
         return np.ones_like(counts)
 
-    def item_batch(self, cfg: dict, R: sp.csr_matrix, W: sp.csr_matrix, user_factors: np.ndarray, counts, n_users: int) -> TaskBatch:
+    def item_batch(
+        self, cfg: dict, R: sp.csr_matrix, W: sp.csr_matrix, user_factors: np.ndarray, counts, n_users: int
+    ) -> TaskBatch:
         """The item step's multi-task batch: task = item, units = users (Krichene et al., Alg. 3, line 5)."""
         if not cfg["private"]:
             return TaskBatch.from_csr(R, W, user_factors, transpose=True)
@@ -460,8 +514,11 @@ class DPALS(FactorizationModel):
                 # half the sensitivity (the offset is public, so this is post-processing)
                 rr = self._rating_range()
                 mid, half = ((rr[0] + rr[1]) / 2.0, (rr[1] - rr[0]) / 2.0) if rr else (0.0, cfg["rating_bound"])
-                shifted = R_full if not mid else sp.csr_matrix((R_full.data - mid, R_full.indices, R_full.indptr),
-                                                               shape=R_full.shape)
+                shifted = (
+                    R_full
+                    if not mid
+                    else sp.csr_matrix((R_full.data - mid, R_full.indices, R_full.indptr), shape=R_full.shape)
+                )
                 mean_stat = allocation.private_global_mean(shifted, cfg["count_sample"], c_scale, half, rng)
                 mean_stat.record(ledger)
                 mu = float(mean_stat.value) + mid
@@ -583,8 +640,17 @@ class DPALS(FactorizationModel):
         removing a user leaves every other row unchanged (the coupling the item-step
         sensitivity assumes). The user bias enters the item step only through the (clipped) labels.
         """
-        U, b_users = half_step(centered, V, b_items, 0.0, reg_users, cfg["unobserved_weight"], cfg["biases"], "cholesky",
-                               num_threads=self.num_threads)
+        U, b_users = half_step(
+            centered,
+            V,
+            b_items,
+            0.0,
+            reg_users,
+            cfg["unobserved_weight"],
+            cfg["biases"],
+            "cholesky",
+            num_threads=self.num_threads,
+        )
         if cfg["private"] and U.shape[1]:
             U = clip_rows(U, cfg["max_norm"]).astype(cfg["dtype"], copy=False)
         return U, b_users
@@ -643,13 +709,25 @@ class DPALS(FactorizationModel):
         with_bias = self._item_bias() is not None and self.feedback != "implicit"
         if not with_bias and self.item_factors_.shape[1] == 0:  # popularity prior only: nothing per user
             return np.zeros((rows.shape[0], 0), dtype=self.item_factors_.dtype), None
-        return half_step(rows, self.item_factors_, self._item_bias() if with_bias else None, self._global(), reg,
-                         float(self.unobserved_weight), with_bias, "cholesky", num_threads=self.num_threads)
+        return half_step(
+            rows,
+            self.item_factors_,
+            self._item_bias() if with_bias else None,
+            self._global(),
+            reg,
+            float(self.unobserved_weight),
+            with_bias,
+            "cholesky",
+            num_threads=self.num_threads,
+        )
 
     def _metadata(self) -> dict:
-        return {"privacy_report": self.privacy_report(), "user_reg_norm": float(self.user_reg_norm_),
-                "user_regularization": float(self.user_regularization_),
-                "user_reg_exponent": float(self.config_["user_reg_exponent"])}
+        return {
+            "privacy_report": self.privacy_report(),
+            "user_reg_norm": float(self.user_reg_norm_),
+            "user_regularization": float(self.user_regularization_),
+            "user_reg_exponent": float(self.config_["user_reg_exponent"]),
+        }
 
     def _saved_params(self) -> dict:
         """Parameters written with the release. A private model never carries its noise seed:
@@ -685,8 +763,9 @@ def _binarised(m: sp.csr_matrix) -> sp.csr_matrix:
     return out
 
 
-def auto_config(n_users: int, n_items: int, epsilon: float, delta: float, rating_bound: float,
-                implicit: bool = False) -> dict:
+def auto_config(
+    n_users: int, n_items: int, epsilon: float, delta: float, rating_bound: float, implicit: bool = False
+) -> dict:
     """Automatic DPALS hyper-parameters from public quantities only.
 
     Inputs: the numbers of users and items, epsilon, delta, the public rating bound and whether
@@ -708,9 +787,17 @@ def auto_config(n_users: int, n_items: int, epsilon: float, delta: float, rating
     without accounting for it.
     """
     if math.isinf(epsilon):
-        return {"factors": 32, "iterations": 15, "budget": 100.0, "regularization": 20.0,
-                "user_regularization": 20.0, "max_norm": 1.0, "count_fraction": 0.2, "gramian_ratio": 1.0,
-                "item_frac": 1.0}
+        return {
+            "factors": 32,
+            "iterations": 15,
+            "budget": 100.0,
+            "regularization": 20.0,
+            "user_regularization": 20.0,
+            "max_norm": 1.0,
+            "count_fraction": 0.2,
+            "gramian_ratio": 1.0,
+            "item_frac": 1.0,
+        }
     signal = n_users * min(epsilon, 20.0)
     if implicit:
         # popularity prior only / a small rank / the head-restricted rank of the reference settings
@@ -721,9 +808,17 @@ def auto_config(n_users: int, n_items: int, epsilon: float, delta: float, rating
             factors, iters, user_reg, item_frac = 8, 2, 1.0, 1.0
         else:
             factors, iters, user_reg, item_frac = 32, 3, 30.0, 0.1
-        return {"factors": factors, "iterations": iters, "budget": 100.0, "regularization": 30.0,
-                "user_regularization": user_reg, "max_norm": 0.1, "count_fraction": default_count_fraction(epsilon),
-                "gramian_ratio": 1.0, "item_frac": item_frac}
+        return {
+            "factors": factors,
+            "iterations": iters,
+            "budget": 100.0,
+            "regularization": 30.0,
+            "user_regularization": user_reg,
+            "max_norm": 0.1,
+            "count_fraction": default_count_fraction(epsilon),
+            "gramian_ratio": 1.0,
+            "item_frac": item_frac,
+        }
     if signal < 150_000:  # private bias model
         factors, iters, max_norm = 0, 1, 0.2 if epsilon <= 2 else 0.5
         reg = 40.0 if epsilon <= 2 else (20.0 if epsilon <= 10 else 5.0)
@@ -731,6 +826,14 @@ def auto_config(n_users: int, n_items: int, epsilon: float, delta: float, rating
         factors, iters, max_norm, reg = 8, (2 if signal < 250_000 else 4), 0.5, 40.0
     # bias model: the 1-d "Gramian" is a weighted count, large for the items whose bias matters, so
     # its noise hurts less than the right-hand side's: twice the RHS multiplier (validation, ML-100K)
-    return {"factors": factors, "iterations": iters, "budget": 100.0, "regularization": reg,
-            "user_regularization": 5.0, "max_norm": max_norm, "count_fraction": default_count_fraction(epsilon),
-            "gramian_ratio": 2.0 if factors == 0 else 1.0, "item_frac": 1.0}
+    return {
+        "factors": factors,
+        "iterations": iters,
+        "budget": 100.0,
+        "regularization": reg,
+        "user_regularization": 5.0,
+        "max_norm": max_norm,
+        "count_fraction": default_count_fraction(epsilon),
+        "gramian_ratio": 2.0 if factors == 0 else 1.0,
+        "item_frac": 1.0,
+    }

@@ -32,8 +32,8 @@ Statistical care (what makes the bound valid):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 import numpy as np
 from scipy import optimize, stats
@@ -130,8 +130,15 @@ def _eps_from_rates(fpr, fnr, delta: float):
     return np.maximum(np.fmax(a, b), 0.0)
 
 
-def epsilon_lower_bound(false_positives: int, n_negative: int, false_negatives: int, n_positive: int,
-                        delta: float, confidence: float = 0.95, n_tests: int = 1) -> tuple[float, float, float]:
+def epsilon_lower_bound(
+    false_positives: int,
+    n_negative: int,
+    false_negatives: int,
+    n_positive: int,
+    delta: float,
+    confidence: float = 0.95,
+    n_tests: int = 1,
+) -> tuple[float, float, float]:
     """``(eps_lower, fpr_upper, fnr_upper)`` of one test at the given confidence.
 
     ``false_positives`` of ``n_negative`` runs on D (canary absent) were called "present",
@@ -211,8 +218,8 @@ def _rates(s0: np.ndarray, s1: np.ndarray, t, orientation: int):
     a0 = np.sort(orientation * s0)
     a1 = np.sort(orientation * s1)
     tt = orientation * t
-    fp = a0.size - np.searchsorted(a0, tt, side="right")   # orientation * s0 > orientation * t
-    fn = np.searchsorted(a1, tt, side="right")              # orientation * s1 <= orientation * t
+    fp = a0.size - np.searchsorted(a0, tt, side="right")  # orientation * s0 > orientation * t
+    fn = np.searchsorted(a1, tt, side="right")  # orientation * s1 <= orientation * t
     return fp, fn
 
 
@@ -237,10 +244,12 @@ def _choose_test(s0, s1, delta, confidence, orientations=(1, -1)):
     best = None
     for orientation in orientations:
         fp, fn = _rates(s0, s1, cands, orientation)
-        eps = _eps_from_rates(clopper_pearson_upper(fp, s0.size, alpha), clopper_pearson_upper(fn, s1.size, alpha),
-                              delta)
-        tie = _eps_from_rates(clopper_pearson_upper(fp, s0.size, alpha_tie),
-                              clopper_pearson_upper(fn, s1.size, alpha_tie), delta)
+        eps = _eps_from_rates(
+            clopper_pearson_upper(fp, s0.size, alpha), clopper_pearson_upper(fn, s1.size, alpha), delta
+        )
+        tie = _eps_from_rates(
+            clopper_pearson_upper(fp, s0.size, alpha_tie), clopper_pearson_upper(fn, s1.size, alpha_tie), delta
+        )
         j = int(np.lexsort((tie, eps))[-1])  # max eps, then max tie-break
         key = (float(eps[j]), float(tie[j]))
         if best is None or key > best[0]:
@@ -265,8 +274,15 @@ def _projection(o0: np.ndarray, o1: np.ndarray) -> np.ndarray:
     return (m1 - m0) / var
 
 
-def audit_scores(scores_without, scores_with, delta: float, confidence: float = 0.95, method: str = "split",
-                 thresholds=None, orientation: int | None = None) -> AuditResult:
+def audit_scores(
+    scores_without,
+    scores_with,
+    delta: float,
+    confidence: float = 0.95,
+    method: str = "split",
+    thresholds=None,
+    orientation: int | None = None,
+) -> AuditResult:
     """Audit from per-run observables: ``scores_without`` from D (no canary), ``scores_with`` from D'.
 
     Each may be ``(n,)`` scalar scores or ``(n, k)`` vector observables. Runs must be iid (the
@@ -306,12 +322,32 @@ def audit_scores(scores_without, scores_with, delta: float, confidence: float = 
             eps = np.atleast_1d(_eps_from_rates(fpr_u, fnr_u, delta))
             j = int(np.argmax(eps))
             if best is None or eps[j] > best[0]:
-                best = (float(eps[j]), orient, float(grid[j]), int(np.atleast_1d(fp)[j]), int(np.atleast_1d(fn)[j]),
-                        float(np.atleast_1d(fpr_u)[j]), float(np.atleast_1d(fnr_u)[j]))
+                best = (
+                    float(eps[j]),
+                    orient,
+                    float(grid[j]),
+                    int(np.atleast_1d(fp)[j]),
+                    int(np.atleast_1d(fn)[j]),
+                    float(np.atleast_1d(fpr_u)[j]),
+                    float(np.atleast_1d(fnr_u)[j]),
+                )
         eps, orient, t, fp, fn, fpr_u, fnr_u = best
-        return AuditResult(eps, fp / s0.size, fn / s1.size, n_runs, t, float(confidence), fpr_u, fnr_u, orient,
-                           min(s0.size, s1.size), delta, "grid", n_tests,
-                           empirical_epsilon(fp / s0.size, fn / s1.size, delta))
+        return AuditResult(
+            eps,
+            fp / s0.size,
+            fn / s1.size,
+            n_runs,
+            t,
+            float(confidence),
+            fpr_u,
+            fnr_u,
+            orient,
+            min(s0.size, s1.size),
+            delta,
+            "grid",
+            n_tests,
+            empirical_epsilon(fp / s0.size, fn / s1.size, delta),
+        )
     h0, h1 = o0.shape[0] // 2, o1.shape[0] // 2
     if h0 < 2 or h1 < 2:
         raise ValueError("the split audit needs at least 4 runs per dataset")
@@ -325,14 +361,38 @@ def audit_scores(scores_without, scores_with, delta: float, confidence: float = 
     fp, fn = _rates(e0, e1, t, orient)
     fp, fn = int(fp), int(fn)
     eps, fpr_u, fnr_u = epsilon_lower_bound(fp, e0.size, fn, e1.size, delta, confidence)
-    return AuditResult(eps, fp / e0.size, fn / e1.size, n_runs, t, float(confidence), fpr_u, fnr_u, orient,
-                       min(e0.size, e1.size), delta, "split", 1, empirical_epsilon(fp / e0.size, fn / e1.size, delta))
+    return AuditResult(
+        eps,
+        fp / e0.size,
+        fn / e1.size,
+        n_runs,
+        t,
+        float(confidence),
+        fpr_u,
+        fnr_u,
+        orient,
+        min(e0.size, e1.size),
+        delta,
+        "split",
+        1,
+        empirical_epsilon(fp / e0.size, fn / e1.size, delta),
+    )
 
 
 # ------------------------------------------------------------------------------------- runner
-def run_audit(fit_release: Callable, dataset_without, dataset_with, n_runs: int = 500, delta: float = 1e-5,
-              confidence: float = 0.95, method: str = "split", thresholds=None, orientation: int | None = None,
-              progress: Callable | None = None, return_scores: bool = False):
+def run_audit(
+    fit_release: Callable,
+    dataset_without,
+    dataset_with,
+    n_runs: int = 500,
+    delta: float = 1e-5,
+    confidence: float = 0.95,
+    method: str = "split",
+    thresholds=None,
+    orientation: int | None = None,
+    progress: Callable | None = None,
+    return_scores: bool = False,
+):
     """Fit ``n_runs`` times on each neighbouring dataset and lower-bound epsilon.
 
     ``fit_release(dataset, seed)`` fits the mechanism on ``dataset`` with noise from OS entropy

@@ -16,8 +16,8 @@ in Krichene et al. (App. D.1): the share of the *RDP budget*, i.e. of the total 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import dp_accounting
 import numpy as np
@@ -75,7 +75,9 @@ def calibrate_noise_multiplier(
     if accountant == "pld" and epsilon_fn is None:
         # PLD is tighter than RDP, so the (cheap) RDP calibration is an upper bracket: start there
         try:
-            hi = calibrate_noise_multiplier(target, delta, build_event, "rdp", orders, neighboring, rtol, max_iterations)
+            hi = calibrate_noise_multiplier(
+                target, delta, build_event, "rdp", orders, neighboring, rtol, max_iterations
+            )
         except Exception:  # events RDP cannot compose (Poisson sampling under replace-one): plain search
             hi = 1.0
         if hi <= 0:

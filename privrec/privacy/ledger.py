@@ -191,7 +191,7 @@ class PrivacyLedger:
         self.entries.append(LedgerEntry(str(label), event, dict(meta)))
         return event
 
-    def extend(self, other: "PrivacyLedger", prefix: str = "") -> None:
+    def extend(self, other: PrivacyLedger, prefix: str = "") -> None:
         for e in other.entries:
             self.entries.append(LedgerEntry(prefix + e.label, e.event, dict(e.meta)))
 
@@ -246,8 +246,11 @@ class PrivacyLedger:
         return _json_safe(out)
 
     @classmethod
-    def from_report(cls, report: dict[str, Any]) -> "PrivacyLedger":
-        ledger = cls(orders=report.get("rdp_orders", DEFAULT_RDP_ORDERS), neighboring=report.get("neighboring", "add_or_remove_one"))
+    def from_report(cls, report: dict[str, Any]) -> PrivacyLedger:
+        ledger = cls(
+            orders=report.get("rdp_orders", DEFAULT_RDP_ORDERS),
+            neighboring=report.get("neighboring", "add_or_remove_one"),
+        )
         for e in report["events"]:
             ledger.record(e["label"], event_from_dict(e["event"]), **e.get("meta", {}))
         return ledger

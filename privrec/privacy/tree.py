@@ -105,8 +105,9 @@ class TreeAggregator:
     and ``noisy[k]`` the released noisy sum of the last completed level-``k`` node.
     """
 
-    def __init__(self, shape, num_leaves: int, sensitivity: float, noise_multiplier: float,
-                 random_state=None, dtype=np.float32):
+    def __init__(
+        self, shape, num_leaves: int, sensitivity: float, noise_multiplier: float, random_state=None, dtype=np.float32
+    ):
         self.shape = tuple(np.atleast_1d(shape).astype(int)) if np.ndim(shape) else (int(shape),)
         self.num_leaves = check_int(num_leaves, "num_leaves", minimum=1)
         self.sensitivity = check_positive(sensitivity, "sensitivity")
@@ -126,8 +127,14 @@ class TreeAggregator:
 
     def record(self, ledger, label: str = "binary-tree prefix sums"):
         """Record :attr:`event` in ``ledger`` with the tree's parameters as metadata."""
-        return ledger.record(label, self.event, num_leaves=self.num_leaves, sensitivity=self.sensitivity,
-                             node_noise_std=self.noise_std, depth=tree_depth(self.num_leaves))
+        return ledger.record(
+            label,
+            self.event,
+            num_leaves=self.num_leaves,
+            sensitivity=self.sensitivity,
+            node_noise_std=self.noise_std,
+            depth=tree_depth(self.num_leaves),
+        )
 
     def add(self, leaf) -> np.ndarray:
         """Add leaf ``m = count + 1``; return the noisy prefix sum of leaves ``1..m``."""

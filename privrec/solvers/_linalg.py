@@ -66,8 +66,8 @@ class _Lapack:
                 raise RuntimeError(f"no pointer for {prefix}{routine}")
             return ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nargs))(ptr)
 
-        self.potrf = fn("potrf", 5)   # uplo, n, a, lda, info
-        self.posv = fn("posv", 8)     # uplo, n, nrhs, a, lda, b, ldb, info
+        self.potrf = fn("potrf", 5)  # uplo, n, a, lda, info
+        self.posv = fn("posv", 8)  # uplo, n, nrhs, a, lda, b, ldb, info
         self.sytrd = fn("sytrd", 10)  # uplo, n, a, lda, d, e, tau, work, lwork, info
         self.stevd = fn("stevd", 11)  # jobz, n, d, e, z, ldz, work, lwork, iwork, liwork, info
         self.ormtr = fn("ormtr", 13)  # side, uplo, trans, m, n, a, lda, tau, c, ldc, work, lwork, info
@@ -93,7 +93,9 @@ def _ints(*values):
     return [ctypes.c_int(v) for v in values]
 
 
-def task_chunks(indptr: np.ndarray, chunk_tasks: int = DEFAULT_CHUNK_TASKS, chunk_examples: int = DEFAULT_CHUNK_EXAMPLES):
+def task_chunks(
+    indptr: np.ndarray, chunk_tasks: int = DEFAULT_CHUNK_TASKS, chunk_examples: int = DEFAULT_CHUNK_EXAMPLES
+):
     """Contiguous task ranges [t0, t1) with at most ``chunk_tasks`` tasks and, unless a single task
     is larger, at most ``chunk_examples`` examples (bounds the gathered (examples, d) block)."""
     m = indptr.size - 1
@@ -208,9 +210,16 @@ def _gather_buffer(n: int, d: int, dtype) -> np.ndarray:
     return buf[:need].reshape(n, d)
 
 
-def chunk_statistics(batch: TaskBatch, x: np.ndarray, y: np.ndarray, t0: int, t1: int,
-                     label_bound: float | None = None, block_examples: int = DEFAULT_BLOCK_EXAMPLES,
-                     light_examples: int = LIGHT_TASK_EXAMPLES):
+def chunk_statistics(
+    batch: TaskBatch,
+    x: np.ndarray,
+    y: np.ndarray,
+    t0: int,
+    t1: int,
+    label_bound: float | None = None,
+    block_examples: int = DEFAULT_BLOCK_EXAMPLES,
+    light_examples: int = LIGHT_TASK_EXAMPLES,
+):
     """Weighted Gramians sum_e w_e x_e x_e^T and RHS sum_e w_e y_e x_e for tasks [t0, t1).
 
     ``y`` holds the labels of all examples (already clipped, or clipped here block by block when
@@ -316,8 +325,14 @@ def _split_gramian(xs: np.ndarray, d0: int, out: np.ndarray) -> None:
     out[d0:, d0:] = (corner + corner.T) * out.dtype.type(0.5)
 
 
-def weighted_statistics(batch: TaskBatch, max_norm=None, label_bound=None, dtype=np.float64,
-                        chunk_tasks: int = DEFAULT_CHUNK_TASKS, chunk_examples: int = DEFAULT_CHUNK_EXAMPLES):
+def weighted_statistics(
+    batch: TaskBatch,
+    max_norm=None,
+    label_bound=None,
+    dtype=np.float64,
+    chunk_tasks: int = DEFAULT_CHUNK_TASKS,
+    chunk_examples: int = DEFAULT_CHUNK_EXAMPLES,
+):
     """All tasks' clipped weighted statistics before noise: Gramians (m, d, d) and RHS (m, d).
 
     These are exactly what SSP perturbs (spec 004 §2); exposed for sensitivity tests and audits.
@@ -371,7 +386,9 @@ def add_symmetric_noise(G: np.ndarray, std: float, rng) -> None:
 _TRIDIAG = {np.dtype(np.float32): ("ssytrd", "sstevd"), np.dtype(np.float64): ("dsytrd", "dstevd")}
 
 
-def projected_ridge_solve(G: np.ndarray, b: np.ndarray, shift, floor: float = 0.0, overwrite_g: bool = False) -> np.ndarray:
+def projected_ridge_solve(
+    G: np.ndarray, b: np.ndarray, shift, floor: float = 0.0, overwrite_g: bool = False
+) -> np.ndarray:
     """theta_i = pinv(PSD_floor(G_i) + shift_i I) b_i for a stack of symmetric G (spec 004 §2).
 
     ``PSD_floor(G) = V diag(max(lam, floor)) V^T`` with ``G = V diag(lam) V^T``: the same
@@ -505,7 +522,12 @@ def projected_solve(G: np.ndarray, b: np.ndarray, shift, extra: np.ndarray, floo
     pn, pinfo, plt, ple, pliw, plo = (ctypes.byref(v) for v in (n, info, lw_trd, lw_evd, liw, lw_orm))
     plam, poff, pz, ptau, pwork, piwork = (a.ctypes.data for a in (lam, off, Zt, tau, work, iwork))
     pr, sr = R.ctypes.data, R.strides[0]
-    lower, vec, left, notrans = _CHARS["L"], _CHARS["V"], ctypes.create_string_buffer(b"L"), ctypes.create_string_buffer(b"N")
+    lower, vec, left, notrans = (
+        _CHARS["L"],
+        _CHARS["V"],
+        ctypes.create_string_buffer(b"L"),
+        ctypes.create_string_buffer(b"N"),
+    )
     fl = dtype.type(floor)
     for i in range(m):
         lp.sytrd(lower, pn, pr + i * sr, pn, plam, poff, ptau, pwork, plt, pinfo)

@@ -19,7 +19,6 @@ import scipy.sparse as sp
 
 from .._validation import check_finite_array
 
-
 #: examples per block in :meth:`TaskBatch.unit_spend` (bounds its float64 temporaries)
 _SPEND_CHUNK = 1 << 22
 
@@ -89,7 +88,7 @@ class TaskBatch:
         drop_zero_weights: bool = True,
         task_sizes=None,
         task_weights=None,
-    ) -> "TaskBatch":
+    ) -> TaskBatch:
         """Build a batch from a labels CSR and a *parallel* weights CSR (same indptr/indices).
 
         Without ``transpose`` the matrices are tasks x units (row i = task i). With
@@ -113,7 +112,7 @@ class TaskBatch:
         # positions fit int32 when nnz < 2^31: halves the permutation arrays (no int64 copies)
         pos_dtype = np.int32 if nnz < 2**31 - 1 else np.int64
         if transpose:
-            n_tasks, n_units = n_cols, n_rows
+            _n_tasks, n_units = n_cols, n_rows
             if features.ndim != 2 or features.shape[0] != n_units:
                 raise ValueError(f"features must have {n_units} rows (one per unit), got shape {features.shape}")
             # one O(nnz) counting sort (scipy's CSR -> CSC) of the entry positions, applied to both
@@ -129,7 +128,7 @@ class TaskBatch:
             fid, indptr = pos.indices, pos.indptr.astype(np.int64)
             del pos
         else:
-            n_tasks, n_units = n_rows, n_cols
+            _n_tasks, n_units = n_rows, n_cols
             if features.ndim != 2 or features.shape[0] != n_units:
                 raise ValueError(f"features must have {n_units} rows (one per unit), got shape {features.shape}")
             fid = labels.indices
@@ -148,7 +147,7 @@ class TaskBatch:
         fid = fid.astype(id_dtype) if fid is labels.indices else fid.astype(id_dtype, copy=False)
         return cls(indptr, fid, features, lab, w, task_sizes, task_weights)
 
-    def with_features(self, features) -> "TaskBatch":
+    def with_features(self, features) -> TaskBatch:
         """Same tasks, labels and weights with new unit features (e.g. the next ALS sweep)."""
         features = np.asarray(features)
         if features.ndim != 2 or features.shape[0] != self.n_units:

@@ -27,8 +27,8 @@ Step sizes (Thm 3.12 proofs, Lemmas A.2/A.3), from *public* task sizes n_i and w
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import dp_accounting
 import numpy as np
@@ -116,7 +116,9 @@ class NoisyGDSolver:
         check_execution(self.chunk_tasks, self.chunk_examples, self.n_jobs)
         if isinstance(self.schedule, str):
             if self.schedule not in ("convex", "strongly_convex"):
-                raise ValueError(f"schedule must be 'convex', 'strongly_convex', a float or a callable, got {self.schedule!r}")
+                raise ValueError(
+                    f"schedule must be 'convex', 'strongly_convex', a float or a callable, got {self.schedule!r}"
+                )
         elif not callable(self.schedule):
             check_positive(self.schedule, "schedule (constant step size)")
 
@@ -126,7 +128,7 @@ class NoisyGDSolver:
         """z giving the paper's per-step noise Gamma sqrt(T/2) at budget beta: sqrt(T / (2 beta))."""
         return math.sqrt(check_int(iterations, "iterations", minimum=1) / (2.0 * check_positive(budget, "budget")))
 
-    def with_noise_multiplier(self, z: float) -> "NoisyGDSolver":
+    def with_noise_multiplier(self, z: float) -> NoisyGDSolver:
         return replace(self, noise_multiplier=z)
 
     @property
@@ -145,13 +147,33 @@ class NoisyGDSolver:
         if self.unobserved_weight > 0:
             z0 = z * self.global_ratio
             g2 = float(self.max_norm) ** 2
-            out.append(("noisy GD global Gramian", gaussian_event(z0),
-                        {"mechanism": "gaussian", "noise_multiplier": z0, "sensitivity": g2,
-                         "noise_std": z0 * g2, "symmetric": True}))
+            out.append(
+                (
+                    "noisy GD global Gramian",
+                    gaussian_event(z0),
+                    {
+                        "mechanism": "gaussian",
+                        "noise_multiplier": z0,
+                        "sensitivity": g2,
+                        "noise_std": z0 * g2,
+                        "symmetric": True,
+                    },
+                )
+            )
         step = gaussian_event(z)
-        ev = step if T == 1 or not isinstance(step, dp_accounting.GaussianDpEvent) else dp_accounting.SelfComposedDpEvent(step, T)
-        meta = {"mechanism": "gaussian", "noise_multiplier": z, "steps": T, "noise_std": self.noise_std(),
-                "gradient_bound": self.gradient_bound, "budget": self.budget}
+        ev = (
+            step
+            if T == 1 or not isinstance(step, dp_accounting.GaussianDpEvent)
+            else dp_accounting.SelfComposedDpEvent(step, T)
+        )
+        meta = {
+            "mechanism": "gaussian",
+            "noise_multiplier": z,
+            "steps": T,
+            "noise_std": self.noise_std(),
+            "gradient_bound": self.gradient_bound,
+            "budget": self.budget,
+        }
         if self.budget is not None:
             meta["sensitivity"] = math.sqrt(self.budget) * self.gradient_bound
         out.append(("noisy GD gradients", ev, meta))

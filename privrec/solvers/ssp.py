@@ -67,7 +67,6 @@ from ._linalg import (
 )
 from .batch import SolverResult, TaskBatch
 
-
 # systems solved together after the noise is added (bounds the copies made by the solves)
 _SOLVE_BATCH = 256
 
@@ -119,7 +118,7 @@ class SSPSolver:
         check_execution(self.chunk_tasks, self.chunk_examples, self.n_jobs)
 
     # -------------------------------------------------------------- accounting
-    def with_noise_multiplier(self, z: float) -> "SSPSolver":
+    def with_noise_multiplier(self, z: float) -> SSPSolver:
         return replace(self, noise_multiplier=z)
 
     def multipliers(self) -> dict[str, float]:

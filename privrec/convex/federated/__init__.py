@@ -11,6 +11,7 @@ relation of ISRL-DP; results carry one JSON report per silo, recomputable with
 :func:`report_epsilon` (plain dp_accounting, with the accountant the report names).
 """
 
+from ._common import FederatedResult, federated_objective, project_ball
 from .accelerated import (
     accelerated_mb_sgd,
     acsa_step,
@@ -29,7 +30,7 @@ from .calibration import (
     paper_theory_sigma2,
 )
 from .channel import SiloChannel, ledger_report, report_epsilon
-from ._common import FederatedResult, federated_objective, project_ball
+from .estimators import FederatedDPClassifier, FederatedDPRegressor
 from .mbsgd import local_sgd, mb_sgd
 from .moreau import AbsoluteLoss, HingeLoss, MoreauEnvelope
 from .shuffle import (
@@ -57,8 +58,53 @@ from .srgd import (
     zero_out_epsilon,
 )
 
-__all__ = [name for name in dir() if not name.startswith("_")]
-
-from .estimators import FederatedDPClassifier, FederatedDPRegressor  # noqa: E402
-
-__all__ = [name for name in dir() if not name.startswith("_")]
+__all__ = [
+    "AbsoluteLoss",
+    "Availability",
+    "FederatedDPClassifier",
+    "FederatedDPRegressor",
+    "FederatedResult",
+    "HingeLoss",
+    "MoreauEnvelope",
+    "SRGDParams",
+    "Silo",
+    "SiloChannel",
+    "SiloSet",
+    "SingleEpochResult",
+    "accelerated_dp_srgd",
+    "accelerated_mb_sgd",
+    "accountant_multiplier",
+    "acsa_step",
+    "advanced_composition",
+    "calibrate_shuffle",
+    "dp_ftrl_single_epoch",
+    "dp_sgd_single_epoch",
+    "eta",
+    "eta_cumulative",
+    "event_multiplier",
+    "federated_objective",
+    "fmt_shuffle_epsilon",
+    "gaussian_epsilon",
+    "general_preset",
+    "interior_preset",
+    "ledger_report",
+    "local_sgd",
+    "mb_sgd",
+    "md_weights",
+    "message_event",
+    "multistage_accelerated",
+    "multistage_schedule",
+    "paper_local_sgd_sigma2",
+    "paper_min_batch",
+    "paper_moments_batch",
+    "paper_moments_sigma2",
+    "paper_one_pass_sigma2",
+    "paper_theory_sigma2",
+    "project_ball",
+    "recursive_gradients",
+    "report_epsilon",
+    "shuffle_guarantee",
+    "shuffled_mb_sgd",
+    "tau",
+    "zero_out_epsilon",
+]

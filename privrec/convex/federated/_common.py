@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -78,9 +79,17 @@ def batch_sizes(silos: SiloSet, batch_size) -> list[int]:
     return [min(K, s.n) for s in silos]
 
 
-def make_channels(silos: SiloSet, loss, clip, batch: list[int], max_messages: int, sampling: str,
-                  rng: np.random.Generator, paper_sigma: Callable[[Silo, int], float] | None = None,
-                  private: bool = True) -> list[SiloChannel]:
+def make_channels(
+    silos: SiloSet,
+    loss,
+    clip,
+    batch: list[int],
+    max_messages: int,
+    sampling: str,
+    rng: np.random.Generator,
+    paper_sigma: Callable[[Silo, int], float] | None = None,
+    private: bool = True,
+) -> list[SiloChannel]:
     chans = []
     for s, K in zip(silos, batch):
         if not private:
@@ -90,8 +99,9 @@ def make_channels(silos: SiloSet, loss, clip, batch: list[int], max_messages: in
     return chans
 
 
-def finish(theta, chans: list[SiloChannel], label: str, history=None, ledger_meta: dict | None = None,
-           **info) -> FederatedResult:
+def finish(
+    theta, chans: list[SiloChannel], label: str, history=None, ledger_meta: dict | None = None, **info
+) -> FederatedResult:
     reports = [c.close(label, **(ledger_meta or {})) for c in chans]
     eps = [float(r["epsilon"]) for r in reports]  # "inf" (JSON-safe) -> math.inf
     info.setdefault("noise_std", [c.noise_std for c in chans])

@@ -61,8 +61,9 @@ def acsa_step(w_prev, w_ag, grad_at, alpha: float, eta: float, mu: float, radius
     return w, alpha * w + (1.0 - alpha) * w_ag, w_md
 
 
-def _run_stage(theta, R, alpha_fn, eta_fn, mu, chans, avail, rng, radius, loss, silos, lam, center,
-               history, offset, trace):
+def _run_stage(
+    theta, R, alpha_fn, eta_fn, mu, chans, avail, rng, radius, loss, silos, lam, center, history, offset, trace
+):
     l2 = getattr(loss, "l2", 0.0)
     w_prev = theta.copy()
     w_ag = theta.copy()
@@ -81,12 +82,29 @@ def _run_stage(theta, R, alpha_fn, eta_fn, mu, chans, avail, rng, radius, loss, 
     return w_ag
 
 
-def accelerated_mb_sgd(silos, loss, *, batch_size, smoothness: float, clip: float | None = None,
-                       rounds: int | None = None, mode: str = "erm", strong_convexity: float = 0.0,
-                       v: float | None = None, alpha=None, eta=None, prox_center_l2: float = 0.0,
-                       radius: float | None = None, n_available=None, sampling: str = "poisson",
-                       noise: str = "accountant", private: bool = True, theta0=None, random_state=None,
-                       trace: bool = False):
+def accelerated_mb_sgd(
+    silos,
+    loss,
+    *,
+    batch_size,
+    smoothness: float,
+    clip: float | None = None,
+    rounds: int | None = None,
+    mode: str = "erm",
+    strong_convexity: float = 0.0,
+    v: float | None = None,
+    alpha=None,
+    eta=None,
+    prox_center_l2: float = 0.0,
+    radius: float | None = None,
+    n_available=None,
+    sampling: str = "poisson",
+    noise: str = "accountant",
+    private: bool = True,
+    theta0=None,
+    random_state=None,
+    trace: bool = False,
+):
     """ISRL-DP accelerated MB-SGD (Algorithm 1), ``mode="one_pass"`` or ``"erm"``.
 
     ``smoothness`` is beta of the loss on the clipped domain; ``v`` defaults to ``2 beta``;
@@ -105,14 +123,14 @@ def accelerated_mb_sgd(silos, loss, *, batch_size, smoothness: float, clip: floa
         sampling = "disjoint"
         max_r = min(s.n // K for s, K in zip(silos, Ks))
         R = max_r if rounds is None else check_int(rounds, "rounds", minimum=1)
-        if R > max_r or R < 1:
+        if max_r < R or R < 1:
             raise ValueError(f"one pass allows at most {max_r} rounds at these batch sizes, got {R}")
-        paper = (lambda s, K: math.sqrt(paper_one_pass_sigma2(clip, K, s.epsilon, s.delta)))  # noqa: E731
+        paper = lambda s, K: math.sqrt(paper_one_pass_sigma2(clip, K, s.epsilon, s.delta))
     else:
         if rounds is None:
             raise ValueError("rounds is required for the ERM variant")
         R = check_int(rounds, "rounds", minimum=1)
-        paper = (lambda s, K: math.sqrt(paper_moments_sigma2(clip, s.n, R, s.epsilon, s.delta)))  # noqa: E731
+        paper = lambda s, K: math.sqrt(paper_moments_sigma2(clip, s.n, R, s.epsilon, s.delta))
     chans = make_channels(silos, loss, clip, Ks, R, sampling, rng, paper if noise == "paper" else None, private)
     beta = check_positive(smoothness, "smoothness")
     lam = check_positive(prox_center_l2, "prox_center_l2", allow_zero=True)
@@ -122,14 +140,21 @@ def accelerated_mb_sgd(silos, loss, *, batch_size, smoothness: float, clip: floa
     eta_fn = eta if eta is not None else (lambda r: 4.0 * vv / (r * (r + 1)))
     history = []
     center = theta.copy()
-    out = _run_stage(theta, R, alpha_fn, eta_fn, mu, chans, avail, rng, radius, loss, silos, lam, center,
-                     history, 0, trace)
+    out = _run_stage(
+        theta, R, alpha_fn, eta_fn, mu, chans, avail, rng, radius, loss, silos, lam, center, history, 0, trace
+    )
     label = f"ISRL-DP accelerated MB-SGD ({mode})" if private else f"accelerated MB-SGD ({mode}, non-private)"
     return finish(out, chans, label, history, algorithm="accelerated_mb_sgd", mode=mode, rounds=R, batch_sizes=Ks)
 
 
-def multistage_schedule(smoothness: float, strong_convexity: float, variance: float, gap: float, n_stages: int,
-                        max_rounds_per_stage: int | None = None) -> list[tuple[int, float]]:
+def multistage_schedule(
+    smoothness: float,
+    strong_convexity: float,
+    variance: float,
+    gap: float,
+    n_stages: int,
+    max_rounds_per_stage: int | None = None,
+) -> list[tuple[int, float]]:
     """A4 stage plan: ``[(R_k, v_k)]`` with R_k = ceil(max{4 sqrt(2 beta/mu), 128 V^2/(3 mu Delta 2^-(k+1))}),
     v_k = max{2 beta, [mu V^2 / (3 Delta 2^-(k-1) R_k (R_k+1)(R_k+2))]^(1/2)}; R_k optionally capped."""
     beta = check_positive(smoothness, "smoothness")
@@ -147,11 +172,27 @@ def multistage_schedule(smoothness: float, strong_convexity: float, variance: fl
     return plan
 
 
-def multistage_accelerated(silos, loss, *, batch_size, smoothness: float, strong_convexity: float, gap: float,
-                           n_stages: int, clip: float | None = None, variance: float | None = None,
-                           max_rounds_per_stage: int | None = None, radius: float | None = None,
-                           n_available=None, sampling: str = "poisson", noise: str = "accountant",
-                           private: bool = True, theta0=None, random_state=None, trace: bool = False):
+def multistage_accelerated(
+    silos,
+    loss,
+    *,
+    batch_size,
+    smoothness: float,
+    strong_convexity: float,
+    gap: float,
+    n_stages: int,
+    clip: float | None = None,
+    variance: float | None = None,
+    max_rounds_per_stage: int | None = None,
+    radius: float | None = None,
+    n_available=None,
+    sampling: str = "poisson",
+    noise: str = "accountant",
+    private: bool = True,
+    theta0=None,
+    random_state=None,
+    trace: bool = False,
+):
     """Multi-stage accelerated MB-SGD for mu-strongly convex losses (A4), ERM sampling.
 
     Stage k restarts AC-SA from the previous stage's output with alpha_r = 2/(r+1),
@@ -171,13 +212,29 @@ def multistage_accelerated(silos, loss, *, batch_size, smoothness: float, strong
         variance = clip**2 / min(Ks)
     plan = multistage_schedule(smoothness, mu_total, variance, gap, n_stages, max_rounds_per_stage)
     R = sum(r for r, _ in plan)
-    paper = (lambda s, K: math.sqrt(paper_moments_sigma2(clip, s.n, R, s.epsilon, s.delta)))  # noqa: E731
+    paper = lambda s, K: math.sqrt(paper_moments_sigma2(clip, s.n, R, s.epsilon, s.delta))
     chans = make_channels(silos, loss, clip, Ks, R, sampling, rng, paper if noise == "paper" else None, private)
     history = []
     offset = 0
     for Rk, vk in plan:
-        theta = _run_stage(theta, Rk, lambda r: 2.0 / (r + 1), lambda r, vk=vk: 4.0 * vk / (r * (r + 1)), mu_total,
-                           chans, avail, rng, radius, loss, silos, 0.0, theta, history, offset, trace)
+        theta = _run_stage(
+            theta,
+            Rk,
+            lambda r: 2.0 / (r + 1),
+            lambda r, vk=vk: 4.0 * vk / (r * (r + 1)),
+            mu_total,
+            chans,
+            avail,
+            rng,
+            radius,
+            loss,
+            silos,
+            0.0,
+            theta,
+            history,
+            offset,
+            trace,
+        )
         offset += Rk
     label = "ISRL-DP multi-stage accelerated MB-SGD" if private else "multi-stage accelerated MB-SGD (non-private)"
     return finish(theta, chans, label, history, algorithm="multistage_accelerated", stages=plan, rounds=R)

@@ -67,8 +67,27 @@ from ...privacy import (
 # The RDP -> (eps, delta) conversion minimises over orders, so the ledger's epsilon over all its
 # orders is <= the epsilon at this subset <= the target: the subset can only add noise (a little,
 # for eps above ~10 where orders below 2 become optimal), never remove it.
-CALIBRATION_ORDERS = (2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 10.0, 12.0, 14.0, 16.0, 20.0, 24.0, 28.0, 32.0, 40.0,
-                      48.0, 56.0, 63.0)
+CALIBRATION_ORDERS = (
+    2.0,
+    3.0,
+    4.0,
+    5.0,
+    6.0,
+    7.0,
+    8.0,
+    10.0,
+    12.0,
+    14.0,
+    16.0,
+    20.0,
+    24.0,
+    28.0,
+    32.0,
+    40.0,
+    48.0,
+    56.0,
+    63.0,
+)
 if not set(CALIBRATION_ORDERS) <= set(DEFAULT_RDP_ORDERS):  # pragma: no cover - guards the argument above
     raise RuntimeError("calibration orders must be a subset of the ledger's RDP orders")
 
@@ -93,8 +112,9 @@ def pld_replace_one_epsilon(event: dp_accounting.DpEvent, delta: float, interval
     evaluation is attempted first: RDP cannot compose Poisson-sampled events under replace-one.
     """
     delta = check_delta(delta)
-    acc = pld.PLDAccountant(neighboring_relation=NeighboringRelation.REPLACE_ONE,
-                            value_discretization_interval=float(interval))
+    acc = pld.PLDAccountant(
+        neighboring_relation=NeighboringRelation.REPLACE_ONE, value_discretization_interval=float(interval)
+    )
     acc.compose(event)
     return float(acc.get_epsilon(delta))
 
@@ -102,8 +122,9 @@ def pld_replace_one_epsilon(event: dp_accounting.DpEvent, delta: float, interval
 def _calibrate_pld(epsilon: float, delta: float, build, rtol: float = 0.005) -> float:
     """Smallest multiplier z (bisection, relative tolerance ``rtol`` on epsilon) with
     replace-one PLD epsilon(build(z)) <= epsilon; the result never exceeds the target."""
-    return calibrate_noise_multiplier(epsilon, delta, build, rtol=rtol,
-                                      epsilon_fn=lambda event: pld_replace_one_epsilon(event, delta))
+    return calibrate_noise_multiplier(
+        epsilon, delta, build, rtol=rtol, epsilon_fn=lambda event: pld_replace_one_epsilon(event, delta)
+    )
 
 
 def sensitivity_factor(sampling: str) -> float:
@@ -141,16 +162,18 @@ def accountant_multiplier(epsilon: float, delta: float, sampling: str, n: int, b
     ``"poisson"`` (see the module docstring); the same accountant reports the silo's epsilon.
     """
     _check_sampling(sampling)
-    build = lambda z: message_event(sampling, n, batch, z, steps)  # noqa: E731
+    build = lambda z: message_event(sampling, n, batch, z, steps)
     if ACCOUNTANT[sampling] == "pld":
         return _calibrate_pld(epsilon, delta, build)
-    return calibrate_noise_multiplier(epsilon, delta, build, accountant="rdp", orders=CALIBRATION_ORDERS,
-                                      neighboring=NEIGHBORING[sampling])
+    return calibrate_noise_multiplier(
+        epsilon, delta, build, accountant="rdp", orders=CALIBRATION_ORDERS, neighboring=NEIGHBORING[sampling]
+    )
 
 
 # ------------------------------------------------------------------------------------------
 # The paper's closed forms (std of the noise added to a silo's *mean* gradient message).
 # ------------------------------------------------------------------------------------------
+
 
 def paper_theory_sigma2(lipschitz: float, n: int, rounds: int, epsilon: float, delta: float) -> float:
     """A1 theory: sigma^2 = 256 L^2 R ln(2.5 R / delta) ln(2 / delta) / (n^2 eps^2) (fact 1: ~7.18217)."""
@@ -187,13 +210,19 @@ def paper_moments_batch(n: int, rounds: int, epsilon: float) -> float:
     return n * math.sqrt(eps) / (2.0 * math.sqrt(R))
 
 
-def paper_local_sgd_sigma2(lipschitz: float, n: int, rounds: int, local_steps: int, epsilon: float,
-                           delta: float) -> float:
+def paper_local_sgd_sigma2(
+    lipschitz: float, n: int, rounds: int, local_steps: int, epsilon: float, delta: float
+) -> float:
     """ISRL-DP Local SGD baseline: sigma^2 = 8 L^2 R K ln(1/delta) / (eps^2 n^2) (K x MB-SGD's)."""
     K = check_int(local_steps, "local_steps", minimum=1)
     return K * paper_moments_sigma2(lipschitz, n, rounds, epsilon, delta)
 
 
 def _args(lipschitz, n, rounds, epsilon, delta):
-    return (check_positive(lipschitz, "lipschitz"), check_int(n, "n", minimum=1),
-            check_int(rounds, "rounds", minimum=1), check_epsilon(epsilon, allow_inf=False), check_delta(delta))
+    return (
+        check_positive(lipschitz, "lipschitz"),
+        check_int(n, "n", minimum=1),
+        check_int(rounds, "rounds", minimum=1),
+        check_epsilon(epsilon, allow_inf=False),
+        check_delta(delta),
+    )

@@ -26,9 +26,8 @@ import math
 import dp_accounting
 import numpy as np
 
-from ...privacy import PrivacyLedger, epsilon_from_report, event_from_dict, event_to_dict
+from ...privacy import PrivacyLedger, epsilon_from_report, event_from_dict, event_to_dict, gaussian_mechanism, make_rng
 from ...privacy.ledger import _is_non_private, _json_safe
-from ...privacy import gaussian_mechanism, make_rng
 from ..losses import clip_gradients
 from .calibration import (
     ACCOUNTANT,
@@ -100,8 +99,9 @@ def report_epsilon(report: dict) -> float:
         raise ValueError("privrec's federated PLD reports are replace-one only")
     if any(_is_non_private(e) for e in events):
         return math.inf
-    return pld_replace_one_epsilon(dp_accounting.ComposedDpEvent(events), report["delta"],
-                                   report.get("pld_discretization", PLD_INTERVAL))
+    return pld_replace_one_epsilon(
+        dp_accounting.ComposedDpEvent(events), report["delta"], report.get("pld_discretization", PLD_INTERVAL)
+    )
 
 
 class SiloChannel:
@@ -124,8 +124,18 @@ class SiloChannel:
         ledger then records the true event, whatever epsilon it gives.
     """
 
-    def __init__(self, silo: Silo, loss, clip, batch_size: int, max_messages: int, sampling: str = "poisson",
-                 paper_sigma: float | None = None, rng=None, noise_multiplier: float | None = None):
+    def __init__(
+        self,
+        silo: Silo,
+        loss,
+        clip,
+        batch_size: int,
+        max_messages: int,
+        sampling: str = "poisson",
+        paper_sigma: float | None = None,
+        rng=None,
+        noise_multiplier: float | None = None,
+    ):
         self.silo = silo
         self.loss = loss
         self.batch_size = int(min(max(1, batch_size), silo.n))
@@ -149,8 +159,9 @@ class SiloChannel:
             if noise_multiplier is not None:  # set by a caller with its own (documented) analysis
                 z = float(noise_multiplier)
             else:
-                z = accountant_multiplier(silo.epsilon, silo.delta, sampling, silo.n, self.batch_size,
-                                          self.max_messages)
+                z = accountant_multiplier(
+                    silo.epsilon, silo.delta, sampling, silo.n, self.batch_size, self.max_messages
+                )
             self.accountant_multiplier = z
             if paper_sigma is not None:
                 z = max(z, paper_sigma * self.batch_size / self.sensitivity)
@@ -173,10 +184,10 @@ class SiloChannel:
             i = self.sent
             if (i + 1) * K > n:
                 raise ValueError(f"{self.silo.name}: one-pass data exhausted after {i} batches")
-            return self._perm[i * K:(i + 1) * K]
-        if self.sampling == "poisson" and self.private and K < n:
+            return self._perm[i * K : (i + 1) * K]
+        if self.sampling == "poisson" and self.private and n > K:
             return np.flatnonzero(self.rng.random(n) < K / n)
-        if K >= n:
+        if n <= K:
             return np.arange(n)
         return self.rng.choice(n, size=K, replace=False)
 
@@ -223,11 +234,22 @@ class SiloChannel:
 
         ``meta`` adds context to the ledger entry (e.g. the shuffle model's separate guarantee).
         """
-        unit = ("clip (PLD REPLACE_ONE convention)" if self.accountant == "pld"
-                else "2 clip (replace-one L2 sensitivity)")
-        self.ledger.record(label, self.event(), messages=self.sent, sampling=self.sampling,
-                           batch_size=self.batch_size, clip=self.clip, noise_multiplier=self.noise_multiplier,
-                           noise_multiplier_unit=unit, accountant=self.accountant, n_records=self.silo.n, **meta)
+        unit = (
+            "clip (PLD REPLACE_ONE convention)" if self.accountant == "pld" else "2 clip (replace-one L2 sensitivity)"
+        )
+        self.ledger.record(
+            label,
+            self.event(),
+            messages=self.sent,
+            sampling=self.sampling,
+            batch_size=self.batch_size,
+            clip=self.clip,
+            noise_multiplier=self.noise_multiplier,
+            noise_multiplier_unit=unit,
+            accountant=self.accountant,
+            n_records=self.silo.n,
+            **meta,
+        )
         return ledger_report(self.ledger, self.silo.delta, self.accountant)
 
     def epsilon(self) -> float:

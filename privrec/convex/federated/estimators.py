@@ -47,11 +47,25 @@ ALGORITHMS = ("mb_sgd", "accelerated", "accelerated_one_pass", "local_sgd")
 
 
 class _FederatedDP(BaseEstimator):
-    def __init__(self, algorithm: str = "mb_sgd", epsilon: float = 1.0, delta: float | None = None,
-                 rounds: int = 35, batch_size=0.1, step_size: float = 0.1, clip: float = 1.0,
-                 radius: float | None = None, n_available=None, local_steps: int = 10,
-                 feature_bound: float | None = None, l2: float = 0.0, fit_intercept: bool = True,
-                 sampling: str = "poisson", noise: str = "accountant", random_state=None):
+    def __init__(
+        self,
+        algorithm: str = "mb_sgd",
+        epsilon: float = 1.0,
+        delta: float | None = None,
+        rounds: int = 35,
+        batch_size=0.1,
+        step_size: float = 0.1,
+        clip: float = 1.0,
+        radius: float | None = None,
+        n_available=None,
+        local_steps: int = 10,
+        feature_bound: float | None = None,
+        l2: float = 0.0,
+        fit_intercept: bool = True,
+        sampling: str = "poisson",
+        noise: str = "accountant",
+        random_state=None,
+    ):
         self.algorithm = algorithm
         self.epsilon = epsilon
         self.delta = delta
@@ -96,23 +110,48 @@ class _FederatedDP(BaseEstimator):
         if silos is None:
             raise ValueError("silos (one silo label per row) is required: federated data has owners")
         fed = SiloSet.from_groups(Xd, y, silos, epsilon=self.epsilon if private else math.inf, delta=self.delta)
-        kw = dict(clip=self.clip, radius=self.radius, n_available=self.n_available, private=private,
-                  random_state=self.random_state, noise=self.noise)
+        kw = dict(
+            clip=self.clip,
+            radius=self.radius,
+            n_available=self.n_available,
+            private=private,
+            random_state=self.random_state,
+            noise=self.noise,
+        )
         if base == "mb_sgd":
-            res = mb_sgd(fed, loss, rounds=self.rounds, batch_size=self.batch_size, step_size=self.step_size,
-                         sampling=self.sampling, **kw)
+            res = mb_sgd(
+                fed,
+                loss,
+                rounds=self.rounds,
+                batch_size=self.batch_size,
+                step_size=self.step_size,
+                sampling=self.sampling,
+                **kw,
+            )
         elif base == "local_sgd":
-            res = local_sgd(fed, loss, rounds=self.rounds, local_steps=self.local_steps,
-                            step_size=self.step_size, sampling=self.sampling, **kw)
+            res = local_sgd(
+                fed,
+                loss,
+                rounds=self.rounds,
+                local_steps=self.local_steps,
+                step_size=self.step_size,
+                sampling=self.sampling,
+                **kw,
+            )
         else:
             # data independent: rows were clipped to feature_bound, plus the constant intercept column
             xb = float(self.feature_bound)
             xb = math.sqrt(xb**2 + 1.0) if self.fit_intercept else xb
             res = accelerated_mb_sgd(
-                fed, loss, batch_size=self.batch_size, smoothness=max(loss.smoothness(xb), 1e-12),
+                fed,
+                loss,
+                batch_size=self.batch_size,
+                smoothness=max(loss.smoothness(xb), 1e-12),
                 rounds=None if base == "accelerated_one_pass" else self.rounds,
                 mode="one_pass" if base == "accelerated_one_pass" else "erm",
-                sampling=self.sampling, **kw)
+                sampling=self.sampling,
+                **kw,
+            )
         coef = res.coef
         if self.fit_intercept:
             self.coef_, self.intercept_ = coef[:-1], coef[-1]

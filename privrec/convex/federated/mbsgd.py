@@ -39,10 +39,25 @@ def _check_noise(noise: str) -> str:
     return noise
 
 
-def mb_sgd(silos, loss, *, rounds: int, batch_size, step_size, clip: float | None = None,
-           radius: float | None = None, n_available=None, sampling: str = "poisson",
-           noise: str = "accountant", private: bool = True, averaging: str = "uniform",
-           strong_convexity: float = 0.0, theta0=None, random_state=None, trace: bool = False) -> FederatedResult:
+def mb_sgd(
+    silos,
+    loss,
+    *,
+    rounds: int,
+    batch_size,
+    step_size,
+    clip: float | None = None,
+    radius: float | None = None,
+    n_available=None,
+    sampling: str = "poisson",
+    noise: str = "accountant",
+    private: bool = True,
+    averaging: str = "uniform",
+    strong_convexity: float = 0.0,
+    theta0=None,
+    random_state=None,
+    trace: bool = False,
+) -> FederatedResult:
     """ISRL-DP MB-SGD (Algorithm 2); ``private=False`` gives the non-private MB-SGD baseline.
 
     Parameters
@@ -72,7 +87,7 @@ def mb_sgd(silos, loss, *, rounds: int, batch_size, step_size, clip: float | Non
     Ks = batch_sizes(silos, batch_size)
     paper = None
     if noise == "paper":
-        paper = lambda s, K: math.sqrt(paper_moments_sigma2(clip, s.n, R, s.epsilon, s.delta))  # noqa: E731
+        paper = lambda s, K: math.sqrt(paper_moments_sigma2(clip, s.n, R, s.epsilon, s.delta))
     chans = make_channels(silos, loss, clip, Ks, R, sampling, rng, paper, private)
     eta = step_schedule(step_size)
     mu = check_positive(strong_convexity, "strong_convexity", allow_zero=True)
@@ -99,10 +114,24 @@ def mb_sgd(silos, loss, *, rounds: int, batch_size, step_size, clip: float | Non
     return finish(out, chans, label, history, algorithm="mb_sgd", rounds=R, batch_sizes=Ks)
 
 
-def local_sgd(silos, loss, *, rounds: int, local_steps: int, step_size, clip: float | None = None,
-              local_batch: int = 1, radius: float | None = None, n_available=None, sampling: str = "poisson",
-              noise: str = "accountant", private: bool = True, theta0=None, random_state=None,
-              trace: bool = False) -> FederatedResult:
+def local_sgd(
+    silos,
+    loss,
+    *,
+    rounds: int,
+    local_steps: int,
+    step_size,
+    clip: float | None = None,
+    local_batch: int = 1,
+    radius: float | None = None,
+    n_available=None,
+    sampling: str = "poisson",
+    noise: str = "accountant",
+    private: bool = True,
+    theta0=None,
+    random_state=None,
+    trace: bool = False,
+) -> FederatedResult:
     """Local SGD / FedAvg; with ``private=True`` the ISRL-DP Local SGD baseline.
 
     Each available silo runs ``local_steps`` (K) SGD steps from w_r on minibatches of
@@ -119,7 +148,7 @@ def local_sgd(silos, loss, *, rounds: int, local_steps: int, step_size, clip: fl
     Ks = batch_sizes(silos, local_batch)
     paper = None
     if noise == "paper":
-        paper = lambda s, b: math.sqrt(paper_local_sgd_sigma2(clip, s.n, R, K, s.epsilon, s.delta))  # noqa: E731
+        paper = lambda s, b: math.sqrt(paper_local_sgd_sigma2(clip, s.n, R, K, s.epsilon, s.delta))
     chans = make_channels(silos, loss, clip, Ks, R * K, sampling, rng, paper, private)
     eta = step_schedule(step_size)
     l2 = getattr(loss, "l2", 0.0)

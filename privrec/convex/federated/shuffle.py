@@ -54,7 +54,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
 from scipy.stats import norm
 
 from ..._validation import check_delta, check_epsilon, check_int, check_positive
@@ -62,9 +61,10 @@ from ._common import federated_objective, finish, project_ball, setup, step_sche
 from .channel import SiloChannel
 from .silos import Silo
 
-
-SHUFFLE_BOUND = ("FMT21 Thm 3.1 (closed form of the authors' reference implementation) with the approximate-DP "
-                 "extension Thm 3.8 per round + Dwork-Rothblum-Vadhan advanced composition over rounds")
+SHUFFLE_BOUND = (
+    "FMT21 Thm 3.1 (closed form of the authors' reference implementation) with the approximate-DP "
+    "extension Thm 3.8 per round + Dwork-Rothblum-Vadhan advanced composition over rounds"
+)
 
 
 def fmt_shuffle_epsilon(eps0: float, n_messages: int, delta_s: float) -> float:
@@ -128,9 +128,20 @@ def shuffle_guarantee(noise_multiplier: float, n_messages: int, rounds: int, eps
     eps_r = fmt_shuffle_epsilon(eps0, M, delta_s)
     eps = advanced_composition(eps_r, R, delta_prime)
     delta_r = delta_s + (math.exp(min(eps_r, 700.0)) + 1.0) * (1.0 + math.exp(-eps0) / 2.0) * M * delta0
-    return dict(epsilon=eps, delta=R * delta_r + delta_prime, eps0=eps0, delta0=delta0, eps_round=eps_r,
-                delta_round=delta_r, amplified=eps_r < eps0, rounds=R, n_messages=M, neighboring="replace_one",
-                bound=SHUFFLE_BOUND, source="hand-derived closed forms (not computed by dp_accounting)")
+    return dict(
+        epsilon=eps,
+        delta=R * delta_r + delta_prime,
+        eps0=eps0,
+        delta0=delta0,
+        eps_round=eps_r,
+        delta_round=delta_r,
+        amplified=eps_r < eps0,
+        rounds=R,
+        n_messages=M,
+        neighboring="replace_one",
+        bound=SHUFFLE_BOUND,
+        source="hand-derived closed forms (not computed by dp_accounting)",
+    )
 
 
 def calibrate_shuffle(epsilon: float, delta: float, n_messages: int, rounds: int) -> float:
@@ -156,9 +167,21 @@ def calibrate_shuffle(epsilon: float, delta: float, n_messages: int, rounds: int
     return hi
 
 
-def shuffled_mb_sgd(silos, loss, *, rounds: int, step_size, clip: float, epsilon: float, delta: float,
-                    n_available: int | None = None, radius: float | None = None, theta0=None, random_state=None,
-                    trace: bool = False):
+def shuffled_mb_sgd(
+    silos,
+    loss,
+    *,
+    rounds: int,
+    step_size,
+    clip: float,
+    epsilon: float,
+    delta: float,
+    n_available: int | None = None,
+    radius: float | None = None,
+    theta0=None,
+    random_state=None,
+    trace: bool = False,
+):
     """Shuffled MB-SGD: K = 1 record per available silo per round, M_r = M fixed, Gaussian local noise.
 
     ``(epsilon, delta)`` is the shuffle-model target (record-level, for the whole federation).
@@ -190,6 +213,14 @@ def shuffled_mb_sgd(silos, loss, *, rounds: int, step_size, clip: float, epsilon
         if trace:
             history.append((r + 1, federated_objective(loss, avg, silos)))
     guarantee = shuffle_guarantee(z, M, R, eps, delta)
-    return finish(avg, chans, "shuffled MB-SGD: Gaussian local randomizer (local, un-amplified; the "
-                  "shuffle-model guarantee is meta['shuffle'])", history, ledger_meta=dict(shuffle=guarantee),
-                  algorithm="shuffled_mb_sgd", rounds=R, shuffle=guarantee)
+    return finish(
+        avg,
+        chans,
+        "shuffled MB-SGD: Gaussian local randomizer (local, un-amplified; the "
+        "shuffle-model guarantee is meta['shuffle'])",
+        history,
+        ledger_meta=dict(shuffle=guarantee),
+        algorithm="shuffled_mb_sgd",
+        rounds=R,
+        shuffle=guarantee,
+    )

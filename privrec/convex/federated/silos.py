@@ -102,7 +102,7 @@ class SiloSet:
         return np.array([s.n for s in self.silos])
 
     @classmethod
-    def from_arrays(cls, Xs, ys, epsilon=math.inf, delta=None, names=None) -> "SiloSet":
+    def from_arrays(cls, Xs, ys, epsilon=math.inf, delta=None, names=None) -> SiloSet:
         """One silo per ``(X_i, y_i)``; ``epsilon`` / ``delta`` scalars or one per silo."""
         Xs, ys = list(Xs), list(ys)
         if len(Xs) != len(ys):
@@ -114,21 +114,20 @@ class SiloSet:
         return cls(Silo(X, y, e, d, nm) for X, y, e, d, nm in zip(Xs, ys, eps, dl, names))
 
     @classmethod
-    def from_groups(cls, X, y, groups, epsilon=math.inf, delta=None) -> "SiloSet":
+    def from_groups(cls, X, y, groups, epsilon=math.inf, delta=None) -> SiloSet:
         """Split ``(X, y)`` into silos by the values of ``groups`` (sorted group order)."""
         X = np.asarray(X)
         y = np.asarray(y)
         groups = np.asarray(groups)
         if X.ndim != 2 or groups.shape != (X.shape[0],) or y.shape[0] != X.shape[0]:
-            raise ValueError(
-                f"X (n, d), y (n,) and groups (n,) must align; got {X.shape}, {y.shape}, {groups.shape}"
-            )
+            raise ValueError(f"X (n, d), y (n,) and groups (n,) must align; got {X.shape}, {y.shape}, {groups.shape}")
         keys, inv = np.unique(groups, return_inverse=True)
         order = np.argsort(inv, kind="stable")
         bounds = np.searchsorted(inv[order], np.arange(len(keys) + 1))
-        idx = [order[bounds[i]:bounds[i + 1]] for i in range(len(keys))]
-        return cls.from_arrays([X[i] for i in idx], [y[i] for i in idx], epsilon, delta,
-                               names=[f"silo {k}" for k in keys])
+        idx = [order[bounds[i] : bounds[i + 1]] for i in range(len(keys))]
+        return cls.from_arrays(
+            [X[i] for i in idx], [y[i] for i in idx], epsilon, delta, names=[f"silo {k}" for k in keys]
+        )
 
 
 def _per_silo(value, n: int, name: str) -> list:

@@ -42,13 +42,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
-from ..._validation import check_delta, check_epsilon, check_finite_array, check_int, check_positive
 import dp_accounting
+import numpy as np
 from dp_accounting import rdp
 from dp_accounting.privacy_accountant import NeighboringRelation
 
+from ..._validation import check_delta, check_epsilon, check_finite_array, check_int, check_positive
 from ...privacy import (
     DEFAULT_RDP_ORDERS,
     PrivacyLedger,
@@ -58,15 +57,14 @@ from ...privacy import (
     gaussian_mechanism,
     make_rng,
     node_multiplier_for,
-    tree_depth,
 )
 from ..losses import clip_gradients
 from ._common import project_ball
 
-
 # ------------------------------------------------------------------------------------------
 # Schedules and the stochastic recursive gradient (facts 1-2)
 # ------------------------------------------------------------------------------------------
+
 
 def eta(t: int) -> float:
     """eta_t = t + 1 (and eta_{-1} = 0)."""
@@ -98,6 +96,7 @@ def recursive_gradients(deltas) -> np.ndarray:
 # Parameter presets
 # ------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class SRGDParams:
     """Steps T, batch B, smoothness parameter beta >= M, clip norm C."""
@@ -108,8 +107,9 @@ class SRGDParams:
     clip: float
 
 
-def general_preset(n: int, lipschitz: float, radius: float, c_m: float = 1.0, batch_size: int | None = None
-                   ) -> SRGDParams:
+def general_preset(
+    n: int, lipschitz: float, radius: float, c_m: float = 1.0, batch_size: int | None = None
+) -> SRGDParams:
     """General case: B <= sqrt(n) (default floor(sqrt n)), T = n/B, beta = (16 c_M + 8) L n^{3/2}/(R B^2),
     C = (8 c_M + 4) L."""
     n = check_int(n, "n", minimum=1)
@@ -121,8 +121,9 @@ def general_preset(n: int, lipschitz: float, radius: float, c_m: float = 1.0, ba
     return SRGDParams(T, B, beta, (8 * c_m + 4) * L)
 
 
-def interior_preset(n: int, lipschitz: float, radius: float, dim: int, epsilon: float, delta: float,
-                    steps: int | None = None) -> SRGDParams:
+def interior_preset(
+    n: int, lipschitz: float, radius: float, dim: int, epsilon: float, delta: float, steps: int | None = None
+) -> SRGDParams:
     """Interior case: c_DP = 4 sqrt2 log^{3/2}(n) sqrt(ln(2n/delta)) ln(2.5/delta), C = c_DP L,
     beta = c_DP^2 L max{1, sqrt(p)/(eps sqrt n)} / R, T = ceil(n^{1/4}) (the Theta~ hides logs), B = n // T.
 
@@ -143,6 +144,7 @@ def interior_preset(n: int, lipschitz: float, radius: float, dim: int, epsilon: 
 # ------------------------------------------------------------------------------------------
 # Noise calibration shared by the three methods
 # ------------------------------------------------------------------------------------------
+
 
 def event_multiplier(epsilon: float, delta: float, noise_rule: str = "max") -> float:
     """Noise multiplier of the single Gaussian event the whole release must be (0 for eps = inf).
@@ -205,7 +207,7 @@ def _prepare(X, y, steps, batch_size, random_state):
         raise ValueError(f"y has {y.shape[0]} rows but X has {X.shape[0]}")
     T = check_int(steps, "steps", minimum=1)
     B = check_int(batch_size, "batch_size", minimum=1)
-    if T * B > X.shape[0]:
+    if X.shape[0] < T * B:
         raise ValueError(f"a single epoch needs steps * batch_size <= n ({T} * {B} > {X.shape[0]})")
     rng = make_rng(random_state)
     perm = rng.permutation(X.shape[0])[: T * B].reshape(T, B)
@@ -228,11 +230,26 @@ def _finish(coef, iterates, ledger, delta, **info):
     return SingleEpochResult(coef, iterates, ledger, report, ledger.epsilon(delta), info)
 
 
-def accelerated_dp_srgd(X, y, loss, *, epsilon: float, delta: float, radius: float, steps: int | None = None,
-                        batch_size: int | None = None, beta: float | None = None, clip: float | None = None,
-                        preset: str = "general", lipschitz: float | None = None, c_m: float = 1.0,
-                        z_step: float = 1.0, noise_rule: str = "max", theta0=None,
-                        random_state=None) -> SingleEpochResult:
+def accelerated_dp_srgd(
+    X,
+    y,
+    loss,
+    *,
+    epsilon: float,
+    delta: float,
+    radius: float,
+    steps: int | None = None,
+    batch_size: int | None = None,
+    beta: float | None = None,
+    clip: float | None = None,
+    preset: str = "general",
+    lipschitz: float | None = None,
+    c_m: float = 1.0,
+    z_step: float = 1.0,
+    noise_rule: str = "max",
+    theta0=None,
+    random_state=None,
+) -> SingleEpochResult:
     """Accelerated-DP-SRGD (Choquette-Choo et al., ALT 2025, Algorithm 1) on one pass over ``(X, y)``.
 
     ``preset`` (``"general"`` or ``"interior"``) fills T, B, beta, C from ``lipschitz`` (L) and
@@ -281,13 +298,38 @@ def accelerated_dp_srgd(X, y, loss, *, epsilon: float, delta: float, radius: flo
         iterates.append(y_out.copy())
     ledger = PrivacyLedger(neighboring=NEIGHBORING)
     tree.record(ledger, "Accelerated-DP-SRGD: tree-aggregated prefix sums of clipped gradient differences")
-    return _finish(y_out, iterates, ledger, delta, steps=T, batch_size=B, beta=beta, clip=clip,
-                   event_noise_multiplier=z_ev, node_noise_std=tree.noise_std, gradient_calls=2 * T * B - B)
+    return _finish(
+        y_out,
+        iterates,
+        ledger,
+        delta,
+        steps=T,
+        batch_size=B,
+        beta=beta,
+        clip=clip,
+        event_noise_multiplier=z_ev,
+        node_noise_std=tree.noise_std,
+        gradient_calls=2 * T * B - B,
+    )
 
 
-def dp_sgd_single_epoch(X, y, loss, *, epsilon: float, delta: float, steps: int, batch_size: int, clip: float,
-                        step_size: float, radius: float | None = None, noise_rule: str = "max",
-                        averaging: bool = True, theta0=None, random_state=None) -> SingleEpochResult:
+def dp_sgd_single_epoch(
+    X,
+    y,
+    loss,
+    *,
+    epsilon: float,
+    delta: float,
+    steps: int,
+    batch_size: int,
+    clip: float,
+    step_size: float,
+    radius: float | None = None,
+    noise_rule: str = "max",
+    averaging: bool = True,
+    theta0=None,
+    random_state=None,
+) -> SingleEpochResult:
     """Single-epoch DP-SGD on disjoint batches: x <- Proj(x - lr (mean clipped grad + N(0, s^2))).
 
     Each example is in one batch, so the run is one Gaussian mechanism with replace-one
@@ -311,15 +353,34 @@ def dp_sgd_single_epoch(X, y, loss, *, epsilon: float, delta: float, steps: int,
         avg += (x - avg) / (t + 1)
         iterates.append((avg if averaging else x).copy())
     ledger = PrivacyLedger(neighboring=NEIGHBORING)
-    ledger.record("single-epoch DP-SGD: disjoint batches (parallel composition)", gaussian_event(z_ev),
-                  steps=T, batch_size=B, clip=C, sensitivity=REPLACE_FACTOR * C)
-    return _finish(avg if averaging else x, iterates, ledger, delta, steps=T, batch_size=B,
-                   event_noise_multiplier=z_ev)
+    ledger.record(
+        "single-epoch DP-SGD: disjoint batches (parallel composition)",
+        gaussian_event(z_ev),
+        steps=T,
+        batch_size=B,
+        clip=C,
+        sensitivity=REPLACE_FACTOR * C,
+    )
+    return _finish(avg if averaging else x, iterates, ledger, delta, steps=T, batch_size=B, event_noise_multiplier=z_ev)
 
 
-def dp_ftrl_single_epoch(X, y, loss, *, epsilon: float, delta: float, steps: int, batch_size: int, clip: float,
-                         step_size: float, radius: float | None = None, noise_rule: str = "max",
-                         averaging: bool = True, theta0=None, random_state=None) -> SingleEpochResult:
+def dp_ftrl_single_epoch(
+    X,
+    y,
+    loss,
+    *,
+    epsilon: float,
+    delta: float,
+    steps: int,
+    batch_size: int,
+    clip: float,
+    step_size: float,
+    radius: float | None = None,
+    noise_rule: str = "max",
+    averaging: bool = True,
+    theta0=None,
+    random_state=None,
+) -> SingleEpochResult:
     """Single-epoch DP-FTRL: x_{t+1} = Proj(x_0 - lr * tree-noised prefix sum of mean clipped gradients)."""
     eps = check_epsilon(epsilon)
     X, y, T, B, rng, perm = _prepare(X, y, steps, batch_size, random_state)
@@ -343,5 +404,4 @@ def dp_ftrl_single_epoch(X, y, loss, *, epsilon: float, delta: float, steps: int
         iterates.append((avg if averaging else x).copy())
     ledger = PrivacyLedger(neighboring=NEIGHBORING)
     tree.record(ledger, "single-epoch DP-FTRL: tree-aggregated gradient prefix sums")
-    return _finish(avg if averaging else x, iterates, ledger, delta, steps=T, batch_size=B,
-                   event_noise_multiplier=z_ev)
+    return _finish(avg if averaging else x, iterates, ledger, delta, steps=T, batch_size=B, event_noise_multiplier=z_ev)
