@@ -46,7 +46,7 @@ from _common import RESULTS, environment, log, write_json, write_text  # noqa: E
 
 from privrec.data import load_dataset  # noqa: E402
 from privrec.models import ALS, DPALS  # noqa: E402
-from privrec.models._solve import _blas_single_thread  # noqa: E402
+from privrec.solvers.ridge import _blas_single_thread  # noqa: E402
 
 HEAVY_HEAD = {"n_users": 138_493, "n_items": 26_744, "n_interactions": 20_000_263, "exponent": 1.1, "min_per_user": 20}
 HEAVY_HEAD_QUICK = {"n_users": 5_000, "n_items": 2_000, "n_interactions": 150_000, "exponent": 1.1, "min_per_user": 5}

@@ -8,8 +8,8 @@ import pytest
 import scipy.sparse as sp
 
 from privrec.models import ALS, ImplicitALS
-from privrec.models._solve import frequency_regularization, row_chunks, solve_rows
 from privrec.models.als import half_step
+from privrec.solvers.ridge import frequency_regularization, row_chunks, solve_rows
 
 
 def _ratings(n_users=40, n_items=25, density=0.3, seed=0, empty_user=None, empty_item=None):

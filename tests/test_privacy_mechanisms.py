@@ -85,7 +85,8 @@ def test_subsampled_events_structure():
     assert poisson_subsampled_gaussian_event(1.0, 2.0) == dp_accounting.GaussianDpEvent(2.0)
     ev2 = fixed_size_subsampled_gaussian_event(10, 100, 1.0, steps=3)
     assert ev2.event == dp_accounting.SampledWithoutReplacementDpEvent(100, 10, dp_accounting.GaussianDpEvent(1.0))
-    assert compose([ev]) is ev
+    assert compose([ev]) == ev
+    assert compose([ev2, ev2]) == dp_accounting.SelfComposedDpEvent(ev2.event, 6)  # DpEventBuilder merges runs
 
 
 @pytest.mark.parametrize(

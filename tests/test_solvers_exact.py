@@ -53,10 +53,27 @@ def test_exact_bad_configuration():
         dict(unobserved_weight=-1.0),
         dict(max_norm=0.0),
         dict(label_bound=-1.0),
-        dict(chunk_tasks=0),
-        dict(chunk_examples=0),
-        dict(n_jobs=0),
-        dict(n_jobs=1.5),
+        dict(num_threads=0),
+        dict(dtype=np.int32),
+        dict(num_threads=1.5),
     ):
         with pytest.raises(ValueError):
             ExactSolver(**kw)
+
+
+def test_exact_weighted_equals_scaled_unweighted_and_numpy():
+    """Weights enter as w_e (<theta, x_e> - y_e)^2: the engine's sqrt(w) scaling matches a direct numpy solve."""
+    rng = np.random.default_rng(3)
+    b = _random_batch()
+    w = rng.uniform(0.1, 2.0, b.weights.size)
+    from dataclasses import replace
+
+    bw = replace(b, weights=w)
+    got = ExactSolver(reg=0.7, dtype=np.float64).solve(bw).params
+    x = b.features.astype(np.float64)
+    for i in range(b.n_tasks):
+        s, e = b.indptr[i], b.indptr[i + 1]
+        X = x[b.feature_ids[s:e]]
+        A = X.T @ (w[s:e, None] * X) + 0.7 * np.eye(x.shape[1])
+        ref = np.linalg.solve(A, X.T @ (w[s:e] * b.labels[s:e]))
+        np.testing.assert_allclose(got[i], ref, rtol=1e-8, atol=1e-10)

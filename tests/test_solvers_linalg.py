@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 from test_solvers_ssp import _batch
 
+from privrec.privacy import add_symmetric_gaussian_noise as add_symmetric_noise
 from privrec.privacy import symmetric_gaussian_noise
 from privrec.privacy.mechanisms import gaussian_noise
 from privrec.solvers import SSPSolver, psd_project, weighted_statistics
-from privrec.solvers._linalg import add_symmetric_noise, projected_ridge_solve
+from privrec.solvers._linalg import projected_ridge_solve
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -92,7 +93,7 @@ def test_seeded_ssp_solve_equals_statistics_plus_noise_projected_then_ridge(dtyp
         reg=np.linspace(0.1, 2, 30),
         eig_floor=0.2,
         dtype=dtype,
-        n_jobs=1,
+        num_threads=1,
     )
     res = solver.solve(batch, rng=np.random.default_rng(5))
     std = solver.noise_stds()

@@ -17,10 +17,10 @@ import pytest
 import scipy.sparse as sp
 
 import privrec.solvers._linalg as L
-from privrec.models import _solve as S
 from privrec.privacy import make_rng, symmetric_gaussian_noise
 from privrec.privacy.mechanisms import gaussian_noise
 from privrec.solvers import SSPSolver, TaskBatch, psd_project
+from privrec.solvers import ridge as S
 from privrec.solvers._linalg import (
     chunk_statistics,
     positive_definite_mask,
@@ -244,7 +244,7 @@ def test_ssp_draws_the_same_noise_in_the_same_order_and_solves_the_projected_sys
     np.testing.assert_allclose(got, ref, rtol=0, atol=tol * max(1.0, np.abs(ref).max()))
     again = solver.solve(batch, rng=123).params
     np.testing.assert_array_equal(got, again)  # fixed seed: bit-identical
-    threaded = SSPSolver(**{**solver.__dict__, "n_jobs": 2}).solve(batch, rng=123).params
+    threaded = SSPSolver(**{**solver.__dict__, "num_threads": 2}).solve(batch, rng=123).params
     np.testing.assert_array_equal(got, threaded)
 
 

@@ -14,41 +14,17 @@ row), which is what bounds the sensitivities below.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any
 
-import dp_accounting
 import numpy as np
 
 from .._validation import check_fraction, check_int, check_positive
-from ..privacy import gaussian_event, make_rng
+from ..privacy import make_rng
 from ..privacy.clipping import clip_labels
+from ..privacy.mechanisms import Release, gaussian_mechanism
 from ._rows import check_user_items, sample_per_row
 
-
-@dataclass(frozen=True)
-class NoisyStatistic:
-    """A privatised pre-processing statistic.
-
-    ``value``: the released value; ``events``: list of ``(label, DpEvent, meta)`` to record;
-    ``info``: non-released diagnostics (e.g. how many interactions were sampled) — *not* private,
-    do not publish.
-    """
-
-    value: Any
-    events: list
-    info: dict = field(default_factory=dict)
-
-    @property
-    def event(self) -> dp_accounting.DpEvent:
-        """The composed event of this statistic (a single event when there is one)."""
-        evs = [e for _, e, _ in self.events]
-        return evs[0] if len(evs) == 1 else dp_accounting.ComposedDpEvent(evs)
-
-    def record(self, ledger, prefix: str = "") -> None:
-        """Record every event in ``ledger`` with its label and meta."""
-        for label, event, meta in self.events:
-            ledger.record(prefix + label, event, **meta)
+#: the private pre-processing statistics return the library's one release type
+NoisyStatistic = Release
 
 
 def _check_multiplier(noise_multiplier) -> float:
@@ -76,12 +52,12 @@ def private_item_counts(
     rng = make_rng(rng)
     keep = sample_per_row(m.indptr, k, rng)
     exact = np.bincount(m.indices[keep], minlength=m.shape[1]).astype(np.float64)
-    sens = math.sqrt(k)
-    std = z * sens
-    noisy = exact + rng.standard_normal(exact.size) * std if std > 0 else exact.copy()
-    counts = np.maximum(noisy, 1.0)
-    meta = {"sensitivity": sens, "noise_std": std, "count_sample": k, "mechanism": "gaussian"}
-    return NoisyStatistic(counts, [(label, gaussian_event(z), meta)], {"n_sampled": int(keep.sum())})
+    release = gaussian_mechanism(exact, math.sqrt(k), z, rng, dtype=np.float64, label=label)
+    for _, _, meta in release.events:
+        meta["count_sample"] = k
+    release.value = np.maximum(release.value, 1.0)
+    release.info["n_sampled"] = int(keep.sum())
+    return release
 
 
 def private_global_mean(
@@ -120,17 +96,13 @@ def private_global_mean(
     keep = sample_per_row(m.indptr, k, rng)
     total = float(clip_labels(data[keep], bound).sum())
     n = float(keep.sum())
-    std_num = z * k * bound
-    std_den = z * k
-    noisy_total = total + (rng.standard_normal() * std_num if std_num > 0 else 0.0)
-    noisy_n = n + (rng.standard_normal() * std_den if std_den > 0 else 0.0)
-    mean = float(np.clip(noisy_total / max(noisy_n, 1.0), -bound, bound))
-    ev = gaussian_event(z)
-    events = [
-        (label + ": sum", ev, {"sensitivity": k * bound, "noise_std": std_num, "count_sample": k}),
-        (label + ": count", ev, {"sensitivity": float(k), "noise_std": std_den, "count_sample": k}),
-    ]
-    return NoisyStatistic(mean, events, {"n_sampled": int(n)})
+    num = gaussian_mechanism(np.float64(total), k * bound, z, rng, dtype=np.float64, label=label + ": sum")
+    den = gaussian_mechanism(np.float64(n), float(k), z, rng, dtype=np.float64, label=label + ": count")
+    mean = float(np.clip(float(num.value) / max(float(den.value), 1.0), -bound, bound))
+    events = num.events + den.events
+    for _, _, meta in events:
+        meta["count_sample"] = k
+    return Release(mean, events, {"n_sampled": int(n)})
 
 
 def head_items(counts, item_frac: float) -> np.ndarray:
@@ -159,4 +131,4 @@ def private_head_items(
     """
     stat = private_item_counts(user_items, count_sample, noise_multiplier, rng, label=label)
     keep = head_items(stat.value, item_frac)
-    return NoisyStatistic(keep, stat.events, {**stat.info, "counts": stat.value})
+    return Release(keep, stat.events, {**stat.info, "counts": stat.value})

@@ -11,7 +11,7 @@ settings of the authors' reference implementation.
 with mu the training mean (``center=True``), b / c user / item biases (``biases=True``) and the
 frequency-scaled ridge reg_r = regularization * (n_r + 1)^reg_exponent * Z, Z chosen per side so
 that sum_r n_r * reg_r / regularization = sum_r n_r (the normalisation of the authors' reference implementation).
-Every half-sweep is a batch of ridge regressions solved with batched BLAS (``_solve``).
+Every half-sweep is a batch of ridge regressions solved with batched BLAS (:mod:`privrec.solvers.ridge`).
 
 Users or items without ratings get zero factors and zero bias (so their prediction is ``mu``).
 """
@@ -26,8 +26,8 @@ import scipy.sparse as sp
 
 from .._validation import check_int, check_memory, check_positive, check_random_state_seed
 from ..privacy import make_rng
+from ..solvers.ridge import _blas_single_thread, frequency_regularization, solve_rows
 from ._base import FactorizationModel, check_fit_matrix, check_rating_range
-from ._solve import _blas_single_thread, frequency_regularization, solve_rows
 
 _SOLVERS = ("cholesky", "cg")
 

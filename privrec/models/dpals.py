@@ -55,8 +55,8 @@ from ..privacy import (
 )
 from ..privacy.calibration import SplitCalibration
 from ..solvers import ExactSolver, NoisyGDSolver, SSPSolver, TaskBatch
+from ..solvers.ridge import frequency_regularization
 from ._base import FactorizationModel, check_fit_matrix
-from ._solve import frequency_regularization
 from .als import check_exponent, half_step
 
 # method name -> (solver kind, allocation)

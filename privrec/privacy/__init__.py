@@ -22,13 +22,13 @@ from .ledger import (
 )
 from .mechanisms import (
     Release,
+    add_symmetric_gaussian_noise,
     compose,
     fixed_size_subsampled_gaussian_event,
     gaussian_event,
     gaussian_mechanism,
     gaussian_noise,
     laplace_event,
-    laplace_for_epsilon,
     laplace_mechanism,
     poisson_subsampled_gaussian_event,
     symmetric_gaussian_noise,
@@ -45,6 +45,7 @@ from .tree import (
 )
 
 __all__ = [
+    "add_symmetric_gaussian_noise",
     "DEFAULT_RDP_ORDERS",
     "PrivacyLedger",
     "Release",
@@ -68,7 +69,6 @@ __all__ = [
     "gaussian_noise",
     "gaussian_rho",
     "laplace_event",
-    "laplace_for_epsilon",
     "laplace_mechanism",
     "leaf_nodes",
     "make_rng",

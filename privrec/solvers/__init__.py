@@ -10,9 +10,19 @@ from ._linalg import psd_project, weighted_statistics
 from .batch import SolverResult, TaskBatch
 from .exact import ExactSolver
 from .noisy_gd import NoisyGDSolver, suggested_iterations
+from .protocol import LabelledEvent, PrivateSolver, available_solvers, make_solver, register_solver
 from .ssp import SSPSolver
 
+register_solver("exact", ExactSolver)
+register_solver("ssp", SSPSolver)
+register_solver("noisy_gd", NoisyGDSolver)
+
 __all__ = [
+    "PrivateSolver",
+    "LabelledEvent",
+    "make_solver",
+    "register_solver",
+    "available_solvers",
     "TaskBatch",
     "SolverResult",
     "ExactSolver",

@@ -122,28 +122,28 @@ def single_threaded_blas():
         yield
 
 
-def check_execution(chunk_tasks, chunk_examples, n_jobs) -> None:
-    """ValueError unless chunk sizes are integers >= 1 and n_jobs is None or a non-zero integer."""
+def check_execution(chunk_tasks, chunk_examples, num_threads) -> None:
+    """ValueError unless chunk sizes are integers >= 1 and num_threads is None or a non-zero integer."""
     from .._validation import check_int
 
     check_int(chunk_tasks, "chunk_tasks", minimum=1)
     check_int(chunk_examples, "chunk_examples", minimum=1)
-    if n_jobs is not None and (check_int(n_jobs, "n_jobs") == 0):
-        raise ValueError("n_jobs must be None, a positive count, or negative (all cores but |n_jobs| - 1)")
+    if num_threads is not None and (check_int(num_threads, "num_threads") == 0):
+        raise ValueError("num_threads must be None, a positive count, or negative (all cores but |num_threads| - 1)")
 
 
-def resolve_jobs(n_jobs) -> int:
-    if n_jobs is None or n_jobs == 0:
+def resolve_jobs(num_threads) -> int:
+    if num_threads is None or num_threads == 0:
         return max(1, min(os.cpu_count() or 1, 8))
-    if n_jobs < 0:
-        return max(1, (os.cpu_count() or 1) + 1 + n_jobs)
-    return int(n_jobs)
+    if num_threads < 0:
+        return max(1, (os.cpu_count() or 1) + 1 + num_threads)
+    return int(num_threads)
 
 
-def map_chunks(fn, chunks: list, n_jobs) -> list:
+def map_chunks(fn, chunks: list, num_threads) -> list:
     """``[fn(i, chunk) for i, chunk in enumerate(chunks)]`` on a thread pool (numpy releases the GIL
-    in BLAS/LAPACK), with single-threaded BLAS; results in order. Memory: n_jobs chunks in flight."""
-    jobs = min(resolve_jobs(n_jobs), max(1, len(chunks)))
+    in BLAS/LAPACK), with single-threaded BLAS; results in order. Memory: num_threads chunks in flight."""
+    jobs = min(resolve_jobs(num_threads), max(1, len(chunks)))
     try:
         with single_threaded_blas():
             if jobs == 1:
@@ -357,30 +357,6 @@ def noisy_global_gramian(x: np.ndarray, std: float, weight: float, rng, dtype) -
 
     g0 = global_gramian(x) + symmetric_gaussian_noise((), x.shape[1], std, rng, dtype)
     return psd_project(g0) * np.dtype(dtype).type(weight)
-
-
-def add_symmetric_noise(G: np.ndarray, std: float, rng) -> None:
-    """In place ``G += symmetric_gaussian_noise(G.shape[:-2], d, std, rng, G.dtype)``, same draws.
-
-    Draws exactly what :func:`privrec.privacy.symmetric_gaussian_noise` draws (the iid upper
-    triangle, row by row, in ``G``'s noise precision) from the same generator, so a seeded run is
-    bit-identical; it only skips materialising the (m, d, d) noise stack and its two fancy-index
-    scatters (about 3x faster on the SSP item step). Noise distribution and sensitivities are
-    unchanged (spec 004 §2, Algorithm 1 step 2).
-    """
-    if std == 0:
-        return
-    d = G.shape[-1]
-    noise_dtype = np.float64 if G.dtype == np.float64 else np.float32
-    upper = rng.standard_normal((*G.shape[:-2], d * (d + 1) // 2), dtype=noise_dtype)
-    upper *= std
-    upper = upper.astype(G.dtype, copy=False)
-    s = 0
-    for i in range(d):  # row i of the upper triangle holds (i, i), (i, i+1), ..., (i, d-1)
-        n = d - i
-        G[..., i, i:] += upper[..., s : s + n]
-        G[..., i + 1 :, i] += upper[..., s + 1 : s + n]  # the mirrored lower entries (j, i), j > i
-        s += n
 
 
 _TRIDIAG = {np.dtype(np.float32): ("ssytrd", "sstevd"), np.dtype(np.float64): ("dsytrd", "dstevd")}

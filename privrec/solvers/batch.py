@@ -10,14 +10,13 @@ tasks has L2 sensitivity governed by ``beta = max_u sum_{e of u} weights[e]^2``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
-import dp_accounting
 import numpy as np
 import scipy.sparse as sp
 
 from .._validation import check_finite_array
+from ..privacy.mechanisms import Release
 
 #: examples per block in :meth:`TaskBatch.unit_spend` (bounds its float64 temporaries)
 _SPEND_CHUNK = 1 << 22
@@ -224,26 +223,6 @@ class TaskBatch:
         return beta
 
 
-@dataclass(frozen=True)
-class SolverResult:
-    """Output of a solver: ``params`` (m, d), ``events`` [(label, DpEvent, meta)], ``info``.
-
-    ``meta`` goes into the public privacy report (sensitivity, noise std, multiplier, budget);
-    ``info`` holds diagnostics that may depend on private data and must not be published.
-    """
-
-    params: np.ndarray
-    events: list = field(default_factory=list)
-    info: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def event(self) -> dp_accounting.DpEvent:
-        evs = [e for _, e, _ in self.events]
-        if not evs:
-            return dp_accounting.NoOpDpEvent()
-        return evs[0] if len(evs) == 1 else dp_accounting.ComposedDpEvent(evs)
-
-    def record(self, ledger, prefix: str = "") -> None:
-        """Record every event in ``ledger`` (labels prefixed, e.g. ``"ALS step 3: "``)."""
-        for label, event, meta in self.events:
-            ledger.record(prefix + label, event, **meta)
+#: a solver's output is the library's one release type: ``params`` (m, d) = ``value``, ``events``
+#: [(label, DpEvent, meta)] and ``info`` (diagnostics that may be private)
+SolverResult = Release

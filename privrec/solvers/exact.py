@@ -1,4 +1,9 @@
-"""Non-private weighted ridge per task (the reference for spec 004 §2's reductions)."""
+"""Non-private weighted ridge per task: the reference every private solver reduces to at zero noise
+(Krichene et al., ICML 2023, Sec. 3: Algorithms 1 and 2 without noise).
+
+It runs on :func:`privrec.solvers.ridge.solve_rows`, the library's one exact ridge engine (the
+same code solves both halves of :class:`privrec.models.ALS` and the user step of DP-ALS).
+"""
 
 from __future__ import annotations
 
@@ -7,31 +12,22 @@ from dataclasses import dataclass
 import dp_accounting
 import numpy as np
 
-from .._validation import check_positive
-from ._linalg import (
-    DEFAULT_CHUNK_EXAMPLES,
-    DEFAULT_CHUNK_TASKS,
-    as_task_array,
-    check_execution,
-    chunk_statistics,
-    global_gramian,
-    map_chunks,
-    prepared_inputs,
-    spd_solve,
-    task_chunks,
-)
+from .._validation import check_int, check_positive
+from ._linalg import as_task_array, global_gramian, prepared_inputs
 from .batch import SolverResult, TaskBatch
+from .protocol import LabelledEvent
+from .ridge import solve_rows
 
 
 @dataclass(frozen=True)
 class ExactSolver:
     """theta_i = argmin sum_e w_e (<theta, x_e> - y_e)^2 + alpha_0 theta^T G theta + reg_i |theta|^2.
 
-    ``G`` = sum over all units of x_u x_u^T (gravity / unobserved weight ``unobserved_weight``,
-    spec 004 §6). ``reg``: scalar or per-task array. Optional ``max_norm`` / ``label_bound``
-    apply the same clipping as the private solvers. Emits one ``NonPrivateDpEvent`` so that a
-    ledger using it can never report a finite epsilon. Singular systems use the pseudo-inverse
-    (tasks without examples and ``reg = 0`` get zero parameters).
+    ``G`` = sum over all units of x_u x_u^T (gravity / unobserved weight ``unobserved_weight``
+    of the reference implementation). ``reg``: scalar or per-task array. Optional ``max_norm`` /
+    ``label_bound`` apply the same clipping as the private solvers. Emits one
+    ``NonPrivateDpEvent`` so that a ledger using it can never report a finite epsilon. Tasks
+    without examples get zero parameters. ``num_threads``: worker threads (``None`` = usable cores).
     """
 
     reg: float | np.ndarray = 1.0
@@ -39,9 +35,10 @@ class ExactSolver:
     max_norm: float | None = None
     label_bound: float | None = None
     dtype: type = np.float32
-    chunk_tasks: int = DEFAULT_CHUNK_TASKS
-    chunk_examples: int = DEFAULT_CHUNK_EXAMPLES
-    n_jobs: int | None = None
+    num_threads: int | None = None
+
+    #: a non-private solve has no noise (the protocol's attribute)
+    noise_multiplier = 0.0
 
     def __post_init__(self):
         check_positive(self.unobserved_weight, "unobserved_weight", allow_zero=True)
@@ -49,29 +46,33 @@ class ExactSolver:
             check_positive(self.max_norm, "max_norm")
         if self.label_bound is not None:
             check_positive(self.label_bound, "label_bound")
-        check_execution(self.chunk_tasks, self.chunk_examples, self.n_jobs)
+        if self.num_threads is not None:
+            check_int(self.num_threads, "num_threads", minimum=1)
+        if np.dtype(self.dtype) not in (np.float32, np.float64):
+            raise ValueError(f"dtype must be float32 or float64, got {np.dtype(self.dtype)}")
+
+    def with_noise_multiplier(self, z: float) -> ExactSolver:
+        """The exact solver has no noise scale: only ``z = 0`` is accepted."""
+        if z != 0:
+            raise ValueError("ExactSolver is non-private: its noise multiplier is 0")
+        return self
+
+    def labelled_events(self) -> list[LabelledEvent]:
+        """One ``NonPrivateDpEvent``: a ledger holding it can never report a finite epsilon."""
+        return [("exact solve (non-private)", dp_accounting.NonPrivateDpEvent(), {"mechanism": "none"})]
 
     def dp_event(self) -> dp_accounting.DpEvent:
         return dp_accounting.NonPrivateDpEvent()
 
     def solve(self, batch: TaskBatch, rng=None) -> SolverResult:
         dtype = np.dtype(self.dtype)
-        m, d = batch.n_tasks, batch.dim
+        m = batch.n_tasks
         reg = as_task_array(self.reg, m, "reg", dtype)
-        x, _ = prepared_inputs(batch, self.max_norm, None, dtype, labels=False)  # labels clipped per block
+        x, y = prepared_inputs(batch, self.max_norm, self.label_bound, dtype)
         gram = global_gramian(x) * dtype.type(self.unobserved_weight) if self.unobserved_weight > 0 else None
-        eye = np.eye(d, dtype=dtype)
-
-        def solve_chunk(c, bounds):
-            t0, t1 = bounds
-            G, b = chunk_statistics(batch, x, batch.labels, t0, t1, label_bound=self.label_bound)
-            G += reg[t0:t1, None, None] * eye
-            if gram is not None:
-                G += gram
-            return spd_solve(G, b)
-
-        chunks = list(task_chunks(batch.indptr, self.chunk_tasks, self.chunk_examples))
-        results = map_chunks(solve_chunk, chunks, self.n_jobs)
-        params = np.concatenate(results) if results else np.zeros((0, d), dtype=dtype)
-        events = [("exact solve (non-private)", dp_accounting.NonPrivateDpEvent(), {"mechanism": "none"})]
-        return SolverResult(params, events, {"solver": "exact"})
+        w = batch.weights
+        weights = None if w.size == 0 or bool(np.all(w == 1)) else w
+        params = solve_rows(
+            batch.indptr, batch.feature_ids, y, x, reg, gram, "cholesky", num_threads=self.num_threads, weights=weights
+        )
+        return SolverResult(params, self.labelled_events(), {"solver": "exact"})

@@ -101,7 +101,7 @@ class NoisyGDSolver:
     dtype: type = np.float32
     chunk_tasks: int = DEFAULT_CHUNK_TASKS
     chunk_examples: int = DEFAULT_CHUNK_EXAMPLES
-    n_jobs: int | None = None
+    num_threads: int | None = None
 
     def __post_init__(self):
         z = check_positive(self.noise_multiplier, "noise_multiplier", allow_zero=True)
@@ -113,7 +113,7 @@ class NoisyGDSolver:
         check_positive(self.unobserved_weight, "unobserved_weight", allow_zero=True)
         check_positive(self.global_ratio, "global_ratio")
         check_positive(self.strong_convexity, "strong_convexity", allow_zero=True)
-        check_execution(self.chunk_tasks, self.chunk_examples, self.n_jobs)
+        check_execution(self.chunk_tasks, self.chunk_examples, self.num_threads)
         if isinstance(self.schedule, str):
             if self.schedule not in ("convex", "strongly_convex"):
                 raise ValueError(
@@ -261,7 +261,7 @@ class NoisyGDSolver:
                 theta = _project_ball(theta - eta[t, t0:t1, None] * g, self.radius)
             return theta
 
-        results = map_chunks(run_chunk, chunks, self.n_jobs)
+        results = map_chunks(run_chunk, chunks, self.num_threads)
         if results:
             theta_all = np.concatenate(results)
         info = {"solver": "noisy_gd", "unit_budget": beta, "iterations": int(self.iterations)}

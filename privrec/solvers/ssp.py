@@ -48,11 +48,10 @@ import numpy as np
 
 from .._validation import check_positive
 from ..privacy import gaussian_event, make_rng
-from ..privacy.mechanisms import gaussian_noise
+from ..privacy.mechanisms import add_symmetric_gaussian_noise, gaussian_noise
 from ._linalg import (
     DEFAULT_CHUNK_EXAMPLES,
     DEFAULT_CHUNK_TASKS,
-    add_symmetric_noise,
     as_task_array,
     check_execution,
     chunk_statistics,
@@ -87,7 +86,7 @@ class SSPSolver:
     (declared; the batch's max per-unit spend is checked against it), ``max_norm`` Gamma_x,
     ``label_bound`` B, ``reg`` (scalar or per-task, public), ``unobserved_weight`` alpha_0,
     ``gramian_ratio`` / ``global_ratio`` (multipliers relative to z), ``eig_floor`` (PSD
-    projection floor), ``dtype`` (float32 default), chunk sizes (memory bound), ``n_jobs`` (threads
+    projection floor), ``dtype`` (float32 default), chunk sizes (memory bound), ``num_threads`` (threads
     over task chunks; None = all cores, BLAS single-threaded inside). Noise comes
     from ``rng`` in :meth:`solve`: ``None`` = OS entropy; a known seed voids the guarantee.
     """
@@ -104,7 +103,7 @@ class SSPSolver:
     dtype: type = np.float32
     chunk_tasks: int = DEFAULT_CHUNK_TASKS
     chunk_examples: int = DEFAULT_CHUNK_EXAMPLES
-    n_jobs: int | None = None
+    num_threads: int | None = None
 
     def __post_init__(self):
         z = check_positive(self.noise_multiplier, "noise_multiplier", allow_zero=True)
@@ -115,7 +114,7 @@ class SSPSolver:
         check_positive(self.gramian_ratio, "gramian_ratio")
         check_positive(self.global_ratio, "global_ratio")
         check_positive(self.eig_floor, "eig_floor", allow_zero=True)
-        check_execution(self.chunk_tasks, self.chunk_examples, self.n_jobs)
+        check_execution(self.chunk_tasks, self.chunk_examples, self.num_threads)
 
     # -------------------------------------------------------------- accounting
     def with_noise_multiplier(self, z: float) -> SSPSolver:
@@ -188,7 +187,7 @@ class SSPSolver:
             t0, t1 = bounds
             G, b = chunk_statistics(batch, x, y, t0, t1, label_bound=self.label_bound)
             if std["gramian"] > 0:  # = G += symmetric_gaussian_noise(...): same draws, no noise stack
-                add_symmetric_noise(G, std["gramian"], rngs[c])
+                add_symmetric_gaussian_noise(G, std["gramian"], rngs[c])
             if std["rhs"] > 0:
                 b += gaussian_noise(b.shape, std["rhs"], rngs[c], dtype)
             out = np.empty((t1 - t0, d), dtype=dtype)
@@ -198,7 +197,7 @@ class SSPSolver:
                 n_bad += self._solve_systems(G[s0:s1], b[s0:s1], reg[t0 + s0 : t0 + s1], gram, floor, out[s0:s1])
             return out, n_bad
 
-        results = map_chunks(solve_chunk, chunks, self.n_jobs)
+        results = map_chunks(solve_chunk, chunks, self.num_threads)
         params = np.concatenate([r[0] for r in results]) if results else np.zeros((0, d), dtype=dtype)
         n_projected = sum(r[1] for r in results)
         info = {"solver": "ssp", "unit_budget": beta, "projected_tasks": n_projected}

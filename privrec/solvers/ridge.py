@@ -1,13 +1,16 @@
-"""Batched ridge solves for one half of an ALS sweep (spec 004 §6, user step and non-private item step).
+"""The one exact ridge engine: batched weighted ridge solves over the rows of a CSR structure.
 
+Used by both halves of non-private ALS, by the (exact, non-private) user step of DP-ALS and by
+:class:`~privrec.solvers.ExactSolver` (the item step at epsilon = inf and the multi-task reference);
+Krichene et al. (ICML 2023), Alg. 3 and App. D.1 ("frequency-based regularisation").
 For every row r of a CSR matrix (users x items for the user step, items x users for the item step)
 we solve the regularised least-squares problem
 
-    x_r = argmin_x  sum_{c in row r} (<x, f_c> - t_rc)^2 + reg_r |x|^2 + x^T G x
+    x_r = argmin_x  sum_{c in row r} w_rc (<x, f_c> - t_rc)^2 + reg_r |x|^2 + x^T G x
 
 where ``f_c`` are the (fixed) factors of the other side, ``t_rc`` the targets aligned with the CSR
-data, ``reg_r`` a per-row ridge (frequency-scaled, see :func:`frequency_regularization`) and ``G``
-an optional extra Gramian (the gravity / unobserved-weight term alpha_0 * F^T F of spec 004 §6).
+data, ``w_rc >= 0`` optional per-entry weights (1 when not given), ``reg_r`` a per-row ridge (frequency-scaled, see :func:`frequency_regularization`) and ``G``
+an optional extra Gramian (the gravity / unobserved-weight term alpha_0 * F^T F of the reference implementation).
 
 Everything is batched: rows are sorted by length and cut into chunks whose padded size is bounded
 (by bytes: :data:`DEFAULT_CHUNK_BYTES` of gathered neighbour factors, so a chunk stays in cache
@@ -36,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from ..solvers._linalg import spd_solve  # batched solve with pinv fallback (shared with the solvers)
+from ._linalg import spd_solve  # batched solve with pinv fallback (shared with the private solvers)
 
 # Bytes of gathered neighbour factors per chunk (B * L * d * itemsize): 4 MiB keeps a chunk in
 # cache across the CG passes (about 1.6x less CPU than 64 MiB chunks on ml20m-like) and bounds the
@@ -56,7 +59,7 @@ def chunk_slots(d: int, itemsize: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -
 def frequency_regularization(counts: np.ndarray, reg: float, exponent: float) -> tuple[np.ndarray, float]:
     """Per-row ridge reg * (count + 1)^exponent, normalised so sum(count * w) = sum(count).
 
-    Spec 004 §6 [REF] "frequency-based regularisation". Returns ``(reg_rows, norm)`` where ``norm``
+    The reference implementation's "frequency-based regularisation". Returns ``(reg_rows, norm)`` where ``norm``
     is the normalising constant (kept so later projections use the same scale). ``exponent = 0``
     gives a constant ridge.
     """
@@ -114,12 +117,14 @@ def _buffer(n: int, dtype) -> np.ndarray:
     return buf[:n]
 
 
-def gather_padded(indptr, indices, values, rows, length, fixed_ext, reuse: bool = False):
+def gather_padded(indptr, indices, values, rows, length, fixed_ext, reuse: bool = False, scale=None):
     """Zero-padded neighbour block of a chunk.
 
     Returns ``X`` (B, L, d) with the fixed-side factors of each row's neighbours (padding uses the
     all-zero last row of ``fixed_ext``) and ``t`` (B, L) with the aligned values (0 on padding).
     ``reuse=True`` writes ``X`` into this thread's reusable buffer (valid until the next call).
+    ``scale`` (per entry, aligned with ``values``): both ``X`` rows and ``t`` are multiplied by it
+    (``sqrt(w)`` turns a weighted least-squares problem into an unweighted one).
     """
     starts = indptr[rows]
     lens = indptr[rows + 1] - starts
@@ -134,6 +139,10 @@ def gather_padded(indptr, indices, values, rows, length, fixed_ext, reuse: bool 
     else:
         X = fixed_ext[idx]
     t = np.where(mask, values[pos], 0).astype(fixed_ext.dtype, copy=False)
+    if scale is not None:
+        s = np.where(mask, scale[pos], 0).astype(fixed_ext.dtype, copy=False)
+        X *= s[..., None]
+        t *= s
     return X, t
 
 
@@ -169,8 +178,11 @@ def solve_rows(
     max_slots: int | None = None,
     out: np.ndarray | None = None,
     num_threads: int | None = None,
+    weights: np.ndarray | None = None,
 ) -> np.ndarray:
     """Solve every row's ridge problem (module docstring); rows without observations get zeros.
+
+    ``weights`` (per entry, >= 0, aligned with ``indices``): weighted least squares; ``None`` = 1.
 
     ``solver="cholesky"`` is exact (batched LAPACK solve of the formed normal equations);
     ``solver="cg"`` runs ``cg_steps`` conjugate-gradient steps warm-started at ``x0`` (as
@@ -198,6 +210,7 @@ def solve_rows(
     grav = None if gravity is None else np.asarray(gravity, dtype=dtype)
     if solver == "cg" and x0 is None:
         x0 = np.zeros((n_rows, d), dtype=dtype)
+    scale = None if weights is None else np.sqrt(np.asarray(weights, dtype=np.float64)).astype(dtype)
 
     # Dual ("push-through") form for short rows, exact as well:
     #   (D + X^T X)^{-1} X^T t = D^{-1} X^T (I_L + X D^{-1} X^T)^{-1} t,
@@ -216,7 +229,7 @@ def solve_rows(
         rows, length = chunk
         reg = reg_rows[rows]
         if solver == "cholesky" and dual_ok and length < d:
-            X, t = gather_padded(indptr, indices, targets, rows, length, rot_ext, reuse=True)
+            X, t = gather_padded(indptr, indices, targets, rows, length, rot_ext, reuse=True, scale=scale)
             dinv = (1.0 / (reg[:, None].astype(np.float64) + lam[None, :])).astype(dtype)  # (B, d)
             XD = X * dinv[:, None, :]
             K = np.matmul(XD, X.transpose(0, 2, 1))
@@ -225,7 +238,7 @@ def solve_rows(
             sol = np.matmul(XD.transpose(0, 2, 1), a[..., None])[..., 0]
             out[rows] = sol if Q is None else sol @ Q.T
             return
-        X, t = gather_padded(indptr, indices, targets, rows, length, fixed_ext, reuse=True)
+        X, t = gather_padded(indptr, indices, targets, rows, length, fixed_ext, reuse=True, scale=scale)
         if solver == "cholesky":
             Xt = X.transpose(0, 2, 1)  # a view: BLAS reads it as transposed (far faster than a copy)
             b = np.matmul(Xt, t[..., None])[..., 0]
