@@ -35,48 +35,98 @@ import dataclasses
 import math
 import time
 import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+from numbers import Integral, Real
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import allocation
-from .._validation import check_delta, check_epsilon, check_fraction, check_int, check_memory, check_positive
-from ..privacy import (
-    PrivacyLedger,
-    calibrate_noise_multiplier,
-    calibrate_with_split,
-    check_noise_random_state,
-    clip_labels,
-    clip_rows,
-    compose,
-    default_count_fraction,
-    gaussian_event,
-    make_rng,
-)
-from ..privacy.calibration import SplitCalibration
-from ..solvers import ExactSolver, NoisyGDSolver, SSPSolver, TaskBatch
+from .._validation import check_delta, check_epsilon, check_memory
+from ..pipeline import Plan, PrivatePipeline
+from ..privacy import check_noise_random_state, clip_labels, clip_rows, default_count_fraction, make_rng
+from ..solvers import PrivateSolver, TaskBatch, make_solver
 from ..solvers.ridge import frequency_regularization
 from ._base import FactorizationModel, check_fit_matrix
 from .als import check_exponent, half_step
 
-# method name -> (solver kind, allocation)
+#: method name -> (registered solver name, allocation)
 METHODS = {
     "dpals-uniform": ("ssp", "uniform"),
     "dpals-tail": ("ssp", "tail"),
     "ada-dpals": ("ssp", "adaptive"),
-    "dpsgd-uniform": ("gd", "uniform"),
-    "dpsgd-tail": ("gd", "tail"),
-    "ada-dpsgd": ("gd", "adaptive"),
+    "dpsgd-uniform": ("noisy_gd", "uniform"),
+    "dpsgd-tail": ("noisy_gd", "tail"),
+    "ada-dpsgd": ("noisy_gd", "adaptive"),
 }
 
 
-def _auto_by_epsilon(eps: float, low, mid, high):
-    """The reference implementation's tuned settings are given at eps = 1, 5, 20: pick the nearest column."""
-    if eps <= 2.0:
-        return low
-    if eps <= 10.0:
-        return mid
-    return high
+@dataclass(frozen=True)
+class DPALSConfig:
+    """The resolved, validated settings of one DPALS fit (every value public).
+
+    Built by ``DPALS._resolve_config`` from the constructor parameters (constraint table
+    ``DPALS._parameter_constraints``) and :func:`auto_config`; ``DPALS.config_`` is its
+    :meth:`as_dict`. Field meanings are those of the :class:`DPALS` parameters of the same name;
+    ``solver`` is the registered solver name, ``reg`` / ``user_reg`` the item / user ridges,
+    ``bias_feature`` the constant feature carrying the item bias (0 = no bias).
+    """
+
+    epsilon: float
+    delta: float
+    solver: str
+    allocation: str
+    factors: int
+    iterations: int
+    budget: float
+    mu: float
+    reg: float
+    reg_exponent: float
+    user_reg: float
+    user_reg_exponent: float
+    biases: bool
+    popularity_prior: bool
+    bias_feature: float
+    implicit: bool
+    center: bool
+    unobserved_weight: float
+    max_norm: float
+    rating_bound: float
+    rating_range: tuple[float, float] | None
+    label_bound: float
+    item_frac: float | None
+    count_fraction: float
+    count_sample: int
+    gramian_ratio: float
+    global_ratio: float
+    gd_iterations: int
+    init_scale: float
+    dtype: np.dtype
+    accountant: str
+
+    @property
+    def private(self) -> bool:
+        return not math.isinf(self.epsilon)
+
+    @property
+    def feature_norm(self) -> float:
+        """Gamma_x of the item step: clip of the user embedding plus the bias feature."""
+        return math.sqrt(self.max_norm**2 + self.bias_feature**2) if self.factors else self.bias_feature
+
+    @property
+    def pre_labels(self) -> list[str]:
+        """Labels of the pre-processing releases (counts, then the two parts of the mean)."""
+        return ["item counts"] + (["global mean: sum", "global mean: count"] if self.center else [])
+
+    def as_dict(self) -> dict:
+        """JSON-friendly copy (dtype by name, derived ``private``)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["dtype"] = self.dtype.name
+        out["private"] = self.private
+        return out
 
 
 class DPALS(FactorizationModel):
@@ -153,8 +203,43 @@ class DPALS(FactorizationModel):
 
     _saved_arrays = ("item_factors_", "item_bias_", "global_mean_")
 
+    _parameter_constraints: ClassVar[dict] = {
+        "method": [StrOptions(set(METHODS))],
+        "epsilon": [Interval(Real, 0, math.inf, closed="right")],
+        "delta": [Interval(Real, 0, 1, closed="neither")],
+        "factors": [Interval(Integral, 0, None, closed="left"), None],
+        "iterations": [Interval(Integral, 1, None, closed="left"), None],
+        "budget": [Interval(Real, 0, None, closed="neither"), None],
+        "mu": [Interval(Real, 0, 1, closed="both"), None],
+        "biases": ["boolean"],
+        "bias_scale": [Interval(Real, 0, None, closed="neither")],
+        "regularization": [Interval(Real, 0, None, closed="left"), None],
+        "reg_exponent": [Interval(Real, None, None, closed="neither")],  # finite: check_exponent
+        "user_regularization": [Interval(Real, 0, None, closed="left"), None],
+        "user_reg_exponent": [Interval(Real, None, None, closed="neither"), None],
+        "unobserved_weight": [Interval(Real, 0, None, closed="left")],
+        "max_norm": [Interval(Real, 0, None, closed="neither"), None],
+        "center": ["boolean", None],
+        "feedback": [StrOptions({"explicit", "implicit"})],
+        "rating_bound": [Interval(Real, 0, None, closed="neither")],
+        "rating_range": ["array-like", None],
+        "label_bound": [Interval(Real, 0, None, closed="neither"), None],
+        "item_frac": [Interval(Real, 0, 1, closed="right"), None],
+        "count_fraction": [Interval(Real, 0, 1, closed="neither"), None],
+        "count_sample": [Interval(Integral, 1, None, closed="left"), None],
+        "gramian_ratio": [Interval(Real, 0, None, closed="neither"), None],
+        "global_ratio": [Interval(Real, 0, None, closed="neither")],
+        "gd_iterations": [Interval(Integral, 1, None, closed="left")],
+        "init_scale": [Interval(Real, 0, None, closed="left")],
+        "accountant": [StrOptions({"pld", "rdp"})],
+        "dtype": "no_validation",  # checked in _resolve_config (float32 / float64)
+        "random_state": "no_validation",  # checked by check_noise_random_state
+        "num_threads": [Interval(Integral, 1, None, closed="left"), None],
+    }
+
     def __init__(
         self,
+        *,
         method: str = "ada-dpals",
         epsilon: float = 5.0,
         delta: float = 1e-5,
@@ -220,131 +305,98 @@ class DPALS(FactorizationModel):
         self.random_state = random_state
 
     # ------------------------------------------------------------------ resolved settings
-    def _settings(self, shape: tuple[int, int] | None = None) -> dict:
-        """Validated, resolved hyper-parameters; ``None`` values filled by :func:`auto_config`.
+    def _resolve_config(self, shape: tuple[int, int] | None = None) -> DPALSConfig:
+        """Validated (constraint table), resolved settings; ``None`` values filled by :func:`auto_config`.
 
         ``shape`` = (n_users, n_items) of the training matrix (public); without it the automatic
         values are those of a 10,000 x 1,000 problem (enough for validation and planning tests).
         """
-        if self.method not in METHODS:
-            raise ValueError(f"unknown method {self.method!r}; choose one of {sorted(METHODS)}")
+        self._validate_params()
         eps = check_epsilon(self.epsilon)
         delta = check_delta(self.delta)
-        if self.accountant not in ("pld", "rdp"):
-            raise ValueError(f"accountant must be 'pld' or 'rdp', got {self.accountant!r}")
         check_noise_random_state(self.random_state, "DPALS")
-        kind, alloc = METHODS[self.method]
-        if self.feedback not in ("explicit", "implicit"):
-            raise ValueError(f"feedback must be 'explicit' or 'implicit', got {self.feedback!r}")
+        solver, alloc = METHODS[self.method]
         implicit = self.feedback == "implicit"
         center = (not implicit) if self.center is None else bool(self.center)
         if implicit and center:
             raise ValueError("implicit feedback is binarised, not centred: use center=False (or None)")
         n_users, n_items = shape if shape is not None else (10_000, 1_000)
         rating_range = self._rating_range()
-        if rating_range is not None:
-            rating_bound = max(abs(rating_range[0]), abs(rating_range[1]))
-        else:
-            rating_bound = check_positive(self.rating_bound, "rating_bound")
+        rating_bound = max(abs(rating_range[0]), abs(rating_range[1])) if rating_range else float(self.rating_bound)
         auto = auto_config(n_users, n_items, eps, delta, rating_bound, implicit=implicit)
-        factors = auto["factors"] if self.factors is None else check_int(self.factors, "factors", minimum=0)
+        factors = auto["factors"] if self.factors is None else int(self.factors)
         if factors == 0 and not self.biases:
             raise ValueError("factors = 0 needs biases=True (otherwise there is nothing to fit)")
-        iters = auto["iterations"] if self.iterations is None else check_int(self.iterations, "iterations", minimum=1)
-        budget = auto["budget"] if self.budget is None else check_positive(self.budget, "budget")
+        iters = auto["iterations"] if self.iterations is None else int(self.iterations)
+        budget = auto["budget"] if self.budget is None else float(self.budget)
         if alloc != "adaptive" and budget != int(budget):
             raise ValueError(
                 f"budget is the number of sampled items k for {self.method}; must be an integer, got {budget!r}"
             )
-        mu = (0.1 if factors == 0 else 0.25) if self.mu is None else check_positive(self.mu, "mu", allow_zero=True)
-        if mu > 1:
-            raise ValueError(f"mu must be in [0, 1], got {self.mu!r}")
-        reg = (
-            auto["regularization"]
-            if self.regularization is None
-            else check_positive(self.regularization, "regularization", allow_zero=True)
-        )
+        mu = (0.1 if factors == 0 else 0.25) if self.mu is None else float(self.mu)
+        reg = auto["regularization"] if self.regularization is None else float(self.regularization)
         private = not math.isinf(eps)
         if implicit and factors == 0:
             iters = 0  # the release is the popularity prior alone
         if self.user_regularization is not None:
-            user_reg = check_positive(self.user_regularization, "user_regularization", allow_zero=True)
+            user_reg = float(self.user_regularization)
         else:  # epsilon = inf: one ridge for both sides, as ALS
             user_reg = auto["user_regularization"] if private else reg
-        check_exponent(self.reg_exponent)
         if self.user_reg_exponent is None:
             user_reg_exponent = 0.0 if private else float(self.reg_exponent)
         else:
             user_reg_exponent = check_exponent(self.user_reg_exponent, "user_reg_exponent")
-        alpha0 = check_positive(self.unobserved_weight, "unobserved_weight", allow_zero=True)
-        max_norm = auto["max_norm"] if self.max_norm is None else check_positive(self.max_norm, "max_norm")
-        bias_scale = check_positive(self.bias_scale, "bias_scale")
-        if self.label_bound is None:
-            if implicit:
-                label_bound = 1.0
-            elif rating_range is not None and center:
-                label_bound = (rating_range[1] - rating_range[0]) / 2.0
-            else:
-                label_bound = rating_bound / 2.0 if center else rating_bound
+        max_norm = auto["max_norm"] if self.max_norm is None else float(self.max_norm)
+        if self.label_bound is not None:
+            label_bound = float(self.label_bound)
+        elif implicit:
+            label_bound = 1.0
+        elif rating_range is not None and center:
+            label_bound = (rating_range[1] - rating_range[0]) / 2.0
         else:
-            label_bound = check_positive(self.label_bound, "label_bound")
-        item_frac = auto["item_frac"] if self.item_frac is None else check_fraction(self.item_frac, "item_frac")
-        item_frac = None if item_frac >= 1.0 else item_frac
-        if self.count_fraction is None:
-            count_fraction = auto["count_fraction"]
-        else:
-            count_fraction = check_fraction(self.count_fraction, "count_fraction", closed_high=False)
-        count_sample = (
-            int(math.ceil(budget))
-            if self.count_sample is None
-            else check_int(self.count_sample, "count_sample", minimum=1)
-        )
-        count_sample = max(1, count_sample)
+            label_bound = rating_bound / 2.0 if center else rating_bound
+        item_frac = auto["item_frac"] if self.item_frac is None else float(self.item_frac)
         dt = np.dtype(self.dtype)
         if dt not in (np.float32, np.float64):
             raise ValueError(f"dtype must be float32 or float64, got {dt}")
-        if self.num_threads is not None:
-            check_int(self.num_threads, "num_threads", minimum=1)
         # constant feature of the item bias: inside the clip ball in a private fit, 1 otherwise
         fit_biases = bool(self.biases) and not implicit
-        bias_feature = (bias_scale * max_norm if private else 1.0) if fit_biases else 0.0
-        return {
-            "epsilon": eps,
-            "delta": delta,
-            "kind": kind,
-            "allocation": alloc,
-            "factors": factors,
-            "iterations": iters,
-            "budget": budget,
-            "mu": mu,
-            "reg": reg,
-            "reg_exponent": float(self.reg_exponent),
-            "user_reg": user_reg,
-            "user_reg_exponent": user_reg_exponent,
-            "biases": fit_biases,
-            "popularity_prior": bool(self.biases) and implicit,
-            "bias_feature": bias_feature,
-            "implicit": implicit,
-            "center": center,
-            "unobserved_weight": alpha0,
-            "max_norm": max_norm,
-            "rating_bound": rating_bound,
-            "label_bound": label_bound,
-            "item_frac": item_frac,
-            "count_fraction": count_fraction,
-            "count_sample": count_sample,
-            "gramian_ratio": auto["gramian_ratio"]
-            if self.gramian_ratio is None
-            else check_positive(self.gramian_ratio, "gramian_ratio"),
-            "global_ratio": check_positive(self.global_ratio, "global_ratio"),
-            "gd_iterations": check_int(self.gd_iterations, "gd_iterations", minimum=1),
-            "init_scale": check_positive(self.init_scale, "init_scale", allow_zero=True),
-            "dtype": dt,
-            "private": private,
-            "accountant": self.accountant,
-        }
+        bias_feature = (float(self.bias_scale) * max_norm if private else 1.0) if fit_biases else 0.0
+        return DPALSConfig(
+            epsilon=eps,
+            delta=delta,
+            solver=solver,
+            allocation=alloc,
+            factors=factors,
+            iterations=iters,
+            budget=budget,
+            mu=mu,
+            reg=reg,
+            reg_exponent=check_exponent(self.reg_exponent),
+            user_reg=user_reg,
+            user_reg_exponent=user_reg_exponent,
+            biases=fit_biases,
+            popularity_prior=bool(self.biases) and implicit,
+            bias_feature=bias_feature,
+            implicit=implicit,
+            center=center,
+            unobserved_weight=float(self.unobserved_weight),
+            max_norm=max_norm,
+            rating_bound=rating_bound,
+            rating_range=rating_range,
+            label_bound=label_bound,
+            item_frac=None if item_frac >= 1.0 else item_frac,
+            count_fraction=auto["count_fraction"] if self.count_fraction is None else float(self.count_fraction),
+            count_sample=max(1, int(math.ceil(budget)) if self.count_sample is None else int(self.count_sample)),
+            gramian_ratio=auto["gramian_ratio"] if self.gramian_ratio is None else float(self.gramian_ratio),
+            global_ratio=float(self.global_ratio),
+            gd_iterations=int(self.gd_iterations),
+            init_scale=float(self.init_scale),
+            dtype=dt,
+            accountant=self.accountant,
+        )
 
-    def _rating_range(self):
+    def _rating_range(self) -> tuple[float, float] | None:
         if self.rating_range is None:
             return None
         try:
@@ -355,124 +407,99 @@ class DPALS(FactorizationModel):
             raise ValueError(f"rating_range must be finite with low < high, got {self.rating_range!r}")
         return lo, hi
 
-    def _check_ratings(self, R: sp.csr_matrix, cfg: dict) -> None:
+    def _check_ratings(self, R: sp.csr_matrix, cfg: DPALSConfig) -> None:
         """Ratings outside the declared range are an error; beyond ``rating_bound`` (no range
         declared) they are clipped by the mechanisms, which is said once as a warning."""
         if not R.nnz:
             return
         lo_v, hi_v = float(R.data.min()), float(R.data.max())
-        rng_ = self._rating_range()
+        rng_ = cfg.rating_range
         if rng_ is not None:
             if lo_v < rng_[0] or hi_v > rng_[1]:
                 raise ValueError(
                     f"ratings span [{lo_v:g}, {hi_v:g}], outside the declared rating_range "
                     f"[{rng_[0]:g}, {rng_[1]:g}]; fix the data or declare the right range"
                 )
-        elif max(abs(lo_v), abs(hi_v)) > cfg["rating_bound"]:
+        elif max(abs(lo_v), abs(hi_v)) > cfg.rating_bound:
             warnings.warn(
-                f"ratings span [{lo_v:g}, {hi_v:g}] beyond rating_bound={cfg['rating_bound']:g}: they are "
+                f"ratings span [{lo_v:g}, {hi_v:g}] beyond rating_bound={cfg.rating_bound:g}: they are "
                 "clipped in every private statistic; declare rating_range=(low, high) for this scale, "
                 "or use feedback='implicit' for counts",
                 UserWarning,
                 stacklevel=3,
             )
 
-    @staticmethod
-    def _feature_norm(cfg: dict) -> float:
-        """Gamma_x of the item step: clip of the user embedding plus the bias feature."""
-        return math.sqrt(cfg["max_norm"] ** 2 + cfg["bias_feature"] ** 2) if cfg["factors"] else cfg["bias_feature"]
-
-    def _make_solver(self, cfg: dict, z: float, reg_items=0.0, init=None, schedule=1.0):
+    # ------------------------------------------------------------------ plan
+    def _make_solver(self, cfg: DPALSConfig, z: float, reg_items=0.0, init=None, schedule=1.0) -> PrivateSolver:
         """The item-step solver at training noise multiplier ``z`` (shared by calibration and fit)."""
-        if cfg["kind"] == "ssp":
-            return SSPSolver(
-                noise_multiplier=z,
-                budget=cfg["budget"],
-                max_norm=self._feature_norm(cfg),
-                label_bound=cfg["label_bound"],
-                reg=reg_items,
-                unobserved_weight=cfg["unobserved_weight"],
-                gramian_ratio=cfg["gramian_ratio"],
-                global_ratio=cfg["global_ratio"],
-                dtype=cfg["dtype"],
-            )
-        gx = self._feature_norm(cfg)
-        radius = cfg["label_bound"] / gx
-        return NoisyGDSolver(
+        gx = cfg.feature_norm
+        common = dict(
             noise_multiplier=z,
-            iterations=cfg["gd_iterations"],
-            budget=cfg["budget"],
+            budget=cfg.budget,
             max_norm=gx,
-            label_bound=cfg["label_bound"],
-            radius=radius,
+            label_bound=cfg.label_bound,
             reg=reg_items,
-            unobserved_weight=cfg["unobserved_weight"],
-            global_ratio=cfg["global_ratio"],
+            unobserved_weight=cfg.unobserved_weight,
+            global_ratio=cfg.global_ratio,
+            dtype=cfg.dtype,
+        )
+        if cfg.solver == "ssp":
+            return make_solver("ssp", gramian_ratio=cfg.gramian_ratio, **common)
+        return make_solver(
+            "noisy_gd",
+            iterations=cfg.gd_iterations,
+            radius=cfg.label_bound / gx,
             schedule=schedule,
             init=init,
-            dtype=cfg["dtype"],
+            **common,
         )
 
-    def planned_events(self, count_scale: float, train_scale: float, cfg: dict | None = None) -> list:
+    def planned_events(self, count_scale: float, train_scale: float, cfg: DPALSConfig | None = None) -> Plan:
         """[(label, DpEvent)] that a private fit records, from the two noise scales alone.
 
         Used by calibration (so epsilon is computed over exactly this structure) and by ``fit``
         (which checks the recorded events against it).
         """
-        cfg = cfg or self._settings()
-        out = [("item counts", gaussian_event(count_scale))]
-        if cfg["center"]:
-            out += [
-                ("global mean: sum", gaussian_event(count_scale)),
-                ("global mean: count", gaussian_event(count_scale)),
-            ]
-        if not cfg["iterations"]:
-            return out
-        solver = self._make_solver(cfg, train_scale)
-        for t in range(1, cfg["iterations"] + 1):
-            out += [(f"ALS step {t}: {label}", ev) for label, ev, _ in solver.labelled_events()]
-        return out
+        cfg = cfg or self._resolve_config()
+        return self._pipeline(cfg, None).planned_events(count_scale, train_scale)
 
-    def _calibrate(self, cfg: dict):
-        n_pre = 3 if cfg["center"] else 1
+    def _train_plan(self, cfg: DPALSConfig, s: float) -> Plan:
+        """Training events at scale ``s``: the item solver's events at every ALS step."""
+        if not cfg.iterations:
+            return []
+        events = self._make_solver(cfg, s).labelled_events()
+        return [(f"ALS step {t}: {label}", ev) for t in range(1, cfg.iterations + 1) for label, ev, _ in events]
 
-        def build_count(c):
-            return compose([gaussian_event(c)] * n_pre)
-
-        def build_train(s):
-            evs = [ev for label, ev in self.planned_events(1.0, s, cfg)[n_pre:]]
-            return compose(evs)
-
-        if cfg["iterations"] == 0:  # nothing trained (implicit popularity prior only): counts take it all
-            c = calibrate_noise_multiplier(cfg["epsilon"], cfg["delta"], build_count, cfg["accountant"])
-            return SplitCalibration(c, 0.0, 1.0, math.nan, cfg["delta"])
-        return calibrate_with_split(
-            cfg["epsilon"], cfg["delta"], cfg["count_fraction"], build_count, build_train, accountant=cfg["accountant"]
+    def _pipeline(self, cfg: DPALSConfig, rng) -> PrivatePipeline:
+        return PrivatePipeline(
+            epsilon=cfg.epsilon,
+            delta=cfg.delta,
+            pre_labels=cfg.pre_labels,
+            train_plan=lambda s: self._train_plan(cfg, s),
+            count_fraction=cfg.count_fraction,
+            accountant=cfg.accountant,
+            rng=rng,
         )
 
-    # ------------------------------------------------------------------ allocation
-    def _allocate(self, cfg: dict, R: sp.csr_matrix, counts: np.ndarray, rng) -> sp.csr_matrix:
-        """Per-user weights aligned with ``R`` (via privrec.allocation); all ones when non-private."""
-        if not cfg["private"]:
-            return sp.csr_matrix((np.ones(R.nnz, dtype=cfg["dtype"]), R.indices, R.indptr), shape=R.shape)
-        k = int(cfg["budget"]) if cfg["allocation"] != "adaptive" else None
-        if cfg["allocation"] == "uniform":
-            return allocation.uniform_weights(R, k, rng=rng, dtype=cfg["dtype"])
-        if cfg["allocation"] == "tail":
-            return allocation.tail_weights(R, counts, k, rng=rng, dtype=cfg["dtype"])
-        return allocation.adaptive_weights(R, counts, cfg["mu"], cfg["budget"], dtype=cfg["dtype"])
+    # ------------------------------------------------------------------ stages
+    def _allocate(self, cfg: DPALSConfig, R: sp.csr_matrix, counts: np.ndarray, rng) -> sp.csr_matrix:
+        """Per-user weights aligned with ``R`` (via the pipeline's allocation); all ones when non-private."""
+        pipe = self._pipeline(cfg, make_rng(rng))
+        kind = cfg.allocation if cfg.private else "full"
+        return pipe.allocate(R, counts, kind, cfg.budget, cfg.mu, dtype=cfg.dtype)
 
-    def _task_weights(self, cfg: dict, counts: np.ndarray, n_users: int) -> np.ndarray:
+    @staticmethod
+    def _task_weights(cfg: DPALSConfig, counts: np.ndarray, n_users: int) -> np.ndarray:
         """Public estimate of each task's typical weight omega_i (only for GD step sizes)."""
-        if cfg["allocation"] == "adaptive":
-            return allocation.adaptive_task_weights(counts, cfg["mu"], cfg["budget"], n_users)
+        if cfg.allocation == "adaptive":
+            return allocation.adaptive_task_weights(counts, cfg.mu, cfg.budget, n_users)
         return np.ones_like(counts)
 
     def item_batch(
-        self, cfg: dict, R: sp.csr_matrix, W: sp.csr_matrix, user_factors: np.ndarray, counts, n_users: int
+        self, cfg: DPALSConfig, R: sp.csr_matrix, W: sp.csr_matrix, user_factors: np.ndarray, counts, n_users: int
     ) -> TaskBatch:
         """The item step's multi-task batch: task = item, units = users (Krichene et al., Alg. 3, line 5)."""
-        if not cfg["private"]:
+        if not cfg.private:
             return TaskBatch.from_csr(R, W, user_factors, transpose=True)
         counts = np.maximum(np.asarray(counts, dtype=np.float64), 1.0)
         return TaskBatch.from_csr(
@@ -482,76 +509,49 @@ class DPALS(FactorizationModel):
     # ------------------------------------------------------------------ fit
     def fit(self, user_items, show_progress: bool = True, callback=None):
         """Fit on a users x items rating matrix (CSR or ``Interactions``); releases ``item_factors_``
-        (and ``item_bias_`` with ``biases=True``) under the configured (epsilon, delta)."""
+        (and ``item_bias_`` with ``biases=True``) under the configured (epsilon, delta).
+
+        The stages are those of :class:`privrec.pipeline.PrivatePipeline` (see the module docstring).
+        """
         R_full = check_fit_matrix(user_items)
         n_users, n_items = R_full.shape
-        cfg = self._settings((n_users, n_items))
-        check_memory(n_users + n_items, cfg["factors"] + 1, cfg["dtype"].itemsize, "DPALS factor matrices")
-        if cfg["implicit"]:
+        cfg = self._resolve_config((n_users, n_items))
+        check_memory(n_users + n_items, cfg.factors + 1, cfg.dtype.itemsize, "DPALS factor matrices")
+        if cfg.implicit:
             R_full = _binarised(R_full)
         else:
             self._check_ratings(R_full, cfg)
-        dtype = cfg["dtype"]
-        d = cfg["factors"]
+        dtype, d = cfg.dtype, cfg.factors
         rng = make_rng(self.random_state)
-        init_rng = np.random.default_rng(rng.integers(0, 2**63 - 1)) if cfg["private"] else make_rng(self.random_state)
+        init_rng = np.random.default_rng(rng.integers(0, 2**63 - 1)) if cfg.private else make_rng(self.random_state)
         t_start = time.perf_counter()
-        ledger = PrivacyLedger()
-        private = cfg["private"]
-        if private:
-            cal = self._calibrate(cfg)
-            c_scale, s_scale = cal.count_scale, cal.train_scale
-        else:
-            c_scale = s_scale = 0.0
+        pipe = self._pipeline(cfg, rng)
+        cal = pipe.calibrate()
 
-        # 1. pre-processing -------------------------------------------------------------
-        if private:
-            stat = allocation.private_item_counts(R_full, cfg["count_sample"], c_scale, rng)
-            stat.record(ledger)
-            counts = np.asarray(stat.value, dtype=np.float64)
-            if cfg["center"]:
-                # with a declared range the mean is estimated around its midpoint: half the bound,
-                # half the sensitivity (the offset is public, so this is post-processing)
-                rr = self._rating_range()
-                mid, half = ((rr[0] + rr[1]) / 2.0, (rr[1] - rr[0]) / 2.0) if rr else (0.0, cfg["rating_bound"])
-                shifted = (
-                    R_full
-                    if not mid
-                    else sp.csr_matrix((R_full.data - mid, R_full.indices, R_full.indptr), shape=R_full.shape)
-                )
-                mean_stat = allocation.private_global_mean(shifted, cfg["count_sample"], c_scale, half, rng)
-                mean_stat.record(ledger)
-                mu = float(mean_stat.value) + mid
-            else:
-                mu = 0.0
-        else:
-            counts = np.diff(R_full.tocsc().indptr).astype(np.float64)
-            mu = float(R_full.data.mean(dtype=np.float64)) if cfg["center"] else 0.0
-        if cfg["item_frac"] is not None:
-            head = allocation.head_items(counts, cfg["item_frac"])
-        else:
-            head = np.arange(n_items)
-        R = R_full[:, head] if head.size != n_items else R_full
-        R = R.tocsr()
+        # 1. pre-processing: counts, centering, head, allocation ---------------------------
+        counts = pipe.release_counts(R_full, cfg.count_sample)
+        mu = pipe.release_mean(R_full, cfg.count_sample, cfg.rating_bound, cfg.rating_range) if cfg.center else 0.0
+        head = pipe.head(counts, cfg.item_frac)
+        R = (R_full[:, head] if head.size != n_items else R_full).tocsr()
         R.sort_indices()
         counts_h = counts[head]
         centered = R.copy()
         centered.data = centered.data.astype(dtype, copy=True)
         if mu:
             centered.data -= dtype.type(mu)
-        W = self._allocate(cfg, R, counts_h, rng)
+        W = pipe.allocate(R, counts_h, cfg.allocation if cfg.private else "full", cfg.budget, cfg.mu, dtype=dtype)
         rows = np.repeat(np.arange(n_users), np.diff(R.indptr))
 
-        # 2. alternating steps ------------------------------------------------------------
-        reg_items, _ = frequency_regularization(counts_h, cfg["reg"], cfg["reg_exponent"])
+        # 2. alternating steps --------------------------------------------------------------
+        reg_items, _ = frequency_regularization(counts_h, cfg.reg, cfg.reg_exponent)
         reg_users, norm_u = self._user_regularization(cfg, np.diff(R.indptr))
-        V = (init_rng.standard_normal((head.size, d)) * cfg["init_scale"]).astype(dtype)
-        b_items = np.zeros(head.size, dtype=dtype) if cfg["biases"] else None
-        c = dtype.type(cfg["bias_feature"])
-        step_times = []
+        V = (init_rng.standard_normal((head.size, d)) * cfg.init_scale).astype(dtype)
+        b_items = np.zeros(head.size, dtype=dtype) if cfg.biases else None
+        c = dtype.type(cfg.bias_feature)
+        step_times: list[float] = []
         batch0 = order = None
         t_pre = time.perf_counter() - t_start
-        steps = range(1, cfg["iterations"] + 1)
+        steps: Iterable[int] = range(1, cfg.iterations + 1)
         if show_progress:
             from tqdm.auto import tqdm
 
@@ -562,9 +562,9 @@ class DPALS(FactorizationModel):
             labels = centered.copy()
             if b_users is not None:
                 labels.data -= b_users[rows]
-            if private:
-                labels.data = clip_labels(labels.data, cfg["label_bound"]).astype(dtype, copy=False)
-            feats = np.hstack([U, np.full((n_users, 1), c, dtype=dtype)]) if cfg["biases"] else U
+            if cfg.private:
+                labels.data = clip_labels(labels.data, cfg.label_bound).astype(dtype, copy=False)
+            feats = np.hstack([U, np.full((n_users, 1), c, dtype=dtype)]) if cfg.biases else U
             if batch0 is None:
                 # the batch's (task, unit) structure never changes between steps: regroup the entry
                 # positions once and then only gather the new labels (saves a sort per step)
@@ -573,43 +573,41 @@ class DPALS(FactorizationModel):
                 batch0 = self.item_batch(cfg, where, W, feats, counts_h, n_users)
                 order = batch0.labels.astype(np.int64) - 1
             batch = dataclasses.replace(batch0, labels=labels.data[order], features=feats)
-            if private:
-                solver = self._item_solver(cfg, s_scale, reg_items, V, b_items, batch)
+            if cfg.private:
+                solver = self._item_solver(cfg, cal.train_scale, reg_items, V, b_items, batch)
             else:
-                solver = ExactSolver(reg=reg_items, unobserved_weight=cfg["unobserved_weight"], dtype=dtype)
+                solver = make_solver(
+                    "exact", reg=reg_items, unobserved_weight=cfg.unobserved_weight, dtype=dtype,
+                    num_threads=self.num_threads,
+                )  # fmt: skip
             result = solver.solve(batch, rng=rng)
-            result.record(ledger, prefix=f"ALS step {t}: ")
+            pipe.record(result, prefix=f"ALS step {t}: ")
             params = np.asarray(result.params, dtype=dtype)
             V = np.ascontiguousarray(params[:, :d])
-            if cfg["biases"]:
+            if cfg.biases:
                 b_items = np.ascontiguousarray(params[:, d] * c)
             step_times.append(time.perf_counter() - t_step)
             if callback is not None:  # implicit 0.7 contract: callback(iteration, elapsed_seconds, loss)
                 callback(t - 1, step_times[-1], None)
+        self.ledger_ = pipe.finish()
+        self.noise_scales_ = {"count": cal.count_scale, "train": cal.train_scale}
 
-        if private:
-            self._check_ledger(ledger, self.planned_events(c_scale, s_scale, cfg))
-            self.noise_scales_ = {"count": c_scale, "train": s_scale}
-        else:
-            self.noise_scales_ = {"count": 0.0, "train": 0.0}
-
-        # 3. release --------------------------------------------------------------------
+        # 3. release --------------------------------------------------------------------------
         item_factors = np.zeros((n_items, d), dtype=dtype)
         item_factors[head] = V
         self.item_factors_ = item_factors
-        if cfg["biases"]:
+        if cfg.biases:
             item_bias = np.zeros(n_items, dtype=dtype)
             item_bias[head] = b_items
             self.item_bias_ = item_bias
-        elif cfg["popularity_prior"]:  # released noisy counts / public n_users: post-processing
+        elif cfg.popularity_prior:  # released noisy counts / public n_users: post-processing
             self.item_bias_ = (counts / n_users).astype(dtype)
         else:
             self.item_bias_ = None
         self.global_mean_ = np.asarray(mu, dtype=np.float64)
-        self.ledger_ = ledger
         self.user_reg_norm_ = float(norm_u)
-        self.user_regularization_ = float(cfg["user_reg"])
-        self.config_ = {k: (v.name if isinstance(v, np.dtype) else v) for k, v in cfg.items()}
+        self.user_regularization_ = float(cfg.user_reg)
+        self.config_ = cfg.as_dict()
         self.trained_items_ = head
         t_proj = time.perf_counter()
         self.user_factors_, self.user_bias_ = self._project_users(R_full)
@@ -617,7 +615,7 @@ class DPALS(FactorizationModel):
         return self
 
     @staticmethod
-    def _user_regularization(cfg: dict, user_counts) -> tuple[np.ndarray, float]:
+    def _user_regularization(cfg: DPALSConfig, user_counts) -> tuple[np.ndarray, float]:
         """Per-user ridge of the user step and its normaliser.
 
         In a private fit a user's ridge may depend only on public values and that user's own
@@ -627,13 +625,13 @@ class DPALS(FactorizationModel):
         unnormalised ``user_reg * (n + 1)^e`` (normaliser 1, which is also what the billboard
         projection uses after loading); ``epsilon = inf`` keeps the normalisation of :class:`ALS`.
         """
-        if cfg["private"]:
+        if cfg.private:
             counts = np.asarray(user_counts, dtype=np.float64)
-            e = cfg["user_reg_exponent"]
-            return cfg["user_reg"] * (counts + 1.0) ** e if e else np.full(counts.shape, cfg["user_reg"]), 1.0
-        return frequency_regularization(user_counts, cfg["user_reg"], cfg["user_reg_exponent"])
+            e = cfg.user_reg_exponent
+            return cfg.user_reg * (counts + 1.0) ** e if e else np.full(counts.shape, cfg.user_reg), 1.0
+        return frequency_regularization(user_counts, cfg.user_reg, cfg.user_reg_exponent)
 
-    def _user_step(self, cfg: dict, centered: sp.csr_matrix, V: np.ndarray, b_items, reg_users: np.ndarray):
+    def _user_step(self, cfg: DPALSConfig, centered: sp.csr_matrix, V: np.ndarray, b_items, reg_users: np.ndarray):
         """Exact user step on the current item side: ``(U, b_users)``; rows of U clipped when private.
 
         Row j depends only on user j's ratings, ``reg_users[j]`` and the (released) item side, so
@@ -643,40 +641,31 @@ class DPALS(FactorizationModel):
         U, b_users = half_step(
             centered,
             V,
-            b_items,
-            0.0,
-            reg_users,
-            cfg["unobserved_weight"],
-            cfg["biases"],
-            "cholesky",
+            fixed_bias=b_items,
+            global_mean=0.0,
+            reg_rows=reg_users,
+            unobserved_weight=cfg.unobserved_weight,
+            with_bias=cfg.biases,
+            solver="cholesky",
             num_threads=self.num_threads,
         )
-        if cfg["private"] and U.shape[1]:
-            U = clip_rows(U, cfg["max_norm"]).astype(cfg["dtype"], copy=False)
+        if cfg.private and U.shape[1]:
+            U = clip_rows(U, cfg.max_norm).astype(cfg.dtype, copy=False)
         return U, b_users
 
-    def _item_solver(self, cfg, z, reg_items, V, b_items, batch):
-        if cfg["kind"] == "ssp":
+    def _item_solver(self, cfg: DPALSConfig, z, reg_items, V, b_items, batch) -> PrivateSolver:
+        if cfg.solver == "ssp":
             return self._make_solver(cfg, z, reg_items)
         # noisy GD: constant per-task step 1 / L_i with L_i = Gamma_x^2 * (public estimate of
         # sum_j w_ij, from noisy counts and task weights) + reg_i + alpha_0 Gamma_x^2 n: an estimate
         # of the task Hessian's largest eigenvalue built from public values only (so the step
         # sizes cost no privacy); iterates stay in the solver's ball whatever the step.
-        gx2 = self._feature_norm(cfg) ** 2
+        gx2 = cfg.feature_norm**2
         if b_items is not None:
-            V = np.hstack([V, (b_items / cfg["bias_feature"])[:, None].astype(V.dtype)])
-        L = gx2 * batch.task_sizes * batch.task_weights + reg_items + cfg["unobserved_weight"] * gx2 * batch.n_units
+            V = np.hstack([V, (b_items / cfg.bias_feature)[:, None].astype(V.dtype)])
+        L = gx2 * batch.task_sizes * batch.task_weights + reg_items + cfg.unobserved_weight * gx2 * batch.n_units
         step = 1.0 / np.maximum(L, 1e-12)
         return self._make_solver(cfg, z, reg_items, init=V, schedule=lambda t, s=step: s)
-
-    @staticmethod
-    def _check_ledger(ledger: PrivacyLedger, planned: list) -> None:
-        recorded = [(e.label, e.event) for e in ledger.entries]
-        if recorded != planned:
-            raise RuntimeError(
-                "internal error: recorded privacy events differ from the calibrated plan "
-                f"({len(recorded)} recorded, {len(planned)} planned)"
-            )
 
     # ------------------------------------------------------------------ release / report
     def privacy_report(self) -> dict:

@@ -1,0 +1,207 @@
+"""The one private-fit pipeline shared by DP-ALS and the multi-task estimators.
+
+Krichene et al. (ICML 2023): App. D.1 (private counts and centering), Sec. 4 (adaptive weights),
+Algorithm 3 (the alternating fit) and Thm 3.3 / Sec. 2.2 (the accounting). The stages, in the only
+order data flows through them:
+
+1. **plan** -- the labelled DpEvents of the whole fit, from public settings and two noise scales
+   (``c`` for pre-processing, ``s`` for training); :meth:`PrivatePipeline.calibrate` finds the
+   scales with :func:`privrec.privacy.calibrate_with_split` so that the composition meets
+   (epsilon, delta) under the chosen accountant;
+2. **counts** (:meth:`~PrivatePipeline.release_counts`) and **centering**
+   (:meth:`~PrivatePipeline.release_mean`) -- Gaussian releases recorded in the ledger;
+3. **head** (:meth:`~PrivatePipeline.head`) and **allocation**
+   (:meth:`~PrivatePipeline.allocate`) -- post-processing of the released counts and each user's
+   own row, no privacy cost;
+4. **solve** -- the caller runs its solver(s) and records each result (:meth:`~PrivatePipeline.record`);
+5. **ledger check** (:meth:`~PrivatePipeline.finish`) -- the recorded events must equal the plan,
+   so calibration and accounting cannot drift apart.
+
+With ``epsilon = inf`` the pipeline is exact: counts and mean are computed without noise or
+sampling, weights are all ones, and nothing is recorded except the non-private solver events.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import dp_accounting
+import numpy as np
+import scipy.sparse as sp
+
+from . import allocation
+from .privacy import PrivacyLedger, calibrate_noise_multiplier, calibrate_with_split, compose, gaussian_event
+from .privacy.calibration import SplitCalibration
+from .privacy.mechanisms import Release
+
+#: labelled events of a plan: [(label, DpEvent)]
+Plan = list[tuple[str, dp_accounting.DpEvent]]
+
+ALLOCATIONS = ("uniform", "tail", "adaptive", "full")
+
+
+class PrivatePipeline:
+    """Counts -> centering -> head -> allocation -> calibrated plan -> solve -> ledger check.
+
+    Parameters
+    ----------
+    epsilon, delta : the target guarantee (``epsilon = inf``: the exact, non-private pipeline).
+    pre_labels : labels of the pre-processing releases, in order; each is one Gaussian at the
+        count scale ``c`` (e.g. ``["item counts", "global mean: sum", "global mean: count"]``).
+    train_plan : ``s -> [(label, DpEvent)]``, the training events at training scale ``s``
+        (empty list when nothing is trained).
+    count_fraction : share of the budget for pre-processing (see ``calibrate_with_split``).
+    accountant : ``"pld"`` or ``"rdp"`` (calibration and the report use the same one).
+    rng : the noise generator (``None`` = OS entropy; a known seed voids the guarantee).
+    """
+
+    def __init__(
+        self,
+        *,
+        epsilon: float,
+        delta: float,
+        pre_labels: list[str],
+        train_plan: Callable[[float], Plan],
+        count_fraction: float,
+        accountant: str = "rdp",
+        rng: np.random.Generator,
+    ):
+        self.epsilon = float(epsilon)
+        self.delta = float(delta)
+        self.pre_labels = list(pre_labels)
+        self.train_plan = train_plan
+        self.count_fraction = float(count_fraction)
+        self.accountant = accountant
+        self.rng = rng
+        self.private = not math.isinf(self.epsilon)
+        self.ledger = PrivacyLedger()
+        self.count_scale = 0.0
+        self.train_scale = 0.0
+
+    # ------------------------------------------------------------------ 1. plan
+    def planned_events(self, count_scale: float, train_scale: float) -> Plan:
+        """The fit's events at the two scales (pre-processing first, then training)."""
+        pre = [(label, gaussian_event(count_scale)) for label in self.pre_labels]
+        return pre + list(self.train_plan(train_scale))
+
+    def calibrate(self) -> SplitCalibration:
+        """Noise scales meeting (epsilon, delta) over exactly the planned events (0 and 0 when not private)."""
+        if not self.private:
+            return SplitCalibration(0.0, 0.0, self.count_fraction, math.inf, self.delta)
+
+        def build_count(c: float) -> dp_accounting.DpEvent:
+            return compose(gaussian_event(c) for _ in self.pre_labels)
+
+        def build_train(s: float) -> dp_accounting.DpEvent:
+            return compose(ev for _, ev in self.train_plan(s))
+
+        trains = bool(self.train_plan(1.0))
+        if not trains:  # nothing trained (e.g. a popularity prior): pre-processing takes it all
+            c = calibrate_noise_multiplier(self.epsilon, self.delta, build_count, self.accountant)
+            cal = SplitCalibration(c, 0.0, 1.0, math.nan, self.delta)
+        elif not self.pre_labels:
+            cal = calibrate_with_split(self.epsilon, self.delta, 0.0, None, build_train, accountant=self.accountant)
+        else:
+            cal = calibrate_with_split(
+                self.epsilon, self.delta, self.count_fraction, build_count, build_train, accountant=self.accountant
+            )
+        self.count_scale, self.train_scale = cal.count_scale, cal.train_scale
+        return cal
+
+    # ------------------------------------------------------------------ 2. counts, centering
+    def release_counts(self, user_items: sp.csr_matrix, count_sample: int, label: str = "item counts") -> np.ndarray:
+        """Per-column user counts: noisy and sampled when private (App. D.1), exact otherwise."""
+        if not self.private:
+            return np.diff(user_items.tocsc().indptr).astype(np.float64)
+        stat = allocation.private_item_counts(user_items, count_sample, self.count_scale, self.rng, label=label)
+        self.record(stat)
+        return np.asarray(stat.value, dtype=np.float64)
+
+    def release_mean(
+        self,
+        user_items: sp.csr_matrix,
+        count_sample: int,
+        rating_bound: float,
+        rating_range: tuple[float, float] | None = None,
+        label: str = "global mean",
+    ) -> float:
+        """Global mean rating: noisy (two Gaussian events) when private, exact otherwise.
+
+        With a declared ``rating_range`` the mean is estimated around its (public) midpoint: half
+        the bound, so half the sensitivity (the offset is post-processing).
+        """
+        if not self.private:
+            return float(user_items.data.mean(dtype=np.float64)) if user_items.nnz else 0.0
+        mid, half = (
+            ((rating_range[0] + rating_range[1]) / 2.0, (rating_range[1] - rating_range[0]) / 2.0)
+            if rating_range
+            else (0.0, rating_bound)
+        )
+        shifted = (
+            user_items
+            if not mid
+            else sp.csr_matrix((user_items.data - mid, user_items.indices, user_items.indptr), shape=user_items.shape)
+        )
+        stat = allocation.private_global_mean(shifted, count_sample, self.count_scale, half, self.rng, label=label)
+        self.record(stat)
+        return float(stat.value) + mid
+
+    # ------------------------------------------------------------------ 3. head, allocation
+    @staticmethod
+    def head(counts: np.ndarray, item_frac: float | None) -> np.ndarray:
+        """Indices of the trained columns: the top ``item_frac`` by released count, or all."""
+        if item_frac is None:
+            return np.arange(np.asarray(counts).size)
+        return allocation.head_items(counts, item_frac)
+
+    def allocate(
+        self,
+        user_items: sp.csr_matrix,
+        counts: np.ndarray,
+        kind: str,
+        budget: float,
+        mu: float = 0.0,
+        dtype=np.float32,
+        **adaptive_options,
+    ) -> sp.csr_matrix:
+        """Per-entry weights aligned with ``user_items`` with every row's sum of squares <= budget.
+
+        ``kind``: ``"uniform"`` / ``"tail"`` (sample ``int(budget)`` entries per row),
+        ``"adaptive"`` (weights ∝ count^-mu, Krichene et al. Sec. 4; ``adaptive_options`` are
+        passed on, e.g. ``mode`` / ``n_users``) or ``"full"`` (all ones: only for a non-private fit).
+        """
+        if kind not in ALLOCATIONS:
+            raise ValueError(f"allocation must be one of {ALLOCATIONS}, got {kind!r}")
+        if kind == "full":
+            if self.private:
+                raise ValueError("the 'full' allocation (all weights 1) has no per-user bound: non-private fits only")
+            return sp.csr_matrix(
+                (np.ones(user_items.nnz, dtype=dtype), user_items.indices, user_items.indptr), shape=user_items.shape
+            )
+        if kind == "uniform":
+            return allocation.uniform_weights(user_items, int(budget), rng=self.rng, dtype=dtype)
+        if kind == "tail":
+            return allocation.tail_weights(user_items, counts, int(budget), rng=self.rng, dtype=dtype)
+        return allocation.adaptive_weights(user_items, counts, mu, budget, dtype=dtype, **adaptive_options)
+
+    # ------------------------------------------------------------------ 4-5. record, check
+    def record(self, release: Release, prefix: str = "") -> None:
+        """Record a release's events in the ledger (labels prefixed, e.g. ``"ALS step 2: "``)."""
+        release.record(self.ledger, prefix=prefix)
+
+    def finish(self) -> PrivacyLedger:
+        """Check the recorded events against the calibrated plan and return the ledger."""
+        if self.private:
+            check_ledger(self.ledger, self.planned_events(self.count_scale, self.train_scale))
+        return self.ledger
+
+
+def check_ledger(ledger: PrivacyLedger, planned: Plan) -> None:
+    """``RuntimeError`` unless the ledger's (label, event) sequence equals the plan."""
+    recorded = [(e.label, e.event) for e in ledger.entries]
+    if recorded != planned:
+        raise RuntimeError(
+            "internal error: recorded privacy events differ from the calibrated plan "
+            f"({len(recorded)} recorded, {len(planned)} planned)"
+        )
