@@ -109,6 +109,7 @@ from ..privacy import (
     gaussian_noise,
     make_rng,
 )
+from ..privacy.clipping import project_ball
 
 __all__ = [
     "JointDPSGD",
@@ -258,27 +259,6 @@ class PersonalBiasLinear:
 
     def predict(self, personal, shared, X):
         return self.scores(personal, shared, X)
-
-
-def _project_rows(a: np.ndarray, radius: float) -> np.ndarray:
-    """Project each row (flattened trailing axes) onto the L2 ball of the given radius, in place."""
-    if math.isinf(radius):
-        return a
-    flat = a.reshape(a.shape[0], -1)
-    norms = np.sqrt(np.einsum("ij,ij->i", flat, flat))
-    over = norms > radius
-    if np.any(over):
-        flat[over] *= (radius / norms[over])[:, None]
-    return a
-
-
-def _project(a: np.ndarray, radius: float) -> np.ndarray:
-    if math.isinf(radius):
-        return a
-    nrm = float(np.sqrt(np.sum(a * a)))
-    if nrm > radius:
-        a *= radius / nrm
-    return a
 
 
 def _step_event(regime: str, z: float, n_owners: int, B: int):
@@ -535,15 +515,15 @@ class JointDPSGD(BaseEstimator):
                         gU = gU + gaussian_noise(U.shape, sigma, rng, dtype)
                     events[full_event] += 1
                 U -= (eta / B) * gU
-                _project(U, self.ru_)
+                project_ball(U, self.ru_, rows=False, inplace=True)
                 if full and sigma > 0:
                     noise = gaussian_noise(P.shape, sigma, rng, dtype)
                     noise[j] += gP
                     P -= (eta / B) * noise
-                    _project_rows(P, self.rx_)
+                    project_ball(P, self.rx_, inplace=True)
                 else:
                     P[j] -= (eta / B) * gP
-                    P[j] = _project_rows(P[j], self.rx_)
+                    P[j] = project_ball(P[j], self.rx_, inplace=True)
         if self.average:
             self.shared_ = (U_sum / T).astype(dtype)
             self.personal_ = (P_sum / T).astype(dtype)
@@ -578,9 +558,9 @@ class JointDPSGD(BaseEstimator):
             else:
                 gU = Xb * (r * scale)[:, None]
             U -= eta * gU
-            _project_rows(U, self.ru_)
+            project_ball(U, self.ru_, inplace=True)
             P -= eta * model.personal_grads(r, Xb, scale)
-            _project_rows(P, self.rx_)
+            project_ball(P, self.rx_, inplace=True)
         if self.average:
             U, P = (U_sum / T).astype(dtype), (P_sum / T).astype(dtype)
         self.shared_per_owner_ = U

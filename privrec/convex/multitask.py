@@ -53,26 +53,17 @@ Fitted attributes (what may leave the process):
 
 from __future__ import annotations
 
-import math
+import dataclasses
 
-import dp_accounting
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 
 from .._validation import check_delta, check_epsilon, check_finite_array, check_int, check_positive
-from ..allocation import adaptive_task_weights, adaptive_weights, private_item_counts
-from ..privacy import (
-    PrivacyLedger,
-    calibrate_with_split,
-    check_noise_random_state,
-    clip_rows,
-    default_count_fraction,
-    gaussian_event,
-    gaussian_noise,
-    make_rng,
-)
-from ..solvers import NoisyGDSolver, SSPSolver, TaskBatch
+from ..allocation import adaptive_task_weights
+from ..pipeline import PrivatePipeline
+from ..privacy import check_noise_random_state, default_count_fraction, make_rng
+from ..solvers import PrivateSolver, TaskBatch, make_solver
 from .losses import LogisticLoss
 
 __all__ = ["MultiTaskProblem", "MultiTaskDPRegressor", "MultiTaskDPClassifier"]
@@ -279,50 +270,58 @@ class _MultiTaskDPBase(BaseEstimator):
             raise ValueError(f"task_counts must be {problem.n_tasks} positive public counts")
         return c
 
-    def _fit_pipeline(self, problem: MultiTaskProblem, build_train_event, solve):
+    def _make_solver(self, z: float) -> PrivateSolver:
+        raise NotImplementedError  # each estimator builds its solver at noise multiplier z
+
+    def _fit_pipeline(self, problem: MultiTaskProblem, prepare_solver=None):
+        """The shared private pipeline (:class:`privrec.pipeline.PrivatePipeline`): counts ->
+        adaptive weights -> calibrated solve -> ledger check. ``prepare_solver(solver, counts,
+        omega)`` may set public, data-independent details (e.g. step sizes from released counts)."""
         self._validate_common()
         rng = make_rng(self.random_state)
-        ledger = PrivacyLedger()
         public = self._public_counts(problem)
         release_counts = public is None and self._needs_counts()
-        if release_counts:
-            frac = (
-                self.count_fraction if self.count_fraction is not None else default_count_fraction(self.epsilon_target_)
-            )
-            split = calibrate_with_split(self.epsilon_target_, self.delta_, frac, gaussian_event, build_train_event)
-        else:
-            split = calibrate_with_split(self.epsilon_target_, self.delta_, 0.0, None, build_train_event)
+        frac = self.count_fraction if self.count_fraction is not None else default_count_fraction(self.epsilon_target_)
+        pipe = PrivatePipeline(
+            epsilon=self.epsilon_target_,
+            delta=self.delta_,
+            pre_labels=["task counts"] if release_counts else [],
+            train_plan=lambda z: [(label, ev) for label, ev, _ in self._make_solver(z).labelled_events()],
+            count_fraction=frac if release_counts else 0.0,
+            accountant="rdp",
+            rng=rng,
+        )
+        split = pipe.calibrate()
         user_tasks, order = problem.user_task_matrix()
         if release_counts:
-            stat = private_item_counts(user_tasks, int(self.count_sample), split.count_scale, rng, label="task counts")
-            stat.record(ledger)
-            counts = stat.value
+            counts = pipe.release_counts(user_tasks, int(self.count_sample), label="task counts")
         elif public is not None:
             counts = public
         else:
             counts = np.ones(problem.n_tasks)
         n_public = problem.n_users if self.n_users is None else check_int(self.n_users, "n_users", minimum=1)
-        W = adaptive_weights(
-            user_tasks,
-            counts,
-            float(self.weight_exponent),
-            self.budget_,
-            mode=self.weight_mode,
-            n_users=n_public,
-            dtype=np.float64,
+        mu = float(self.weight_exponent)
+        W = pipe.allocate(
+            user_tasks, counts, "adaptive", self.budget_, mu, dtype=np.float64, mode=self.weight_mode, n_users=n_public
         )
         weights = np.empty(problem.n_examples)
         weights[order] = W.data
         spend = problem.user_spend(weights)
         if spend.max(initial=0.0) > self.budget_ * (1 + 1e-9):
             raise AssertionError("allocation exceeded the per-user budget")  # pragma: no cover
-        omega = adaptive_task_weights(counts, float(self.weight_exponent), self.budget_, n_public)
-        self.params_ = solve(problem, weights, counts, omega, split.train_scale, rng, ledger)
+        omega = adaptive_task_weights(counts, mu, self.budget_, n_public)
+        solver = self._make_solver(split.train_scale)
+        if prepare_solver is not None:
+            solver = prepare_solver(solver, counts, omega)
+        result = solver.solve(problem.task_batch(weights, task_sizes=counts, task_weights=omega), rng)
+        pipe.record(result)
+        self.ledger_ = pipe.finish()
+        self.params_ = np.asarray(result.params)
+        self.solver_info_ = _public_solver_info(result.info, self.budget_)
         self.weights_ = weights
         self.task_counts_used_ = counts
         self.noise_multiplier_ = split.train_scale
         self.count_noise_multiplier_ = split.count_scale if release_counts else None
-        self.ledger_ = ledger
         self.n_tasks_ = problem.n_tasks
         self.counts_source_ = "private" if release_counts else ("public (supplied)" if public is not None else "unused")
         return self
@@ -410,9 +409,10 @@ class MultiTaskDPRegressor(_MultiTaskDPBase):
     def _needs_counts(self) -> bool:
         return self.solver == "noisy_gd" or float(self.weight_exponent) > 0 or self.weight_mode == "global"
 
-    def _make_solver(self, z: float):
+    def _make_solver(self, z: float) -> PrivateSolver:
         if self.solver == "ssp":
-            return SSPSolver(
+            return make_solver(
+                "ssp",
                 noise_multiplier=z,
                 budget=self.budget_,
                 max_norm=self.max_norm,
@@ -420,7 +420,8 @@ class MultiTaskDPRegressor(_MultiTaskDPBase):
                 reg=self.reg,
                 dtype=np.float64,
             )
-        return NoisyGDSolver(
+        return make_solver(
+            "noisy_gd",
             noise_multiplier=z,
             iterations=self.iterations,
             budget=self.budget_,
@@ -441,17 +442,7 @@ class MultiTaskDPRegressor(_MultiTaskDPBase):
         self.budget_ = check_positive(self.budget, "budget")
         check_int(self.iterations, "iterations", minimum=1)
 
-        def build_train_event(z):
-            return self._make_solver(z).dp_event()
-
-        def solve(problem, weights, counts, omega, z, rng, ledger):
-            batch = problem.task_batch(weights, task_sizes=counts, task_weights=omega)
-            result = self._make_solver(z).solve(batch, rng)
-            result.record(ledger)
-            self.solver_info_ = _public_solver_info(result.info, self.budget_)
-            return result.params
-
-        return self._fit_pipeline(problem, build_train_event, solve)
+        return self._fit_pipeline(problem)
 
     def predict(self, X, tasks) -> np.ndarray:
         return self.decision_function(X, tasks)
@@ -500,56 +491,40 @@ class MultiTaskDPClassifier(_MultiTaskDPBase):
     ):
         _store_params(self, locals())
 
-    def _train_event(self, z: float):
-        step = gaussian_event(z)
-        T = int(self.iterations)
-        if T == 1 or z == 0:
-            return step
-        return dp_accounting.SelfComposedDpEvent(step, T)
+    def _make_solver(self, z: float) -> PrivateSolver:
+        """Algorithm 2 with the logistic loss, on the shared noisy-GD solver."""
+        return make_solver(
+            "noisy_gd",
+            noise_multiplier=z,
+            iterations=int(self.iterations),
+            budget=self.budget_,
+            max_norm=float(self.max_norm),
+            label_bound=1.0,
+            radius=float(self.radius),
+            reg=float(self.reg),
+            schedule=1.0,
+            loss=LogisticLoss(),
+            dtype=np.float64,
+        )
 
     def fit(self, X=None, y=None, tasks=None, users=None, problem: MultiTaskProblem | None = None):
         """Fit on per-example features, 0/1 labels, ``tasks`` and ``users`` (or a ``problem``)."""
         problem = _as_problem(X, y, tasks, users, problem)
-        T = check_int(self.iterations, "iterations", minimum=1)
-        R = check_positive(self.radius, "radius")
+        check_int(self.iterations, "iterations", minimum=1)
+        check_positive(self.radius, "radius")
         lr = check_positive(self.learning_rate, "learning_rate")
         reg = check_positive(self.reg, "reg", allow_zero=True)
-        labels = problem.labels
-        if np.any((labels != 0) & (labels != 1)):
-            raise ValueError("MultiTaskDPClassifier labels must be 0 or 1")
-        loss = LogisticLoss()
         gx = float(check_positive(self.max_norm, "max_norm"))
-
-        def solve(problem, weights, counts, omega, z, rng, ledger):
-            keep = np.flatnonzero(weights > 0)
-            X = clip_rows(problem.example_features()[keep].astype(np.float64), gx)
-            t = problem.tasks[keep]
-            y = labels[keep].astype(np.float64)
-            w = weights[keep]
-            m, d = problem.n_tasks, problem.dim
-            S = sp.csr_matrix((w, (t, np.arange(keep.size))), shape=(m, keep.size))
-            std = z * math.sqrt(self.budget_) * gx if z > 0 else 0.0
-            eta = lr / (gx * gx * omega * counts / 4.0 + reg + 1e-12)
-            theta = np.zeros((m, d))
-            for _ in range(T):
-                g = S @ (loss.derivative(np.einsum("ij,ij->i", X, theta[t]), y)[:, None] * X)
-                if std > 0:
-                    g += gaussian_noise(g.shape, std, rng, np.float64)
-                theta = clip_rows(theta - eta[:, None] * (g + reg * theta), R)
-            ledger.record(
-                f"logistic noisy GD gradients: {T} steps",
-                self._train_event(z),
-                mechanism="gaussian",
-                noise_multiplier=z,
-                noise_std=std,
-                sensitivity=math.sqrt(self.budget_) * gx,
-                steps=T,
-                budget=self.budget_,
-            )
-            return theta
-
+        if np.any((problem.labels != 0) & (problem.labels != 1)):
+            raise ValueError("MultiTaskDPClassifier labels must be 0 or 1")
         self.budget_ = check_positive(self.budget, "budget")
-        return self._fit_pipeline(problem, self._train_event, solve)
+
+        def prepare(solver, counts, omega):
+            # eta_i = learning_rate / smoothness of task i's weighted loss, from public counts and weights
+            eta = lr / (gx * gx * omega * counts / 4.0 + reg + 1e-12)
+            return dataclasses.replace(solver, schedule=lambda t: eta)
+
+        return self._fit_pipeline(problem, prepare)
 
     def predict_proba(self, X, tasks) -> np.ndarray:
         p1 = 1.0 / (1.0 + np.exp(-self.decision_function(X, tasks)))

@@ -39,3 +39,30 @@ def clip_vector(v: np.ndarray, max_norm: float) -> np.ndarray:
     if v.ndim == 1:
         return clip_rows(v[None, :], max_norm)[0]
     return clip_rows(v.reshape(-1, v.shape[-1]), max_norm).reshape(v.shape)
+
+
+def project_ball(a: np.ndarray, radius: float | None, *, rows: bool = True, inplace: bool = False) -> np.ndarray:
+    """Euclidean projection onto the L2 ball of ``radius`` (the library's one ball projection).
+
+    ``rows=True``: each row (leading axis; trailing axes flattened) is projected on its own, as
+    for per-task iterates (Krichene et al. 2023, Algorithm 2's ``Proj_R``); ``rows=False``: the
+    whole array (Frobenius norm), as for a shared parameter. ``radius`` ``None`` or ``inf``: no
+    constraint. Points inside the ball are returned unchanged (bit for bit); outside points are
+    scaled by ``radius / ||a||`` computed in ``a``'s dtype. Unlike :func:`clip_rows` (the
+    sensitivity clip) no slack is applied: iterates are post-processing, not a sensitivity bound.
+    """
+    if radius is None or np.isinf(radius):
+        return a
+    r = check_positive(radius, "radius")
+    out = a if inplace else np.array(a, copy=True)
+    if not rows:
+        nrm = float(np.linalg.norm(out))
+        if nrm > r:
+            out *= r / nrm
+        return out
+    flat = out.reshape(out.shape[0], -1)
+    norms = np.sqrt(np.einsum("ij,ij->i", flat, flat))
+    over = norms > r
+    if np.any(over):
+        flat[over] *= (r / norms[over])[:, None]
+    return out

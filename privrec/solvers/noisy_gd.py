@@ -29,12 +29,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import dp_accounting
 import numpy as np
+import scipy.sparse as sp
 
 from .._validation import check_int, check_positive
 from ..privacy import gaussian_event, make_rng
+from ..privacy.clipping import project_ball
 from ..privacy.mechanisms import gaussian_noise
 from ._linalg import (
     DEFAULT_CHUNK_EXAMPLES,
@@ -68,12 +71,6 @@ def suggested_iterations(task_sizes, task_weights, dim: int, kind: str = "strong
     return max(1, int(math.ceil(t)))
 
 
-def _project_ball(theta: np.ndarray, radius: float) -> np.ndarray:
-    norms = np.sqrt(np.einsum("ij,ij->i", theta, theta))
-    scale = np.minimum(1.0, radius / np.maximum(norms, np.finfo(theta.dtype).tiny))
-    return theta * scale[:, None].astype(theta.dtype)
-
-
 @dataclass(frozen=True)
 class NoisyGDSolver:
     """Weighted noisy full-batch GD (Algorithm 2). See the module docstring.
@@ -82,7 +79,11 @@ class NoisyGDSolver:
     T, ``budget`` beta, ``max_norm`` Gamma_x, ``label_bound`` B, ``radius`` R of the constraint
     ball, ``reg`` (public ridge, scalar or per-task), ``unobserved_weight`` alpha_0 with its noisy
     global Gramian (multiplier ``global_ratio`` * z), ``schedule``, ``strong_convexity`` lambda,
-    ``init`` (public (m, d) warm start, e.g. previously released parameters; default zeros).
+    ``init`` (public (m, d) warm start, e.g. previously released parameters; default zeros),
+    ``loss`` (``None`` = the squared loss above, run on the task statistics; otherwise a margin
+    loss of :mod:`privrec.convex.losses`, e.g. ``LogisticLoss()``, whose per-example gradient
+    ``loss.derivative(<theta, x>, y) x`` is bounded by ``loss.lipschitz(Gamma_x, R, B)``: the
+    gradient is then summed per example at every step; same mechanism and accounting).
     Noise comes from ``rng`` in :meth:`solve`: ``None`` = OS entropy; a known seed voids the guarantee.
     """
 
@@ -95,6 +96,7 @@ class NoisyGDSolver:
     reg: float | np.ndarray = 1.0
     unobserved_weight: float = 0.0
     global_ratio: float = 1.0
+    loss: Any = None
     schedule: str | float | Callable = "strongly_convex"
     strong_convexity: float = 0.0
     init: np.ndarray | None = None
@@ -133,7 +135,10 @@ class NoisyGDSolver:
 
     @property
     def gradient_bound(self) -> float:
-        """Gamma = Gamma_x (R Gamma_x + B): bound on every per-example gradient norm."""
+        """Gamma: bound on every per-example gradient norm; Gamma_x (R Gamma_x + B) for the squared loss,
+        ``loss.lipschitz(Gamma_x, R, B)`` otherwise."""
+        if self.loss is not None:
+            return float(self.loss.lipschitz(float(self.max_norm), float(self.radius), float(self.label_bound)))
         return float(self.max_norm) * (float(self.radius) * float(self.max_norm) + float(self.label_bound))
 
     def noise_std(self) -> float:
@@ -241,13 +246,15 @@ class NoisyGDSolver:
             init = np.asarray(self.init, dtype=dtype)
             if init.shape != (m, d) or not np.all(np.isfinite(init)):
                 raise ValueError(f"init must be a finite array of shape ({m}, {d})")
-            theta_all = _project_ball(init.copy(), self.radius)
+            theta_all = project_ball(init, self.radius)
         eta = np.stack([steps(t) for t in range(1, self.iterations + 1)]).astype(dtype)  # (T, m)
         chunks = list(task_chunks(batch.indptr, self.chunk_tasks, self.chunk_examples))
         rngs = rng.spawn(len(chunks))
 
         def run_chunk(c, bounds):
             t0, t1 = bounds
+            if self.loss is not None:
+                return self._run_loss_chunk(batch, x, y, t0, t1, theta_all[t0:t1], reg, gram, eta, std, rngs[c])
             G, b = chunk_statistics(batch, x, y, t0, t1)
             theta = theta_all[t0:t1]
             r = reg[t0:t1, None]
@@ -258,7 +265,7 @@ class NoisyGDSolver:
                 g += r * theta
                 if gram is not None:
                     g += theta @ gram
-                theta = _project_ball(theta - eta[t, t0:t1, None] * g, self.radius)
+                theta = project_ball(theta - eta[t, t0:t1, None] * g, self.radius, inplace=True)
             return theta
 
         results = map_chunks(run_chunk, chunks, self.num_threads)
@@ -266,3 +273,26 @@ class NoisyGDSolver:
             theta_all = np.concatenate(results)
         info = {"solver": "noisy_gd", "unit_budget": beta, "iterations": int(self.iterations)}
         return SolverResult(theta_all, events, info)
+
+    def _run_loss_chunk(self, batch, x, y, t0, t1, theta, reg, gram, eta, std, rng):
+        """Noisy GD on tasks t0:t1 with a general margin loss: per-example gradients every step."""
+        dtype = theta.dtype
+        e0, e1 = int(batch.indptr[t0]), int(batch.indptr[t1])
+        task = np.repeat(np.arange(t1 - t0), np.diff(batch.indptr[t0 : t1 + 1]))
+        X = x[batch.feature_ids[e0:e1]]
+        S = sp.csr_matrix(
+            (batch.weights[e0:e1].astype(np.float64), (task, np.arange(e1 - e0))), shape=(t1 - t0, e1 - e0)
+        )
+        yc = y[e0:e1]
+        r = reg[t0:t1, None]
+        theta = theta.copy()
+        for t in range(self.iterations):
+            deriv = self.loss.derivative(np.einsum("ij,ij->i", X, theta[task]), yc)
+            g = np.asarray(S @ (deriv[:, None] * X), dtype=dtype)
+            if std > 0:
+                g += gaussian_noise(g.shape, std, rng, dtype)
+            g += r * theta
+            if gram is not None:
+                g += theta @ gram
+            theta = project_ball(theta - eta[t, t0:t1, None] * g, self.radius, inplace=True)
+        return theta
