@@ -114,8 +114,8 @@ class MultiTaskProblem:
                 raise ValueError(f"with user_features, users must be integer indices in [0, {uf.shape[0]})")
             self.user_labels = np.arange(uf.shape[0])
             user_idx = users.astype(np.int64)
-            self.user_features = uf if uf.dtype.kind == "f" else uf.astype(np.float32)
-            self.features = None
+            self.user_features: np.ndarray | None = uf if uf.dtype.kind == "f" else uf.astype(np.float32)
+            self.features: np.ndarray | None = None
         else:
             X = check_finite_array(features, "features")
             if X.ndim != 2 or X.shape[0] != N:
@@ -153,13 +153,21 @@ class MultiTaskProblem:
 
     @property
     def dim(self) -> int:
-        return (self.features if self.features is not None else self.user_features).shape[1]
+        return self._feature_table.shape[1]
+
+    @property
+    def _feature_table(self) -> np.ndarray:
+        """The feature rows: one per user (``user_features``) or one per example (``features``)."""
+        table = self.user_features if self.user_features is not None else self.features
+        if table is None:  # pragma: no cover - __init__ always sets exactly one
+            raise ValueError("a MultiTaskProblem needs features or user_features")
+        return table
 
     def example_features(self) -> np.ndarray:
         """(N, d) features of every example."""
         if self.features is not None:
             return self.features
-        return self.user_features[self.user_index]
+        return self._feature_table[self.user_index]
 
     def task_counts(self) -> np.ndarray:
         """Exact n_i (private: never publish or use in a private release)."""
@@ -189,10 +197,8 @@ class MultiTaskProblem:
         keep = np.flatnonzero(w > 0)
         order = keep[np.argsort(self.tasks[keep], kind="stable")]
         indptr = np.concatenate(([0], np.cumsum(np.bincount(self.tasks[order], minlength=self.n_tasks))))
-        if self.user_features is not None:
-            fid, feats = self.user_index[order], self.user_features
-        else:
-            fid, feats = order, self.features
+        fid = self.user_index[order] if self.user_features is not None else order
+        feats = self._feature_table
         return TaskBatch(
             indptr,
             fid.astype(np.int64),

@@ -299,7 +299,7 @@ class ALS(FactorizationModel):
         counts = np.diff(rows.indptr).astype(np.float64)
         reg = (
             self.regularization * ((counts + 1.0) ** e) * float(norm)
-            if e
+            if e and norm is not None
             else np.full(counts.shape, self.regularization)
         )
         U = np.asarray(self.user_factors_)

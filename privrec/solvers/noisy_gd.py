@@ -143,7 +143,9 @@ class NoisyGDSolver:
 
     def noise_std(self) -> float:
         z = float(self.noise_multiplier)
-        return z * math.sqrt(self.budget) * self.gradient_bound if z > 0 else 0.0
+        if z == 0 or self.budget is None:  # a private solver always has a budget (__post_init__)
+            return 0.0
+        return z * math.sqrt(self.budget) * self.gradient_bound
 
     def labelled_events(self) -> list:
         z = float(self.noise_multiplier)
