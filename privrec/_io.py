@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 TEMP_PREFIX = ".privrec-"
 TEMP_KINDS = (".tmp", ".partial", ".extract")
@@ -74,7 +76,7 @@ def clean_stale_temp(folder, max_age: float = STALE_AFTER, now: float | None = N
     """
     folder = Path(folder)
     now = time.time() if now is None else now
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(os.scandir(folder))
     except OSError:
@@ -128,6 +130,30 @@ def atomic_write_text(path, text: str, encoding: str = "utf-8") -> None:
 
 def atomic_write_json(path, obj, indent: int = 2) -> None:
     atomic_write_text(path, json.dumps(obj, indent=indent, sort_keys=True, default=_json_default) + "\n")
+
+
+def json_safe(obj: Any) -> Any:
+    """A copy of ``obj`` that strict JSON accepts: non-finite floats become ``"inf"`` / ``"-inf"`` /
+    ``"nan"``, numpy scalars and arrays Python numbers and lists, tuples lists, dict keys strings.
+
+    The one sanitiser of privrec's JSON output (ledger reports, CLI and benchmark results).
+    """
+    import numpy as np
+
+    def safe(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {str(k): safe(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [safe(v) for v in x]
+        if isinstance(x, np.ndarray):
+            return safe(x.tolist())
+        if isinstance(x, np.generic):
+            x = x.item()
+        if isinstance(x, float) and not math.isfinite(x):
+            return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+        return x
+
+    return safe(obj)
 
 
 def _json_default(obj):

@@ -167,11 +167,11 @@ def check_csr_structure(matrix, name: str = "matrix", *, finite: bool = True) ->
     if finite and data.dtype.kind == "f":
         ok = np.isfinite(data)
         if not ok.all():
-            bad = nnz - int(np.count_nonzero(ok))
+            n_bad = nnz - int(np.count_nonzero(ok))
             first = int(np.flatnonzero(~ok)[0])
             row = int(np.searchsorted(indptr, first, side="right") - 1)
             raise ValueError(
-                f"{name} contains {bad} NaN or infinite value(s), e.g. in row {row}, column {int(indices[first])}"
+                f"{name} contains {n_bad} NaN or infinite value(s), e.g. in row {row}, column {int(indices[first])}"
             )
     if nnz < 2:
         return True

@@ -12,15 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from privrec import models
 from privrec.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_tradeoff as B  # noqa: E402
-
-needs_dpals = pytest.mark.skipif(not hasattr(models, "DPALS"), reason="privrec.models.DPALS not available")
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +26,6 @@ def quick(tmp_path_factory):
     return out, B.run(B.quick_config(), "all", out, quiet=True)
 
 
-@needs_dpals
 @pytest.mark.slow
 def test_quick_tradeoff_outputs_and_privacy(quick):
     out, res = quick
@@ -51,7 +47,6 @@ def test_quick_tradeoff_outputs_and_privacy(quick):
     assert all(Path(p).stat().st_size > 0 for p in res["plots"])
 
 
-@needs_dpals
 @pytest.mark.slow
 def test_claim_verdicts_match_measured_numbers(quick):
     _, res = quick

@@ -37,7 +37,6 @@ REQUIRED = {
     "privacy_summary",
     "warnings",
 }
-has_dpals = pytest.mark.skipif(not hasattr(models, "DPALS"), reason="privrec.models.DPALS not available")
 
 
 def run_json(capsys, argv):
@@ -63,7 +62,6 @@ def test_fit_als_json_random_protocol_on_default_dataset(capsys):
     assert res["privacy_summary"].startswith("None: this is a non-private model")
 
 
-@has_dpals
 def test_fit_private_json_reports_ledger_epsilon_within_target(capsys):
     res = run_json(capsys, ["fit", "--method", "ada-dpals", "--epsilon", "1", "--json", *SMALL, *FAST])
     assert set(res) >= REQUIRED
@@ -80,7 +78,6 @@ def test_fit_private_json_reports_ledger_epsilon_within_target(capsys):
     assert res["warnings"] == []  # delta 1e-5 < 1/n_users, nothing ignored
 
 
-@has_dpals
 def test_private_fit_is_compared_with_trivial_and_als_on_the_same_split(capsys):
     res = run_json(capsys, ["fit", "--json", *SMALL, *FAST])
     triv, als = res["baselines"]["trivial"], res["baselines"]["als"]
@@ -124,7 +121,6 @@ def test_trivial_heldout_baseline_is_exact_popularity(capsys):
     assert triv["metrics"]["recall@20"] == pytest.approx(np.mean(recalls), abs=0.02)  # ties may order differently
 
 
-@has_dpals
 def test_no_compare_als_skips_the_reference_and_compare_als_forces_it(capsys, monkeypatch):
     res = run_json(capsys, ["fit", "--json", "--no-compare-als", *SMALL, *FAST])
     assert res["baselines"]["als"] is None and "als_skipped" not in res["baselines"]
@@ -173,7 +169,6 @@ def test_fit_save_then_evaluate_recommend_similar(tmp_path, capsys):
     assert "rmse" in out and "trivial baseline: training global mean" in out and "privacy" in out
 
 
-@has_dpals
 def test_evaluate_private_model_prints_its_privacy_summary(tmp_path, capsys):
     path = tmp_path / "dp.npz"
     fit = run_json(capsys, ["fit", "--output", str(path), "--json", "--no-compare-als", *SMALL, *FAST])
@@ -183,7 +178,6 @@ def test_evaluate_private_model_prints_its_privacy_summary(tmp_path, capsys):
     assert f"e^{float(ev['epsilon_spent']):.3g}" in ev["privacy_summary"]
 
 
-@has_dpals
 def test_readable_fit_output_has_comparison_bucket_table_and_privacy_paragraph(capsys):
     assert main(["fit", *SMALL, *FAST]) == 0
     out = capsys.readouterr().out
@@ -220,7 +214,6 @@ def test_epsilon_and_delta_with_als_warn_that_they_are_ignored(capsys):
     assert len(json.loads(cap.out)["warnings"]) == 2
 
 
-@has_dpals
 def test_weight_exponent_is_ignored_by_non_adaptive_methods(capsys):
     assert (
         main(
@@ -243,7 +236,6 @@ def test_weight_exponent_is_ignored_by_non_adaptive_methods(capsys):
     assert cap.err.startswith("privrec fit: warning: --weight-exponent (mu) is ignored by dpals-uniform")
 
 
-@has_dpals
 def test_heldout_default_delta_warns_and_explains_the_paper_convention(capsys):
     assert main(["fit", *HELDOUT, "--json", "--no-compare-als", *SMALL, *FAST]) == 0
     cap = capsys.readouterr()
@@ -264,7 +256,6 @@ def test_delta_warning_text():
     assert "paper's convention" in M._delta_warning(1e-3, 1000, "heldout-users", False)
 
 
-@has_dpals
 def test_known_noise_seed_is_called_out_in_the_summary(capsys):
     res = run_json(capsys, ["fit", "--noise-seed", "7", "--json", "--no-compare-als", *SMALL, *FAST])
     assert "--noise-seed 7" in res["privacy_summary"] and "no privacy guarantee" in res["privacy_summary"]
@@ -312,11 +303,11 @@ def ratings_files(tmp_path_factory):
 
 @pytest.fixture(params=["fallback", "frames"])
 def readers(request, monkeypatch):
-    """Run with the CLI's own reader and, when present, privrec.data.from_pandas / from_parquet."""
+    """Run with the CLI's own reader and with privrec.data.from_pandas / from_parquet."""
     import privrec.data as D
+    import privrec.data.frames as frames
 
     if request.param == "frames":
-        frames = pytest.importorskip("privrec.data.frames")
         monkeypatch.setattr(D, "from_pandas", frames.from_pandas, raising=False)
         monkeypatch.setattr(D, "from_parquet", frames.from_parquet, raising=False)
     else:
@@ -420,7 +411,6 @@ def test_column_flags_without_ratings_warn(capsys):
 
 # ------------------------------------------------------------------------------- --plot
 def test_plot_writes_a_bucket_chart(tmp_path, capsys):
-    pytest.importorskip("matplotlib")
     out = tmp_path / "buckets.png"
     res = run_json(capsys, ["fit", "--method", "als", "--plot", str(out), "--json", *SMALL, *FAST])
     assert res["plot"] == str(out) and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -435,7 +425,6 @@ def test_plot_writes_a_bucket_chart(tmp_path, capsys):
 
 @pytest.mark.parametrize("name, needle", [("plot.nope", "unknown image type"), ("no/such/dir/p.png", "does not exist")])
 def test_bad_plot_path_fails_before_fitting(tmp_path, name, needle, capsys):
-    pytest.importorskip("matplotlib")
     assert main(["fit", "--method", "als", "--plot", str(tmp_path / name), *SMALL]) == 2
     cap = capsys.readouterr()
     assert needle in cap.err and cap.out == ""
@@ -503,7 +492,6 @@ def test_python_cli_py_subprocess_json():
     assert bad.returncode == 2 and "invalid choice" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
 
-@has_dpals
 def test_private_noise_comes_from_os_entropy_unless_a_noise_seed_is_given(capsys, tmp_path):
     """--seed fixes data and split only; the privacy noise is unseeded unless --noise-seed is set."""
 

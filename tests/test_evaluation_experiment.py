@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from privrec import models
 from privrec.evaluation import experiment as X
 
 
@@ -28,11 +27,10 @@ def test_make_model_rejects_unknown_methods_and_parameters():
         X.make_model("als", params={"mu": 0.5})
     als = X.make_model("als", params={"factors": 3}, seed=1)
     assert als.factors == 3 and als.random_state == 1
-    if hasattr(models, "DPALS"):
-        with pytest.raises(ValueError, match="epsilon"):
-            X.make_model("ada-dpals")
-        m = X.make_model("ada-dpals", 2.0, 1e-5, params={"mu": 0.5}, protocol="heldout-users")
-        assert (m.mu, m.feedback, m.unobserved_weight) == (0.5, "implicit", 0.2)  # implicit, the rest automatic
+    with pytest.raises(ValueError, match="epsilon"):
+        X.make_model("ada-dpals")
+    m = X.make_model("ada-dpals", 2.0, 1e-5, params={"mu": 0.5}, protocol="heldout-users")
+    assert (m.mu, m.feedback, m.unobserved_weight) == (0.5, "implicit", 0.2)  # implicit, the rest automatic
 
 
 def test_json_safe_makes_strict_json():

@@ -11,7 +11,6 @@ import tempfile
 import warnings
 
 import numpy as np
-import pytest
 import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -285,4 +284,3 @@ def test_load_dataset_arguments_fuzz(name, data_dir, cache_dir):
 
 def test_fuzz_settings_are_bounded():
     assert FUZZ.max_examples <= 150 or N  # CI budget (see module docstring)
-    pytest.importorskip("hypothesis")

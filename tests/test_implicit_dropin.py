@@ -6,7 +6,6 @@ privrec's ``DPALS`` (private, explicit and implicit feedback) and ``ALS``: only 
 differs, as after swapping the import.
 """
 
-import inspect
 import io
 import os
 import warnings
@@ -132,25 +131,7 @@ def test_implicit_script_runs_unchanged(name, user_items, tmp_path):
         assert np.isfinite(model.privacy_report()["epsilon"])
 
 
-def _accepts_callback(cls) -> bool:
-    return "callback" in inspect.signature(cls.fit).parameters
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "implicit",
-        "privrec-ALS",
-        pytest.param(
-            "privrec-DPALS",
-            marks=pytest.mark.xfail(
-                not _accepts_callback(DPALS),
-                strict=True,
-                reason="DPALS.fit(callback=...) is added by the lead (dpals.py)",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("name", ["implicit", "privrec-ALS", "privrec-DPALS"])
 def test_fit_callback_contract(name, user_items):
     """implicit calls callback(iteration, elapsed_seconds, loss) after every iteration; loss may be None."""
     calls = []

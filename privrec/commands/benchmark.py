@@ -80,6 +80,8 @@ def load_script(name: str):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
     spec = importlib.util.spec_from_file_location(f"privrec_bench_{Path(name).stem}", folder / name)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load benchmark script {folder / name}")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses in the script look their module up here
     try:
@@ -93,17 +95,14 @@ def load_script(name: str):
 @contextmanager
 def _one_line_argparse_errors(name: str):
     """While a script runs, its argparse errors are one line (``privrec benchmark NAME: error: ...``)."""
-    original = argparse.ArgumentParser.error
+    from unittest import mock  # here, not at import: the CLI imports every command module at start-up
 
     def error(self, message):
         text = " ".join(str(message).split())
         self.exit(2, f"privrec benchmark {name}: error: {text} (see 'privrec benchmark {name} --help')\n")
 
-    argparse.ArgumentParser.error = error
-    try:
+    with mock.patch.object(argparse.ArgumentParser, "error", error):
         yield
-    finally:
-        argparse.ArgumentParser.error = original
 
 
 def cmd_benchmark(args) -> int:

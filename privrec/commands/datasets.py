@@ -24,6 +24,7 @@ import sys
 import warnings
 import zipfile
 import zlib
+from typing import Any
 
 import pyarrow as pa
 
@@ -110,7 +111,7 @@ def _user_errors(func):
 
 
 def cmd_list(args) -> int:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, d in DATASETS.items():
         found = None
         if d.kind == "real":

@@ -25,6 +25,7 @@ import textwrap
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -556,7 +557,7 @@ def _baselines(args, split, name, method, params) -> dict:
     """Trivial baseline (always) and non-private ALS (when wanted) on the same split."""
     triv = _Trivial(split.train, split.protocol)
     ev = X.evaluate_split(triv, split)
-    out = {
+    out: dict[str, Any] = {
         "trivial": {"name": triv.name, "private": False, "metrics": ev["metrics"], "sliced": ev["sliced"]},
         "als": None,
     }
@@ -805,8 +806,8 @@ def save_bucket_plot(res: dict, path) -> str:
     from matplotlib.figure import Figure
 
     _, key, direction = _primary(res["protocol"])
-    series = [(f"{name} ({priv})", sliced.get(key)) for name, priv, _, sliced in _rows(res)]
-    series = [(label, vals) for label, vals in series if vals is not None]
+    labelled = [(f"{name} ({priv})", sliced.get(key)) for name, priv, _, sliced in _rows(res)]
+    series = [(label, vals) for label, vals in labelled if vals is not None]
     nb = len(series[0][1])
     fig = Figure(figsize=(7, 4))
     ax = fig.subplots()
@@ -1054,11 +1055,3 @@ def _similar(args) -> int:
     title = _titles(data, [i])[0]
     _show_items(args, data, ids, scores, f"items similar to {args.item}" + (f" ({title})" if title else ""))
     return 0
-
-
-def main(argv=None) -> int:
-    """Stand-alone entry (tests / debugging); ``privrec.cli.main`` is the real entry point."""
-    parser = argparse.ArgumentParser(prog="privrec")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)

@@ -53,8 +53,10 @@ def _as_2d(X, name: str = "X") -> np.ndarray:
 
 
 def _weights(sample_weight, n: int, dtype) -> np.ndarray | None:
-    if sample_weight is None:
-        return None
+    return None if sample_weight is None else _checked_weights(sample_weight, n, dtype)
+
+
+def _checked_weights(sample_weight, n: int, dtype) -> np.ndarray:
     w = check_finite_array(sample_weight, "sample_weight").astype(dtype, copy=False)
     if w.shape != (n,):
         raise ValueError(f"sample_weight must have shape ({n},), got {w.shape}")
@@ -80,7 +82,14 @@ class _MarginLoss:
     def __init__(self, l2: float = 0.0):
         self.l2 = check_positive(l2, "l2", allow_zero=True)
 
-    # subclasses define _values(z, y) and derivative(z, y)
+    def _values(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Per-example losses at margins ``z``: defined by each subclass."""
+        raise NotImplementedError
+
+    def derivative(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """d loss / d z at margins ``z``: defined by each subclass."""
+        raise NotImplementedError
+
     def _check(self, theta, X, y):
         X = _as_2d(X)
         theta = check_finite_array(theta, "theta")
@@ -304,5 +313,5 @@ def clipped_gradient_sum(loss, theta, X, y, max_norm: float, sample_weight=None,
         raise ValueError(f"norm must be 'l2' or 'l1', got {norm!r}")
     if sample_weight is None:
         return G.sum(axis=0)
-    w = _weights(sample_weight, G.shape[0], G.dtype)
+    w = _checked_weights(sample_weight, G.shape[0], G.dtype)
     return np.tensordot(w, G, axes=(0, 0))

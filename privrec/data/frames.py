@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import hashlib
 import numbers
+from collections.abc import Hashable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -392,6 +394,11 @@ class RatingSplitCV:
     Note that choosing hyper-parameters on private data is itself a use of that data that no
     ledger accounts for (see ``privrec.models.dpals.auto_config``).
     """
+
+    n_splits: int
+    user_col: Hashable
+    shuffle: bool
+    random_state: Any  # anything numpy.random.default_rng accepts (an int seed, None, ...)
 
     def __init__(self, n_splits: int = 5, *, user_col=USER_COL, shuffle: bool = True, random_state=None):
         if isinstance(n_splits, bool) or not isinstance(n_splits, numbers.Integral) or n_splits < 2:

@@ -227,8 +227,8 @@ class Interactions:
             out_ts = None if ts is None else ts[keep]
         else:
             sv = vals[order]
-            reducer = np.add if duplicates == "sum" else np.maximum
-            out_vals = reducer.reduceat(sv, starts).astype(np.float32, copy=False)
+            combine = np.add if duplicates == "sum" else np.maximum
+            out_vals = combine.reduceat(sv, starts).astype(np.float32, copy=False)
             out_ts = None if ts is None else np.maximum.reduceat(ts[order], starts)
         ukey = skey[starts]
         rows = ukey // n_items

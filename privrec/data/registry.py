@@ -151,17 +151,25 @@ def _as_path(value, name: str) -> Path:
     return Path(value).expanduser()
 
 
+def _file_and_loader(d: DatasetInfo) -> tuple[str, Callable]:
+    """The main file name and loader of a real dataset (synthetic ones have neither)."""
+    if d.main_file is None or d.loader is None:
+        raise ValueError(f"dataset {d.name!r} is generated in memory ({d.kind}): it has no files")
+    return d.main_file, d.loader
+
+
 def find_dataset_folder(name: str, data_dir=None) -> Path | None:
     """Folder holding the main file of real dataset ``name``: ``data_dir`` itself or one of the
     dataset's folder names under it (or under the data root when ``data_dir`` is None)."""
     d = resolve_name(name)
+    main_file, _ = _file_and_loader(d)
     roots = [_as_path(data_dir, "data_dir")] if data_dir is not None else [default_data_root()]
     for root in roots:
-        if (root / d.main_file).is_file():
+        if (root / main_file).is_file():
             return root
         for f in d.folders:
             for cand in (root / f, root / f.lower()):
-                if (cand / d.main_file).is_file():
+                if (cand / main_file).is_file():
                     return cand
     return None
 
@@ -192,11 +200,13 @@ def load_dataset(
         return generate_preset(d.name, scale=scale, random_state=random_state).interactions
     if cache_dir is not None:
         cache_dir = _as_path(cache_dir, "cache_dir")
-    folder = find_dataset_folder(d.name, data_dir)
-    if folder is None:
+    main_file, loader = _file_and_loader(d)
+    found = find_dataset_folder(d.name, data_dir)
+    if found is None:
         if not download:
             where = Path(data_dir) if data_dir is not None else default_data_root()
-            raise loaders.missing_file_error(where / d.folders[0] / d.main_file, d.name)
-        folder = download_dataset(d.name, data_dir)
-    sources = [folder / d.main_file] + [folder / c for c in d.companions]
-    return cached_load(lambda: d.loader(folder, name=d.name), sources, d.name, cache_dir=cache_dir, use_cache=cache)
+            raise loaders.missing_file_error(where / d.folders[0] / main_file, d.name)
+        found = download_dataset(d.name, data_dir)
+    folder: Path = found
+    sources = [folder / main_file] + [folder / c for c in d.companions]
+    return cached_load(lambda: loader(folder, name=d.name), sources, d.name, cache_dir=cache_dir, use_cache=cache)

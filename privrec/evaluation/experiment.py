@@ -15,7 +15,6 @@ and ``heldout-users`` (binarised, fold-in history / targets of held-out users, R
 from __future__ import annotations
 
 import inspect
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from .._io import json_safe as json_safe  # re-exported: the CLI, benchmarks and tests use X.json_safe
 from .protocols import evaluate_heldout, evaluate_ratings
 
 METHODS = ("als", "dpals-uniform", "dpals-tail", "ada-dpals", "dpsgd-uniform", "dpsgd-tail", "ada-dpsgd")
@@ -123,26 +123,20 @@ def make_split(data, protocol: str, seed: int = 0, heldout_users: int | None = N
     # every interaction is a positive, so binarising again at 3.5 would shrink them below the target
     processed_sized = getattr(data, "name", None) in _PROCESSED_PRESETS
     threshold = 0.0 if counts_data or processed_sized else 3.5
-    parts = heldout_users_split(data, n_held, binarize_threshold=threshold, random_state=seed)
-    tr = parts.train
+    held = heldout_users_split(data, n_held, binarize_threshold=threshold, random_state=seed)
+    tr = held.train
     return Split(
         protocol,
         _m(tr),
-        history=_m(parts.test.history),
-        targets=_m(parts.test.targets),
-        validation_history=_m(parts.validation.history),
-        validation_targets=_m(parts.validation.targets),
+        history=_m(held.test.history),
+        targets=_m(held.test.targets),
+        validation_history=_m(held.validation.history),
+        validation_targets=_m(held.validation.targets),
         item_ids=tr.item_ids,
         user_ids=tr.user_ids,
         item_metadata=tr.item_metadata,
         info={"n_heldout": n_held, "binarize_threshold": threshold},
     )
-
-
-def _parts(parts, names):
-    if isinstance(parts, dict):
-        return tuple(parts.get(n) for n in names)
-    return tuple(getattr(parts, n, None) for n in names)
 
 
 def _m(x):
@@ -164,19 +158,19 @@ def make_model(
     ``seed`` fixes initialisation *and* the privacy noise of private methods (experiments only:
     a known seed voids the guarantee); ``None`` draws noise from OS entropy.
     """
-    from .. import models
+    from ..models import ALS, DPALS
 
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
     params = {k: v for k, v in (params or {}).items() if v is not None}
+    cls: type[ALS] | type[DPALS]
+    kwargs: dict[str, Any]
     if method == "als":
-        cls, kwargs = models.ALS, {}
+        cls, kwargs = ALS, {}
         if protocol == "heldout-users":
             kwargs.update(HELDOUT_ALS_DEFAULTS)
     else:
-        cls = getattr(models, "DPALS", None)
-        if cls is None:
-            raise ValueError("private methods need privrec.models.DPALS, which this installation lacks")
+        cls = DPALS
         if epsilon is None or delta is None:
             raise ValueError(f"method {method} needs --epsilon and --delta")
         kwargs = {"method": method, "epsilon": epsilon, "delta": delta}
@@ -293,18 +287,3 @@ def default_delta(split: Split) -> float:
     if split.protocol == "random":
         return 1e-5
     return 1.0 / max(2, split.train.shape[0])
-
-
-def json_safe(obj):
-    """Replace non-finite floats by strings ("inf", "nan") so the output is strict JSON."""
-    if isinstance(obj, dict):
-        return {str(k): json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return json_safe(obj.tolist())
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
-    return obj

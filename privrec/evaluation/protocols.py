@@ -149,6 +149,8 @@ def evaluate_heldout(
     V = item_factors_of(model)
     ib = item_bias_of(model)
     m = ranking_metrics(U, V, ta, hi, ks=(k,), item_bias=ib)
+    items: np.ndarray | None  # the head items the slices are restricted to (None: all items)
+    ks: int | list[int]  # one k for every bucket, or one per bucket
     if paper_sliced:
         n_buckets = len(PAPER_SLICED_KS)
         items = top_items(counts, head_fraction or 0.1)

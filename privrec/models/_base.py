@@ -536,10 +536,10 @@ class FactorizationModel(BaseEstimator):
             else:
                 ok = np.array(
                     [
-                        isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_)) and 0 <= x < n
+                        isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_)) and 0 <= int(x) < n
                         for x in arr.tolist()
                     ],
-                    dtype=bool,
+                    dtype=np.bool_,
                 )
             codes[ok] = arr[ok].astype(np.int64)
         else:
@@ -1107,6 +1107,7 @@ class FactorizationModel(BaseEstimator):
             if ubias is not None:
                 ubias[known] = ub_all[codes[known]]
             if not known.all():
+                assert rows is not None  # unknown users without user_items rows raised above (no_data)
                 pu, pb = self._project_users(rows[np.flatnonzero(~known)])
                 uvec[~known] = pu
                 if pb is not None:
@@ -1217,11 +1218,13 @@ class FactorizationModel(BaseEstimator):
         }
         meta_text = json.dumps(meta)
         digest = _content_hash(meta_text, arrays)
+        # typed Any for np.savez, whose stub matches a **dict[str, ndarray] against allow_pickle: bool
+        members: dict[str, Any] = arrays
         if hasattr(path, "write"):  # an open binary file (implicit's save(file))
-            np.savez(path, __meta__=np.array(meta_text), __sha256__=np.array(digest), **arrays)
+            np.savez(path, __meta__=np.array(meta_text), __sha256__=np.array(digest), **members)
             return
         with atomic_path(path) as tmp, open(tmp, "wb") as fh:
-            np.savez(fh, __meta__=np.array(meta_text), __sha256__=np.array(digest), **arrays)
+            np.savez(fh, __meta__=np.array(meta_text), __sha256__=np.array(digest), **members)
 
     def _id_metadata(self) -> dict[str, Any]:
         out = {}
@@ -1262,7 +1265,7 @@ class FactorizationModel(BaseEstimator):
                 raise _BadModelFile(f"{which} ids are stored without {which} factors")
             setattr(self, f"{which}_ids_", _ids_from_json(entry, which, n))
         self._item_ids_given = getattr(self, "item_ids_", None) is not None
-        self._id_lookup = {}
+        self._id_lookup: dict[str, tuple[Any, Any]] = {}  # which -> (ids, their pandas.Index), see _lookup
 
     @classmethod
     def load(cls, fileobj_or_path):
@@ -1451,15 +1454,14 @@ def _ids_to_json(ids, which: str):
         return {"kind": "int", "values": [int(x) for x in arr.tolist()]}
     if arr.dtype.kind == "U":
         return {"kind": "str", "values": arr.tolist()}
-    values = []
     if arr.dtype == object:
+        values: list[str | int] = []
         for x in arr.tolist():
             if isinstance(x, str) or (isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_))):
                 values.append(x if isinstance(x, str) else int(x))
             else:
-                values = None
                 break
-        if values is not None:
+        else:
             return {"kind": "object", "values": values}
     warnings.warn(
         f"{which} ids of dtype {arr.dtype} are not saved (only str and int ids are): the loaded model will use indices",
@@ -1508,7 +1510,7 @@ def _content_hash(meta_text: str, arrays: dict[str, np.ndarray]) -> str:
     for k in sorted(arrays):
         a = _c_order(np.asarray(arrays[k]))
         h.update(f"\0{k}\0{a.dtype.str}\0{list(a.shape)}\0".encode())
-        h.update(a.reshape(-1).view(np.uint8))
+        h.update(a.reshape(-1).view(np.uint8).data)
     return h.hexdigest()
 
 
@@ -1545,7 +1547,7 @@ def _read_header(fh, what: str):
 
 def _read_exact(fh, nbytes: int, what: str) -> np.ndarray:
     buf = np.empty(nbytes, dtype=np.uint8)
-    view = memoryview(buf)
+    view = buf.data
     got = 0
     while got < nbytes:
         n = fh.readinto(view[got:])

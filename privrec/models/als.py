@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import math
 import time
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
 
-from .._validation import check_int, check_memory, check_positive, check_random_state_seed
+from .._constraints import FINITE, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, StrOptions
+from .._validation import check_memory, check_random_state_seed
 from ..privacy import make_rng
 from ..solvers.ridge import _blas_single_thread, frequency_regularization, solve_rows
 from ._base import FactorizationModel, check_fit_matrix, check_rating_range
@@ -142,8 +144,26 @@ class ALS(FactorizationModel):
         "item_reg_norm_",
     )
 
+    _parameter_constraints: ClassVar[dict] = {
+        "factors": [POSITIVE_INT],
+        "regularization": [NON_NEGATIVE],
+        "reg_exponent": [FINITE],
+        "unobserved_weight": [NON_NEGATIVE],
+        "iterations": [NON_NEGATIVE_INT],
+        "biases": ["boolean"],
+        "center": ["boolean"],
+        "solver": [StrOptions(set(_SOLVERS))],
+        "cg_steps": [POSITIVE_INT],
+        "init_scale": [NON_NEGATIVE],
+        "dtype": "no_validation",  # float32 / float64, checked in _validate
+        "random_state": "no_validation",  # check_random_state_seed
+        "num_threads": [POSITIVE_INT, None],
+        "rating_range": "no_validation",  # check_rating_range (a finite (low, high) pair)
+    }
+
     def __init__(
         self,
+        *,
         factors: int = 32,
         regularization: float = 20.0,
         reg_exponent: float = 1.0,
@@ -176,19 +196,11 @@ class ALS(FactorizationModel):
 
     # ------------------------------------------------------------------ validation
     def _validate(self):
-        check_int(self.factors, "factors", minimum=1)
-        check_positive(self.regularization, "regularization", allow_zero=True)
+        """Constraint table, then the rules it cannot express (finite exponent, seed, range, dtype)."""
+        self._validate_params()
         check_exponent(self.reg_exponent)
-        check_positive(self.unobserved_weight, "unobserved_weight", allow_zero=True)
-        check_int(self.iterations, "iterations", minimum=0)
-        check_int(self.cg_steps, "cg_steps", minimum=1)
-        check_positive(self.init_scale, "init_scale", allow_zero=True)
         check_random_state_seed(self.random_state)
-        if self.num_threads is not None:
-            check_int(self.num_threads, "num_threads", minimum=1)
         check_rating_range(self.rating_range)
-        if self.solver not in _SOLVERS:
-            raise ValueError(f"solver must be one of {_SOLVERS}, got {self.solver!r}")
         dt = np.dtype(self.dtype)
         if dt not in (np.float32, np.float64):
             raise ValueError(f"dtype must be float32 or float64, got {dt}")
@@ -327,8 +339,20 @@ class ImplicitALS(FactorizationModel):
 
     _saved_arrays = ("item_factors_", "user_factors_")
 
+    _parameter_constraints: ClassVar[dict] = {
+        "factors": [POSITIVE_INT],
+        "regularization": [NON_NEGATIVE],
+        "alpha": [POSITIVE],
+        "iterations": [NON_NEGATIVE_INT],
+        "use_cg": ["boolean"],
+        "num_threads": [NON_NEGATIVE_INT],
+        "dtype": "no_validation",  # implicit checks it
+        "random_state": "no_validation",  # implicit checks it
+    }
+
     def __init__(
         self,
+        *,
         factors: int = 64,
         regularization: float = 0.01,
         alpha: float = 1.0,
@@ -350,11 +374,7 @@ class ImplicitALS(FactorizationModel):
     def _make_inner(self):
         from implicit.cpu.als import AlternatingLeastSquares
 
-        check_int(self.factors, "factors", minimum=1)
-        check_int(self.iterations, "iterations", minimum=0)
-        check_int(self.num_threads, "num_threads", minimum=0)
-        check_positive(self.regularization, "regularization", allow_zero=True)
-        check_positive(self.alpha, "alpha")
+        self._validate_params()
         return AlternatingLeastSquares(
             factors=self.factors,
             regularization=self.regularization,

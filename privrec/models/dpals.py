@@ -37,14 +37,26 @@ import time
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
-from numbers import Integral, Real
+from numbers import Real
 from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import Interval
 
 from .. import allocation
+from .._constraints import (
+    DELTA,
+    EPSILON,
+    FINITE,
+    FRACTION,
+    NON_NEGATIVE,
+    NON_NEGATIVE_INT,
+    OPEN_FRACTION,
+    POSITIVE,
+    POSITIVE_INT,
+    StrOptions,
+)
 from .._validation import check_delta, check_epsilon, check_memory
 from ..pipeline import Plan, PrivatePipeline
 from ..privacy import check_noise_random_state, clip_labels, clip_rows, default_count_fraction, make_rng
@@ -205,36 +217,36 @@ class DPALS(FactorizationModel):
 
     _parameter_constraints: ClassVar[dict] = {
         "method": [StrOptions(set(METHODS))],
-        "epsilon": [Interval(Real, 0, math.inf, closed="right")],
-        "delta": [Interval(Real, 0, 1, closed="neither")],
-        "factors": [Interval(Integral, 0, None, closed="left"), None],
-        "iterations": [Interval(Integral, 1, None, closed="left"), None],
-        "budget": [Interval(Real, 0, None, closed="neither"), None],
+        "epsilon": [EPSILON],
+        "delta": [DELTA],
+        "factors": [NON_NEGATIVE_INT, None],
+        "iterations": [POSITIVE_INT, None],
+        "budget": [POSITIVE, None],
         "mu": [Interval(Real, 0, 1, closed="both"), None],
         "biases": ["boolean"],
-        "bias_scale": [Interval(Real, 0, None, closed="neither")],
-        "regularization": [Interval(Real, 0, None, closed="left"), None],
-        "reg_exponent": [Interval(Real, None, None, closed="neither")],  # finite: check_exponent
-        "user_regularization": [Interval(Real, 0, None, closed="left"), None],
-        "user_reg_exponent": [Interval(Real, None, None, closed="neither"), None],
-        "unobserved_weight": [Interval(Real, 0, None, closed="left")],
-        "max_norm": [Interval(Real, 0, None, closed="neither"), None],
+        "bias_scale": [POSITIVE],
+        "regularization": [NON_NEGATIVE, None],
+        "reg_exponent": [FINITE],
+        "user_regularization": [NON_NEGATIVE, None],
+        "user_reg_exponent": [FINITE, None],
+        "unobserved_weight": [NON_NEGATIVE],
+        "max_norm": [POSITIVE, None],
         "center": ["boolean", None],
         "feedback": [StrOptions({"explicit", "implicit"})],
-        "rating_bound": [Interval(Real, 0, None, closed="neither")],
-        "rating_range": ["array-like", None],
-        "label_bound": [Interval(Real, 0, None, closed="neither"), None],
-        "item_frac": [Interval(Real, 0, 1, closed="right"), None],
-        "count_fraction": [Interval(Real, 0, 1, closed="neither"), None],
-        "count_sample": [Interval(Integral, 1, None, closed="left"), None],
-        "gramian_ratio": [Interval(Real, 0, None, closed="neither"), None],
-        "global_ratio": [Interval(Real, 0, None, closed="neither")],
-        "gd_iterations": [Interval(Integral, 1, None, closed="left")],
-        "init_scale": [Interval(Real, 0, None, closed="left")],
+        "rating_bound": [POSITIVE],
+        "rating_range": "no_validation",  # _rating_range (a finite (low, high) pair)
+        "label_bound": [POSITIVE, None],
+        "item_frac": [FRACTION, None],
+        "count_fraction": [OPEN_FRACTION, None],
+        "count_sample": [POSITIVE_INT, None],
+        "gramian_ratio": [POSITIVE, None],
+        "global_ratio": [POSITIVE],
+        "gd_iterations": [POSITIVE_INT],
+        "init_scale": [NON_NEGATIVE],
         "accountant": [StrOptions({"pld", "rdp"})],
-        "dtype": "no_validation",  # checked in _resolve_config (float32 / float64)
+        "dtype": "no_validation",  # float32 / float64, checked in _resolve_config
         "random_state": "no_validation",  # checked by check_noise_random_state
-        "num_threads": [Interval(Integral, 1, None, closed="left"), None],
+        "num_threads": [POSITIVE_INT, None],
     }
 
     def __init__(

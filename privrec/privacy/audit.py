@@ -314,16 +314,17 @@ def audit_scores(
         orients = (1, -1) if orientation is None else (int(orientation),)
         n_tests = grid.size * len(orients)
         alpha = _alpha_per_rate(confidence, n_tests)
-        best = None
+        # (epsilon, orientation, threshold, fp, fn, fpr upper, fnr upper) of the best grid test
+        best: tuple[float, int, float, int, int, float, float] | None = None
         for orient in orients:
             fp, fn = _rates(s0, s1, grid, orient)
             fpr_u = clopper_pearson_upper(fp, s0.size, alpha)
             fnr_u = clopper_pearson_upper(fn, s1.size, alpha)
-            eps = np.atleast_1d(_eps_from_rates(fpr_u, fnr_u, delta))
-            j = int(np.argmax(eps))
-            if best is None or eps[j] > best[0]:
+            eps_grid = np.atleast_1d(_eps_from_rates(fpr_u, fnr_u, delta))
+            j = int(np.argmax(eps_grid))
+            if best is None or eps_grid[j] > best[0]:
                 best = (
-                    float(eps[j]),
+                    float(eps_grid[j]),
                     orient,
                     float(grid[j]),
                     int(np.atleast_1d(fp)[j]),
@@ -331,6 +332,7 @@ def audit_scores(
                     float(np.atleast_1d(fpr_u)[j]),
                     float(np.atleast_1d(fnr_u)[j]),
                 )
+        assert best is not None  # orients is never empty, so the first test always sets it
         eps, orient, t, fp, fn, fpr_u, fnr_u = best
         return AuditResult(
             eps,

@@ -156,20 +156,21 @@ def calibrate_with_split(
     """
     target = check_epsilon(target_epsilon)
     delta = check_delta(delta)
-    use_counts = build_count_event is not None and count_fraction > 0
-    if use_counts:
+    # the pre-processing event builder, or None when there is no pre-processing phase
+    count_builder = build_count_event if build_count_event is not None and count_fraction > 0 else None
+    if count_builder is not None:
         f = check_fraction(count_fraction, "count_fraction", closed_high=False)
     else:
         f = 0.0
     if math.isinf(target):
         return SplitCalibration(0.0, 0.0, f, math.inf, delta)
-    if use_counts:
-        rho_c1 = gaussian_rho(build_count_event(1.0))
+    if count_builder is not None:
+        rho_c1 = gaussian_rho(count_builder(1.0))
         rho_t1 = gaussian_rho(build_train_event(1.0))
         ratio = math.sqrt(rho_c1 * (1.0 - f) / (f * rho_t1))
 
         def build(s: float):
-            return compose([build_count_event(ratio * s), build_train_event(s)])
+            return compose([count_builder(ratio * s), build_train_event(s)])
 
     else:
         ratio = 0.0

@@ -19,6 +19,7 @@ import numpy as np
 from dp_accounting import pld, rdp
 from dp_accounting.privacy_accountant import NeighboringRelation
 
+from .._io import json_safe
 from .._validation import check_delta
 
 DEFAULT_RDP_ORDERS: tuple[float, ...] = tuple(
@@ -243,7 +244,7 @@ class PrivacyLedger:
                 out["epsilon_pld_error"] = f"{type(exc).__name__}: {exc}"
         out["accountant"] = accountant
         out["epsilon"] = out[f"epsilon_{accountant}"]
-        return _json_safe(out)
+        return json_safe(out)
 
     @classmethod
     def from_report(cls, report: dict[str, Any]) -> PrivacyLedger:
@@ -268,16 +269,3 @@ def epsilon_from_report(report: dict[str, Any], accountant: str = "rdp") -> floa
         report.get("rdp_orders", DEFAULT_RDP_ORDERS),
         report.get("neighboring", "add_or_remove_one"),
     )
-
-
-def _json_safe(obj):
-    """inf -> the string "inf" so strict JSON parsers accept the report."""
-    if isinstance(obj, float) and math.isinf(obj):
-        return "inf" if obj > 0 else "-inf"
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_json_safe(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj

@@ -26,8 +26,10 @@ def make_rng(random_state=None) -> np.random.Generator:
         return random_state
     if isinstance(random_state, np.random.RandomState):
         return np.random.default_rng(random_state.randint(0, 2**63 - 1, dtype=np.int64))
-    if isinstance(random_state, (numbers.Integral, np.random.SeedSequence)) and not isinstance(random_state, bool):
+    if isinstance(random_state, np.random.SeedSequence):
         return np.random.default_rng(random_state)
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        return np.random.default_rng(int(random_state))  # same stream as the numpy integer itself
     raise ValueError(f"random_state must be None, an int or a numpy Generator, got {random_state!r}")
 
 

@@ -37,6 +37,13 @@ def as_silo_set(silos) -> SiloSet:
     return silos if isinstance(silos, SiloSet) else SiloSet(silos)
 
 
+def private_clip(clip: float | None, silo: Silo) -> float:
+    """The per-example gradient clip norm the noise of private ``silo`` is scaled to (required)."""
+    if clip is None:
+        raise ValueError(f"{silo.name}: a private silo needs a gradient clip norm")
+    return clip
+
+
 def project_ball(theta: np.ndarray, radius: float | None) -> np.ndarray:
     """Euclidean projection onto {||theta|| <= radius} (Frobenius for matrices); ``None`` = R^p."""
     if radius is None:

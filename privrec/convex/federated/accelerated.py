@@ -38,6 +38,7 @@ from ._common import (
     federated_objective,
     finish,
     make_channels,
+    private_clip,
     project_ball,
     setup,
 )
@@ -125,12 +126,12 @@ def accelerated_mb_sgd(
         R = max_r if rounds is None else check_int(rounds, "rounds", minimum=1)
         if max_r < R or R < 1:
             raise ValueError(f"one pass allows at most {max_r} rounds at these batch sizes, got {R}")
-        paper = lambda s, K: math.sqrt(paper_one_pass_sigma2(clip, K, s.epsilon, s.delta))
+        paper = lambda s, K: math.sqrt(paper_one_pass_sigma2(private_clip(clip, s), K, s.epsilon, s.delta))
     else:
         if rounds is None:
             raise ValueError("rounds is required for the ERM variant")
         R = check_int(rounds, "rounds", minimum=1)
-        paper = lambda s, K: math.sqrt(paper_moments_sigma2(clip, s.n, R, s.epsilon, s.delta))
+        paper = lambda s, K: math.sqrt(paper_moments_sigma2(private_clip(clip, s), s.n, R, s.epsilon, s.delta))
     chans = make_channels(silos, loss, clip, Ks, R, sampling, rng, paper if noise == "paper" else None, private)
     beta = check_positive(smoothness, "smoothness")
     lam = check_positive(prox_center_l2, "prox_center_l2", allow_zero=True)
@@ -138,7 +139,7 @@ def accelerated_mb_sgd(
     vv = 2.0 * beta if v is None else check_positive(v, "v")
     alpha_fn = alpha if alpha is not None else (lambda r: 2.0 / (r + 1))
     eta_fn = eta if eta is not None else (lambda r: 4.0 * vv / (r * (r + 1)))
-    history = []
+    history: list[tuple[int, float]] = []  # (round, federated objective)
     center = theta.copy()
     out = _run_stage(
         theta, R, alpha_fn, eta_fn, mu, chans, avail, rng, radius, loss, silos, lam, center, history, 0, trace
@@ -212,9 +213,9 @@ def multistage_accelerated(
         variance = clip**2 / min(Ks)
     plan = multistage_schedule(smoothness, mu_total, variance, gap, n_stages, max_rounds_per_stage)
     R = sum(r for r, _ in plan)
-    paper = lambda s, K: math.sqrt(paper_moments_sigma2(clip, s.n, R, s.epsilon, s.delta))
+    paper = lambda s, K: math.sqrt(paper_moments_sigma2(private_clip(clip, s), s.n, R, s.epsilon, s.delta))
     chans = make_channels(silos, loss, clip, Ks, R, sampling, rng, paper if noise == "paper" else None, private)
-    history = []
+    history: list[tuple[int, float]] = []  # (round, federated objective)
     offset = 0
     for Rk, vk in plan:
         theta = _run_stage(

@@ -26,8 +26,9 @@ import math
 import dp_accounting
 import numpy as np
 
+from ..._io import json_safe
 from ...privacy import PrivacyLedger, epsilon_from_report, event_from_dict, event_to_dict, gaussian_mechanism, make_rng
-from ...privacy.ledger import _is_non_private, _json_safe
+from ...privacy.ledger import _is_non_private
 from ..losses import clip_gradients
 from .calibration import (
     ACCOUNTANT,
@@ -85,7 +86,7 @@ def ledger_report(ledger: PrivacyLedger, delta: float, accountant: str = "rdp") 
         "epsilon_pld": eps,
         "epsilon": eps,
     }
-    return _json_safe(out)
+    return json_safe(out)
 
 
 def report_epsilon(report: dict) -> float:
@@ -149,7 +150,7 @@ class SiloChannel:
         if self.private:
             if clip is None:
                 raise ValueError(f"{silo.name}: a private silo needs a gradient clip norm")
-            self.clip = float(clip)
+            self.clip: float | None = float(clip)
             self.sensitivity = sensitivity_factor(sampling) * self.clip
             if sampling == "disjoint" and self.batch_size * self.max_messages > silo.n:
                 raise ValueError(
@@ -184,6 +185,7 @@ class SiloChannel:
             i = self.sent
             if (i + 1) * K > n:
                 raise ValueError(f"{self.silo.name}: one-pass data exhausted after {i} batches")
+            assert self._perm is not None  # drawn in __init__ for disjoint sampling
             return self._perm[i * K : (i + 1) * K]
         if self.sampling == "poisson" and self.private and n > K:
             return np.flatnonzero(self.rng.random(n) < K / n)
@@ -250,7 +252,13 @@ class SiloChannel:
             n_records=self.silo.n,
             **meta,
         )
-        return ledger_report(self.ledger, self.silo.delta, self.accountant)
+        return ledger_report(self.ledger, self._delta(), self.accountant)
+
+    def _delta(self) -> float:
+        """The silo's delta_i (``Silo.__post_init__`` sets it, ``1 / n_i^2`` by default)."""
+        if self.silo.delta is None:
+            raise ValueError(f"{self.silo.name}: delta is None (a Silo sets it when constructed)")
+        return self.silo.delta
 
     def epsilon(self) -> float:
-        return ledger_epsilon(self.ledger, self.silo.delta, self.accountant)
+        return ledger_epsilon(self.ledger, self._delta(), self.accountant)

@@ -24,6 +24,7 @@ from ._common import (
     federated_objective,
     finish,
     make_channels,
+    private_clip,
     project_ball,
     setup,
     step_schedule,
@@ -87,7 +88,7 @@ def mb_sgd(
     Ks = batch_sizes(silos, batch_size)
     paper = None
     if noise == "paper":
-        paper = lambda s, K: math.sqrt(paper_moments_sigma2(clip, s.n, R, s.epsilon, s.delta))
+        paper = lambda s, K: math.sqrt(paper_moments_sigma2(private_clip(clip, s), s.n, R, s.epsilon, s.delta))
     chans = make_channels(silos, loss, clip, Ks, R, sampling, rng, paper, private)
     eta = step_schedule(step_size)
     mu = check_positive(strong_convexity, "strong_convexity", allow_zero=True)
@@ -148,7 +149,7 @@ def local_sgd(
     Ks = batch_sizes(silos, local_batch)
     paper = None
     if noise == "paper":
-        paper = lambda s, b: math.sqrt(paper_local_sgd_sigma2(clip, s.n, R, K, s.epsilon, s.delta))
+        paper = lambda s, b: math.sqrt(paper_local_sgd_sigma2(private_clip(clip, s), s.n, R, K, s.epsilon, s.delta))
     chans = make_channels(silos, loss, clip, Ks, R * K, sampling, rng, paper, private)
     eta = step_schedule(step_size)
     l2 = getattr(loss, "l2", 0.0)
