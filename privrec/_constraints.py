@@ -24,6 +24,7 @@ __all__ = [
     "OPEN_FRACTION",
     "POSITIVE",
     "POSITIVE_INT",
+    "POSITIVE_OR_INF",
     "StrOptions",
 ]
 
@@ -32,6 +33,8 @@ EPSILON = Interval(Real, 0, math.inf, closed="right")
 #: delta of a DP guarantee: in (0, 1)
 DELTA = Interval(Real, 0, 1, closed="neither")
 POSITIVE = Interval(Real, 0, None, closed="neither")
+#: > 0, ``inf`` allowed (e.g. a radius meaning "unconstrained")
+POSITIVE_OR_INF = Interval(Real, 0, math.inf, closed="right")
 NON_NEGATIVE = Interval(Real, 0, None, closed="left")
 #: any real number (finiteness is checked where it matters)
 FINITE = Interval(Real, None, None, closed="neither")

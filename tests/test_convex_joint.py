@@ -212,8 +212,8 @@ def test_end_to_end_regimes_learn_on_generated_data():
 def test_bad_input():
     model = PersonalBiasSoftmax(2, 3)
     X, y, o = np.zeros((4, 2)), np.array([0, 1, 2, 0]), np.array([0, 0, 1, 1])
-    with pytest.raises(ValueError, match="regime"):
-        JointDPSGD(model, regime="partial")
+    with pytest.raises(ValueError, match="regime"):  # validated at fit (scikit-learn convention)
+        JointDPSGD(model, regime="partial").fit(X, y, o)
     with pytest.raises(ValueError, match="labels"):
         JointDPSGD(model, regime="nonprivate").fit(X, np.array([0, 1, 5, 0]), o)
     with pytest.raises(ValueError, match="shape"):

@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import Ridge
 
 from privrec.convex.multitask import MultiTaskDPClassifier, MultiTaskDPRegressor, MultiTaskProblem
@@ -197,7 +198,7 @@ def test_bad_input():
         MultiTaskDPRegressor().fit(X, np.zeros(3))
     with pytest.raises(ValueError, match="0 or 1"):
         MultiTaskDPClassifier().fit(problem=prob)
-    with pytest.raises(ValueError, match="call fit"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         MultiTaskDPRegressor().predict(X, [0, 0, 0])
 
 

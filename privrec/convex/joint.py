@@ -93,12 +93,17 @@ import collections
 import functools
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import dp_accounting
 import numpy as np
 from sklearn.base import BaseEstimator
+from sklearn.utils._param_validation import HasMethods
+from sklearn.utils.validation import check_is_fitted
 
+from .._constraints import DELTA, EPSILON, NON_NEGATIVE, POSITIVE, POSITIVE_INT, POSITIVE_OR_INF, StrOptions
 from .._validation import check_delta, check_epsilon, check_finite_array, check_int, check_positive
+from ..pipeline import check_ledger
 from ..privacy import (
     PrivacyLedger,
     calibrate_noise_multiplier,
@@ -347,8 +352,6 @@ class JointDPSGD(BaseEstimator):
         average: bool = True,
         random_state=None,
     ):
-        if regime not in REGIMES:
-            raise ValueError(f"regime must be one of {REGIMES}, got {regime!r}")
         self.model = model
         self.regime = regime
         self.epsilon = epsilon
@@ -365,7 +368,26 @@ class JointDPSGD(BaseEstimator):
         self.random_state = random_state
 
     # -- validation ---------------------------------------------------------------------------
+    _parameter_constraints: ClassVar[dict] = {
+        "model": [HasMethods(["gradient_parts", "check_labels"])],
+        "regime": [StrOptions(set(REGIMES))],
+        "epsilon": [EPSILON, None],
+        "delta": [DELTA],
+        "n_steps": [POSITIVE_INT],
+        "owners_per_step": [POSITIVE_INT],
+        "records_per_owner": [POSITIVE_INT],
+        "clip_norm": [POSITIVE],
+        "personal_radius": [POSITIVE_OR_INF],
+        "shared_radius": [POSITIVE_OR_INF],
+        "learning_rate": [StrOptions({"auto"}), POSITIVE],
+        "noise_multiplier": [NON_NEGATIVE, None],
+        "average": ["boolean"],
+        "random_state": "no_validation",  # check_noise_random_state
+    }
+
     def _validate(self):
+        """Constraint table (scikit-learn style), then the resolved values used by the fit."""
+        self._validate_params()
         self.n_steps_ = check_int(self.n_steps, "n_steps", minimum=1)
         self.clip_ = check_positive(self.clip_norm, "clip_norm")
         self.rx_ = check_positive(self.personal_radius, "personal_radius", allow_inf=True)
@@ -380,13 +402,6 @@ class JointDPSGD(BaseEstimator):
                 check_epsilon(self.epsilon)
             else:
                 check_positive(self.noise_multiplier, "noise_multiplier", allow_zero=True)
-        if not (
-            self.learning_rate == "auto"
-            or (isinstance(self.learning_rate, (int, float)) and not isinstance(self.learning_rate, bool))
-        ):
-            raise ValueError(f"learning_rate must be a positive number or 'auto', got {self.learning_rate!r}")
-        if self.learning_rate != "auto":
-            check_positive(self.learning_rate, "learning_rate")
 
     def fit(self, X, y, owner):
         """Fit on records X (N, d), labels y, owner labels ``owner`` (N,) (any hashable values)."""
@@ -448,18 +463,22 @@ class JointDPSGD(BaseEstimator):
             # one entry per distinct per-step event, self-composed over the noise draws that emitted it
             for event, count in events.items():
                 ledger.record(
-                    f"{self.regime}-DP SGD: {count} noisy steps, {B} of {n} owners per step, noise on "
-                    + (
-                        "the shared block (sampling revealed: no amplification)"
-                        if self.regime == "joint"
-                        else "all coordinates (sampling hidden: subsampled without replacement)"
-                    ),
+                    self._ledger_label(count, B, n),
                     dp_accounting.SelfComposedDpEvent(event, count),
                     clip_norm=L,
                     noise_std=sigma,
                     sensitivity=2 * L,
                 )
+            if private:  # the recorded events must be exactly those calibration planned
+                check_ledger(ledger, [(self._ledger_label(T, B, n), _fit_event(self.regime, z, n, B, T))])
         return self
+
+    def _ledger_label(self, steps: int, B: int, n: int) -> str:
+        return f"{self.regime}-DP SGD: {steps} noisy steps, {B} of {n} owners per step, noise on " + (
+            "the shared block (sampling revealed: no amplification)"
+            if self.regime == "joint"
+            else "all coordinates (sampling hidden: subsampled without replacement)"
+        )
 
     def _fit_joint(self, Xs, ys, counts, starts, eta, z, B, rng, dtype):
         """Run the shared-model regimes; return {per-step DpEvent: number of noise draws that emitted it}."""
@@ -577,8 +596,7 @@ class JointDPSGD(BaseEstimator):
         return idx
 
     def decision_function(self, X, owner) -> np.ndarray:
-        if not hasattr(self, "personal_"):
-            raise ValueError("call fit before predict")
+        check_is_fitted(self, "personal_")
         X = check_finite_array(X, "X")
         j = self._owner_index(owner)
         if self.regime == "individual":
@@ -602,8 +620,7 @@ class JointDPSGD(BaseEstimator):
 
     def privacy_report(self) -> dict:
         """Ledger report (events, epsilon by RDP and PLD) plus the regime; epsilon = inf for nonprivate."""
-        if not hasattr(self, "ledger_"):
-            raise ValueError("call fit before privacy_report")
+        check_is_fitted(self, "ledger_")
         if self.regime in ("joint", "full"):
             rep = self.ledger_.report(self.delta_, include_pld=False)
         else:

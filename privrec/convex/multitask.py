@@ -54,11 +54,16 @@ Fitted attributes (what may leave the process):
 from __future__ import annotations
 
 import dataclasses
+from numbers import Real
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
+from sklearn.utils._param_validation import Interval
+from sklearn.utils.validation import check_is_fitted
 
+from .._constraints import DELTA, EPSILON, NON_NEGATIVE, OPEN_FRACTION, POSITIVE, POSITIVE_INT, StrOptions
 from .._validation import check_delta, check_epsilon, check_finite_array, check_int, check_positive
 from ..allocation import adaptive_task_weights
 from ..pipeline import PrivatePipeline
@@ -245,21 +250,34 @@ def _store_params(est, params: dict) -> None:
             setattr(est, name, value)
 
 
+#: constraints shared by both multi-task estimators (scikit-learn style; see privrec._constraints)
+_COMMON_CONSTRAINTS: dict = {
+    "epsilon": [EPSILON],
+    "delta": [DELTA],
+    "weight_exponent": [Interval(Real, 0, 1, closed="both")],
+    "budget": [POSITIVE],
+    "weight_mode": [StrOptions({"global", "per_user"})],
+    "n_users": [POSITIVE_INT, None],
+    "task_counts": [StrOptions({"private"}), "array-like"],
+    "count_fraction": [OPEN_FRACTION, None],
+    "count_sample": [POSITIVE_INT],
+    "max_norm": [POSITIVE],
+    "iterations": [POSITIVE_INT],
+    "radius": [POSITIVE],
+    "random_state": "no_validation",  # check_noise_random_state
+}
+
+
 class _MultiTaskDPBase(BaseEstimator):
     """Shared pipeline: counts -> weights -> calibrated private solve (see module docstring)."""
 
     def _validate_common(self):
+        """The constraint table, then the resolved (public) values every fit uses."""
+        self._validate_params()
         check_noise_random_state(self.random_state, type(self).__name__)
         self.delta_ = check_delta(self.delta)
         self.epsilon_target_ = check_epsilon(self.epsilon)
         self.budget_ = check_positive(self.budget, "budget")
-        mu = check_positive(self.weight_exponent, "weight_exponent", allow_zero=True)
-        if mu > 1:
-            raise ValueError(f"weight_exponent must be in [0, 1], got {self.weight_exponent!r}")
-        if self.weight_mode not in ("global", "per_user"):
-            raise ValueError(f"weight_mode must be 'global' or 'per_user', got {self.weight_mode!r}")
-        check_int(self.count_sample, "count_sample", minimum=1)
-        check_positive(self.max_norm, "max_norm")
 
     def _needs_counts(self) -> bool:
         return True
@@ -334,8 +352,7 @@ class _MultiTaskDPBase(BaseEstimator):
 
     # ---------------------------------------------------------------- inference / report
     def decision_function(self, X, tasks) -> np.ndarray:
-        if not hasattr(self, "params_"):
-            raise ValueError("call fit before predict")
+        check_is_fitted(self, "params_")
         X = check_finite_array(X, "X")
         tasks = np.asarray(tasks)
         if X.ndim != 2 or X.shape[1] != self.params_.shape[1] or tasks.shape != (X.shape[0],):
@@ -346,8 +363,7 @@ class _MultiTaskDPBase(BaseEstimator):
 
     def privacy_report(self) -> dict:
         """Ledger report (events, epsilon by the accountant) plus the allocation settings."""
-        if not hasattr(self, "ledger_"):
-            raise ValueError("call fit before privacy_report")
+        check_is_fitted(self, "ledger_")
         rep = self.ledger_.report(self.delta_, include_pld=False)
         rep["target_epsilon"] = self.epsilon_target_
         rep["budget"] = self.budget_
@@ -389,8 +405,18 @@ class MultiTaskDPRegressor(_MultiTaskDPBase):
     Fitted attributes: see the module docstring (``weights_`` is a private diagnostic).
     """
 
+    _parameter_constraints: ClassVar[dict] = {
+        **_COMMON_CONSTRAINTS,
+        "solver": [StrOptions({"ssp", "noisy_gd"})],
+        "label_bound": [POSITIVE],
+        "reg": [NON_NEGATIVE],
+        "schedule": [StrOptions({"convex", "strongly_convex"}), POSITIVE, callable],
+        "strong_convexity": [NON_NEGATIVE],
+    }
+
     def __init__(
         self,
+        *,
         solver: str = "ssp",
         epsilon: float = 1.0,
         delta: float = 1e-5,
@@ -442,13 +468,7 @@ class MultiTaskDPRegressor(_MultiTaskDPBase):
 
     def fit(self, X=None, y=None, tasks=None, users=None, problem: MultiTaskProblem | None = None):
         """Fit on per-example features ``X``, labels ``y``, ``tasks`` and ``users`` (or a ``problem``)."""
-        if self.solver not in ("ssp", "noisy_gd"):
-            raise ValueError(f"solver must be 'ssp' or 'noisy_gd', got {self.solver!r}")
-        problem = _as_problem(X, y, tasks, users, problem)
-        self.budget_ = check_positive(self.budget, "budget")
-        check_int(self.iterations, "iterations", minimum=1)
-
-        return self._fit_pipeline(problem)
+        return self._fit_pipeline(_as_problem(X, y, tasks, users, problem))
 
     def predict(self, X, tasks) -> np.ndarray:
         return self.decision_function(X, tasks)
@@ -477,8 +497,15 @@ class MultiTaskDPClassifier(_MultiTaskDPBase):
     diagnostic) as :class:`MultiTaskDPRegressor`.
     """
 
+    _parameter_constraints: ClassVar[dict] = {
+        **_COMMON_CONSTRAINTS,
+        "reg": [NON_NEGATIVE],
+        "learning_rate": [POSITIVE],
+    }
+
     def __init__(
         self,
+        *,
         epsilon: float = 1.0,
         delta: float = 1e-5,
         weight_exponent: float = 0.5,
@@ -516,14 +543,9 @@ class MultiTaskDPClassifier(_MultiTaskDPBase):
     def fit(self, X=None, y=None, tasks=None, users=None, problem: MultiTaskProblem | None = None):
         """Fit on per-example features, 0/1 labels, ``tasks`` and ``users`` (or a ``problem``)."""
         problem = _as_problem(X, y, tasks, users, problem)
-        check_int(self.iterations, "iterations", minimum=1)
-        check_positive(self.radius, "radius")
-        lr = check_positive(self.learning_rate, "learning_rate")
-        reg = check_positive(self.reg, "reg", allow_zero=True)
-        gx = float(check_positive(self.max_norm, "max_norm"))
         if np.any((problem.labels != 0) & (problem.labels != 1)):
             raise ValueError("MultiTaskDPClassifier labels must be 0 or 1")
-        self.budget_ = check_positive(self.budget, "budget")
+        lr, reg, gx = float(self.learning_rate), float(self.reg), float(self.max_norm)
 
         def prepare(solver, counts, omega):
             # eta_i = learning_rate / smoothness of task i's weighted loss, from public counts and weights
