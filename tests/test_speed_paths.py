@@ -27,8 +27,8 @@ from privrec.solvers._linalg import (
     prepared_inputs,
     projected_ridge_solve,
     spd_solve,
-    task_chunks,
 )
+from privrec.solvers.ssp import NOISE_BLOCK
 
 
 def _skewed_batch(
@@ -197,8 +197,9 @@ def test_projected_solve_with_gravity_equals_projection_then_solve(lapack_mode, 
 
 # ------------------------------------------------------------------ SSP: same noise, same systems
 def _ssp_reference(batch, solver, seed):
-    """Algorithm 1 written plainly: per chunk, its own spawned stream; Gramian noise first, then RHS
-    noise; projection by eigenvalue floor, ridge, global term, then solve (float64)."""
+    """Algorithm 1 written plainly: per public block of NOISE_BLOCK tasks, its own spawned stream;
+    Gramian noise first, then RHS noise; projection by eigenvalue floor, ridge, global term, then
+    solve (float64)."""
     std = solver.noise_stds()
     rng = make_rng(seed)
     dtype = np.dtype(solver.dtype)
@@ -208,7 +209,8 @@ def _ssp_reference(batch, solver, seed):
         g0 = x.T @ x + symmetric_gaussian_noise((), batch.dim, std["global"], rng, dtype)
         gram = psd_project(g0) * dtype.type(solver.unobserved_weight)
     G_all, b_all = _reference_statistics(batch, solver.max_norm, solver.label_bound)
-    chunks = list(task_chunks(batch.indptr, solver.chunk_tasks, solver.chunk_examples))
+    m = batch.n_tasks
+    chunks = [(t0, min(t0 + NOISE_BLOCK, m)) for t0 in range(0, m, NOISE_BLOCK)]
     rngs = rng.spawn(len(chunks))
     out = []
     for c, (t0, t1) in enumerate(chunks):
@@ -246,6 +248,26 @@ def test_ssp_draws_the_same_noise_in_the_same_order_and_solves_the_projected_sys
     np.testing.assert_array_equal(got, again)  # fixed seed: bit-identical
     threaded = SSPSolver(**{**solver.__dict__, "num_threads": 2}).solve(batch, rng=123).params
     np.testing.assert_array_equal(got, threaded)
+    # the noise layout is public (blocks of NOISE_BLOCK tasks): other compute chunks, same noise
+    rechunked = SSPSolver(**{**solver.__dict__, "chunk_tasks": 4096, "chunk_examples": 1 << 20}).solve(batch, rng=123)
+    np.testing.assert_allclose(rechunked.params, got, rtol=0, atol=tol * max(1.0, np.abs(ref).max()))
+
+
+def test_ssp_noise_blocks_are_public_and_a_block_release_is_reproducible():
+    """Each block of NOISE_BLOCK tasks draws from its own seed: re-releasing a block (a retried task in
+    the distributed backend) gives the identical values; blocks never share a stream."""
+    batch = _skewed_batch(seed=2, dtype=np.float64, d=5)
+    solver = SSPSolver(noise_multiplier=1.0, budget=batch.unit_budget(), max_norm=1.0, dtype=np.float64)
+    seeds = SSPSolver.noise_seeds(np.random.default_rng(9), 3 * NOISE_BLOCK + 1)
+    assert len(seeds) == 4 and len({s.entropy for s in seeds}) == 1 and len({s.spawn_key for s in seeds}) == 4
+    x, _ = prepared_inputs(batch, solver.max_norm, None, np.float64, labels=False)
+    G, b = chunk_statistics(batch, x, batch.labels, 0, batch.n_tasks, label_bound=solver.label_bound)
+    reg = np.ones(batch.n_tasks)
+    first, _ = solver.release_block(G.copy(), b, reg, None, seeds[1])
+    again, _ = solver.release_block(G.copy(), b, reg, None, seeds[1])
+    other, _ = solver.release_block(G.copy(), b, reg, None, seeds[2])
+    np.testing.assert_array_equal(first, again)
+    assert not np.allclose(first, other)
 
 
 # ------------------------------------------------------------------ ALS half-steps

@@ -55,12 +55,13 @@ from ._linalg import (
     as_task_array,
     check_execution,
     chunk_statistics,
+    global_gramian,
     map_chunks,
-    noisy_global_gramian,
     positive_definite_mask,
     prepared_inputs,
     projected_ridge_solve,
     projected_solve,
+    psd_project,
     spd_solve,
     task_chunks,
 )
@@ -68,6 +69,9 @@ from .batch import SolverResult, TaskBatch
 
 # systems solved together after the noise is added (bounds the copies made by the solves)
 _SOLVE_BATCH = 256
+#: tasks per noise stream: task i's noise comes from the stream of block i // NOISE_BLOCK (public,
+#: data-independent), whatever the compute chunks or the number of machines
+NOISE_BLOCK = 256
 
 
 def _check_budget(budget, noisy: bool):
@@ -163,38 +167,44 @@ class SSPSolver:
 
     # -------------------------------------------------------------- solve
     def solve(self, batch: TaskBatch, rng=None) -> SolverResult:
+        """Statistics -> one noisy release per public block of tasks -> projected ridge solves.
+
+        Stages (also run one by one by the distributed backend, which sums each block's
+        statistics over user partitions first): :meth:`noise_seeds` (per-block random streams,
+        fixed by the number of tasks alone), :func:`~privrec.solvers._linalg.chunk_statistics`
+        (exact per-task sums), :meth:`release_block` (noise from the block's own stream, then the
+        solves). Computation chunks are unions of whole noise blocks, so how the statistics are
+        computed never changes the noise.
+        """
         dtype = np.dtype(self.dtype)
         m, d = batch.n_tasks, batch.dim
         beta = batch.check_budget(self.budget)
         rng = make_rng(rng)
         events = self.labelled_events()
-        std = self.noise_stds()
         reg = as_task_array(self.reg, m, "reg", dtype)
         # features clipped once (units x d); labels are clipped block by block inside
         # chunk_statistics (same values, no clipped copy of every label)
         x, _ = prepared_inputs(batch, self.max_norm, None, dtype, labels=False)
-        y = batch.labels
-        gram = None
-        if self.unobserved_weight > 0:
-            gram = noisy_global_gramian(x, std["global"], self.unobserved_weight, rng, dtype)
-        # the chunks (and so each chunk's noise stream) are fixed by chunk_tasks / chunk_examples
-        # alone: how the Gramians are computed inside a chunk never changes the noise draws
-        chunks = list(task_chunks(batch.indptr, self.chunk_tasks, self.chunk_examples))
-        rngs = rng.spawn(len(chunks))
-        floor = dtype.type(self.eig_floor)
+        gram = self.release_global_gramian(global_gramian(x), rng) if self.unobserved_weight > 0 else None
+        seeds = self.noise_seeds(rng, m)
+        # compute chunks: consecutive whole noise blocks, bounded by chunk_tasks / chunk_examples
+        starts = np.arange(0, m, NOISE_BLOCK)
+        block_indptr = np.append(batch.indptr[starts], batch.indptr[-1])
+        chunks = [
+            (int(b0), int(b1))
+            for b0, b1 in task_chunks(block_indptr, max(1, self.chunk_tasks // NOISE_BLOCK), self.chunk_examples)
+        ]
 
         def solve_chunk(c, bounds):
-            t0, t1 = bounds
-            G, b = chunk_statistics(batch, x, y, t0, t1, label_bound=self.label_bound)
-            if std["gramian"] > 0:  # = G += symmetric_gaussian_noise(...): same draws, no noise stack
-                add_symmetric_gaussian_noise(G, std["gramian"], rngs[c])
-            if std["rhs"] > 0:
-                b += gaussian_noise(b.shape, std["rhs"], rngs[c], dtype)
+            b0, b1 = bounds
+            t0, t1 = b0 * NOISE_BLOCK, min(b1 * NOISE_BLOCK, m)
+            G, b = chunk_statistics(batch, x, batch.labels, t0, t1, label_bound=self.label_bound)
             out = np.empty((t1 - t0, d), dtype=dtype)
             n_bad = 0
-            for s0 in range(0, t1 - t0, _SOLVE_BATCH):  # bounded temporaries: copies of <= 256 systems
-                s1 = min(s0 + _SOLVE_BATCH, t1 - t0)
-                n_bad += self._solve_systems(G[s0:s1], b[s0:s1], reg[t0 + s0 : t0 + s1], gram, floor, out[s0:s1])
+            for k in range(b0, b1):
+                s0, s1 = k * NOISE_BLOCK - t0, min((k + 1) * NOISE_BLOCK, m) - t0
+                out[s0:s1], bad = self.release_block(G[s0:s1], b[s0:s1], reg[t0 + s0 : t0 + s1], gram, seeds[k])
+                n_bad += bad
             return out, n_bad
 
         results = map_chunks(solve_chunk, chunks, self.num_threads)
@@ -202,6 +212,49 @@ class SSPSolver:
         n_projected = sum(r[1] for r in results)
         info = {"solver": "ssp", "unit_budget": beta, "projected_tasks": n_projected}
         return SolverResult(params, events, info)
+
+    # -------------------------------------------------------------- stages (local and distributed)
+    @staticmethod
+    def noise_seeds(rng, n_tasks: int) -> list:
+        """One ``SeedSequence`` per public block of ``NOISE_BLOCK`` tasks, spawned from ``rng``.
+
+        Depends only on the generator's state and ``n_tasks``; a block's seed fully determines its
+        noise, so a recomputed (retried) block releases exactly the same values.
+        """
+        n_blocks = -(-int(n_tasks) // NOISE_BLOCK)
+        return list(make_rng(rng).bit_generator.seed_seq.spawn(n_blocks)) if n_blocks else []
+
+    def release_global_gramian(self, exact_gramian: np.ndarray, rng) -> np.ndarray:
+        """alpha_0 * PSD(G_glob + symmetric noise): the released gravity term (its own Gaussian event)."""
+        dtype = np.dtype(self.dtype)
+        std = self.noise_stds()["global"]
+        g0 = exact_gramian.astype(dtype, copy=True)
+        add_symmetric_gaussian_noise(g0[None], std, make_rng(rng))
+        return psd_project(g0) * dtype.type(self.unobserved_weight)
+
+    def release_block(self, G: np.ndarray, b: np.ndarray, reg: np.ndarray, gram, seed) -> tuple[np.ndarray, int]:
+        """Noisy release and solve of one public block of tasks: ``(params, n_projected)``.
+
+        ``G`` (k, d, d), ``b`` (k, d): the block's exact statistics (``G`` is overwritten); noise
+        drawn from ``seed``'s stream -- the Gramian noise of the block's tasks in order, then the
+        right-hand-side noise.
+        """
+        dtype = np.dtype(self.dtype)
+        std = self.noise_stds()
+        G = np.asarray(G, dtype=dtype)
+        b = np.array(b, dtype=dtype, copy=True)
+        stream = np.random.default_rng(seed)
+        if std["gramian"] > 0:  # = G += symmetric_gaussian_noise(...): same draws, no noise stack
+            add_symmetric_gaussian_noise(G, std["gramian"], stream)
+        if std["rhs"] > 0:
+            b += gaussian_noise(b.shape, std["rhs"], stream, dtype)
+        out = np.empty(b.shape, dtype=dtype)
+        floor = dtype.type(self.eig_floor)
+        n_bad = 0
+        for s0 in range(0, len(b), _SOLVE_BATCH):  # bounded temporaries: copies of <= 256 systems
+            s1 = min(s0 + _SOLVE_BATCH, len(b))
+            n_bad += self._solve_systems(G[s0:s1], b[s0:s1], reg[s0:s1], gram, floor, out[s0:s1])
+        return out, n_bad
 
     @staticmethod
     def _solve_systems(G, b, reg, gram, floor, out) -> int:
