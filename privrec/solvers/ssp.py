@@ -222,7 +222,10 @@ class SSPSolver:
         noise, so a recomputed (retried) block releases exactly the same values.
         """
         n_blocks = -(-int(n_tasks) // NOISE_BLOCK)
-        return list(make_rng(rng).bit_generator.seed_seq.spawn(n_blocks)) if n_blocks else []
+        seed_seq = make_rng(rng).bit_generator.seed_seq
+        if not isinstance(seed_seq, np.random.SeedSequence):  # pragma: no cover - make_rng builds SeedSequences
+            raise TypeError("the noise generator must be seeded by a numpy SeedSequence")
+        return list(seed_seq.spawn(n_blocks)) if n_blocks else []
 
     def release_global_gramian(self, exact_gramian: np.ndarray, rng) -> np.ndarray:
         """alpha_0 * PSD(G_glob + symmetric noise): the released gravity term (its own Gaussian event)."""
