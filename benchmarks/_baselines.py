@@ -22,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from privrec.allocation import private_global_mean, private_item_counts
-from privrec.allocation._rows import sample_per_row
+from privrec.allocation._rows import sample_per_row, sampling_key
 from privrec.privacy import (
     PrivacyLedger,
     calibrate_noise_multiplier,
@@ -113,7 +113,7 @@ class PrivateBias(_Offsets):
         mean.record(ledger)
         self.global_mean_ = float(mean.value)
         bound = self.rating_bound / 2.0
-        keep = sample_per_row(R.indptr, self.k, rng)
+        keep = sample_per_row(R.indptr, R.indices, self.k, sampling_key(rng))
         resid = clip_labels(R.data[keep].astype(np.float64) - self.global_mean_, bound)
         sums = np.bincount(R.indices[keep], weights=resid, minlength=R.shape[1])
         sens = math.sqrt(self.k) * bound  # L2 change of the per-item sums when one user is removed

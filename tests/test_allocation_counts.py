@@ -10,7 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_allocation_helpers import interaction_matrices
 
-from privrec.allocation import head_items, private_global_mean, private_head_items, private_item_counts
+from privrec.allocation import (
+    head_items,
+    keyed_uniform,
+    private_global_mean,
+    private_head_items,
+    private_item_counts,
+    sampled_item_counts,
+    sampling_key,
+)
 from privrec.allocation._rows import sample_per_row
 from privrec.privacy import PrivacyLedger
 
@@ -20,7 +28,7 @@ from privrec.privacy import PrivacyLedger
 def test_removing_one_user_moves_sampled_counts_by_at_most_sqrt_count_sample(m, k, seed):
     # The sample of each user depends only on that user's row and randomness, so the sample of the
     # neighbour D - {j} is the sample of D without j's entries: measure that difference.
-    keep = sample_per_row(m.indptr, k, np.random.default_rng(seed))
+    keep = sample_per_row(m.indptr, m.indices, k, seed)
     rows = np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))
     assert np.all(np.bincount(rows[keep], minlength=m.shape[0]) == np.minimum(np.diff(m.indptr), k))
     full = np.bincount(m.indices[keep], minlength=m.shape[1])
@@ -48,13 +56,31 @@ def test_counts_without_noise_and_full_sample_are_exact_and_neighbour_bound_hold
 
 def test_sampling_is_uniform_within_rows():
     indptr = np.array([0, 6, 8])  # row 0 has 6 entries, row 1 has 2
+    indices = np.array([0, 1, 2, 3, 4, 5, 0, 1])
     rng = np.random.default_rng(0)
     freq = np.zeros(8)
     n = 6000
     for _ in range(n):
-        freq += sample_per_row(indptr, 2, rng)
+        freq += sample_per_row(indptr, indices, 2, sampling_key(rng))
     np.testing.assert_allclose(freq[:6] / n, 2 / 6, atol=0.025)
     np.testing.assert_array_equal(freq[6:], n)
+
+
+def test_sampling_depends_on_global_coordinates_not_on_blocks():
+    """Counter-based sampling: a block of rows sampled on its own (with its global row offset)
+    keeps exactly the entries the whole matrix keeps (what the distributed fit relies on)."""
+    rng = np.random.default_rng(4)
+    m = sp.random(200, 60, density=0.3, format="csr", random_state=1)
+    key = sampling_key(rng)
+    whole = sample_per_row(m.indptr, m.indices, 5, key)
+    parts = [sample_per_row(m[a:b].indptr, m[a:b].indices, 5, key, row_offset=a) for a, b in ((0, 70), (70, 200))]
+    np.testing.assert_array_equal(np.concatenate(parts), whole)
+    counts = sampled_item_counts(m, 5, key)
+    np.testing.assert_array_equal(counts, sampled_item_counts(m[:70], 5, key) + sampled_item_counts(m[70:], 5, key, 70))
+    # the draws are close to uniform and independent of the key's neighbours
+    u = keyed_uniform(key, np.repeat(np.arange(1000), 50), np.tile(np.arange(50), 1000))
+    assert abs(u.mean() - 0.5) < 0.005 and abs(u.var() - 1 / 12) < 0.002
+    assert u.min() >= 0.0 and u.max() < 1.0
 
 
 def test_count_noise_std_and_event():

@@ -6,7 +6,18 @@
   aligned with the interactions, ``max_user sum w^2 <= beta`` enforced (:func:`enforce_budget`).
 """
 
-from .counts import NoisyStatistic, head_items, private_global_mean, private_head_items, private_item_counts
+from ._rows import keyed_uniform, sampling_key
+from .counts import (
+    NoisyStatistic,
+    head_items,
+    private_global_mean,
+    private_head_items,
+    private_item_counts,
+    release_global_mean,
+    release_item_counts,
+    sampled_item_counts,
+    sampled_rating_sum,
+)
 from .weights import (
     adaptive_task_weights,
     adaptive_weights,
@@ -22,6 +33,12 @@ __all__ = [
     "private_global_mean",
     "head_items",
     "private_head_items",
+    "sampled_item_counts",
+    "release_item_counts",
+    "sampled_rating_sum",
+    "release_global_mean",
+    "sampling_key",
+    "keyed_uniform",
     "uniform_weights",
     "tail_weights",
     "adaptive_weights",

@@ -51,13 +51,46 @@ def _rank_from_order(indptr, rows, order):
     return rank
 
 
-def keep_lowest_per_row(indptr: np.ndarray, k: int, levels, n_levels: int, rng: np.random.Generator) -> np.ndarray:
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _splitmix64(z: np.ndarray) -> np.ndarray:
+    """The splitmix64 finaliser on uint64 arrays (wrapping arithmetic)."""
+    z = z + _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def sampling_key(rng: np.random.Generator) -> int:
+    """One 63-bit key drawn from ``rng``: all per-entry sampling randomness of one release derives from it."""
+    return int(rng.integers(0, 2**63 - 1))
+
+
+def keyed_uniform(key: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """U[0, 1) per (row, column) pair, a pure function of ``(key, row, column)``.
+
+    Counter-based randomness: the draw of an entry depends on the key and on the entry's global
+    (user row, item) coordinates only -- not on how the rows are split into blocks or machines --
+    so the local and the distributed fit sample the same entries. With a key from OS entropy the
+    draws are as random as any PRNG stream (splitmix64, applied twice), and independent of the data.
+    """
+    with np.errstate(over="ignore"):
+        h = _splitmix64(np.asarray(rows).astype(np.uint64) ^ np.uint64(key))
+        h = _splitmix64(h ^ np.asarray(cols).astype(np.uint64))
+    return (h >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def keep_lowest_per_row(
+    indptr: np.ndarray, indices: np.ndarray, k: int, levels, n_levels: int, key: int, row_offset: int = 0
+) -> np.ndarray:
     """Boolean mask keeping, in every row, the ``k`` entries of lowest integer ``levels`` (ties at random).
 
     ``levels`` (per entry, integers in [0, n_levels)) or ``None`` (uniform sampling without
     replacement). Rows with at most ``k`` entries are kept whole; only the entries of longer rows
-    are ranked, with a single float64 argsort of ``row + (level + U) / n_levels`` with U ~ U[0, 1)
-    (the row is the integer part, so rows never mix; U breaks ties uniformly per entry).
+    are ranked, with a single float64 argsort of ``row + (level + U) / n_levels`` with
+    U = :func:`keyed_uniform` (key, global row = ``row_offset`` + row, column ``indices``) (the row
+    is the integer part, so rows never mix; U breaks ties uniformly per entry).
     """
     indptr = np.asarray(indptr)
     lengths = np.diff(indptr)
@@ -69,7 +102,7 @@ def keep_lowest_per_row(indptr: np.ndarray, k: int, levels, n_levels: int, rng: 
     sub_indptr = np.concatenate(([0], np.cumsum(sub_len)))
     pos = np.repeat(indptr[long_rows] - sub_indptr[:-1], sub_len) + np.arange(int(sub_indptr[-1]))
     rows = row_ids(sub_indptr)
-    u = rng.random(pos.size)
+    u = keyed_uniform(key, long_rows[rows].astype(np.int64) + int(row_offset), np.asarray(indices)[pos])
     lev = None if levels is None else np.asarray(levels)[pos]
     if long_rows.size < 2**30 and n_levels < 2**20:
         # fraction in [0, 1 - 2^-20): with rows < 2^30 float64 resolves it, so rows never mix
@@ -87,9 +120,10 @@ def keep_lowest_per_row(indptr: np.ndarray, k: int, levels, n_levels: int, rng: 
     return keep
 
 
-def sample_per_row(indptr: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-    """Boolean mask keeping at most ``k`` entries per row, uniformly at random without replacement."""
-    return keep_lowest_per_row(indptr, k, None, 1, rng)
+def sample_per_row(indptr: np.ndarray, indices: np.ndarray, k: int, key: int, row_offset: int = 0) -> np.ndarray:
+    """Boolean mask keeping at most ``k`` entries per row, uniformly at random without replacement
+    (randomness from :func:`keyed_uniform`: the same entries whatever block of rows is processed)."""
+    return keep_lowest_per_row(indptr, indices, k, None, 1, key, row_offset)
 
 
 def row_sums(indptr: np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ from .._validation import check_fraction, check_int, check_positive
 from ..privacy import make_rng
 from ..privacy.clipping import clip_labels
 from ..privacy.mechanisms import Release, gaussian_mechanism
-from ._rows import check_user_items, sample_per_row
+from ._rows import check_user_items, sample_per_row, sampling_key
 
 #: the private pre-processing statistics return the library's one release type
 NoisyStatistic = Release
@@ -46,17 +46,33 @@ def private_item_counts(
     ``rng``: ``None`` (OS entropy, private) or a seed / Generator (experiments only; a known seed
     voids the guarantee). Returns ``value`` = float64 array of length ``n_items``.
     """
+    k = check_int(count_sample, "count_sample", minimum=1)
+    rng = make_rng(rng)
+    exact = sampled_item_counts(user_items, k, sampling_key(rng))
+    return release_item_counts(exact, k, noise_multiplier, rng, label)
+
+
+def sampled_item_counts(user_items, count_sample: int, key: int, row_offset: int = 0) -> np.ndarray:
+    """Exact per-item counts of a per-user sample of at most ``count_sample`` items (the statistic
+    :func:`private_item_counts` releases). A pure function of the rows, the sampling ``key`` and
+    the rows' global offset, so it can be computed per block of users and summed."""
     m = check_user_items(user_items)
+    keep = sample_per_row(m.indptr, m.indices, count_sample, key, row_offset)
+    return np.bincount(m.indices[keep], minlength=m.shape[1]).astype(np.float64)
+
+
+def release_item_counts(
+    exact_counts: np.ndarray, count_sample: int, noise_multiplier: float, rng, label: str = "item counts"
+) -> Release:
+    """The Gaussian release of sampled counts (sensitivity sqrt(count_sample)), floored at 1."""
     k = check_int(count_sample, "count_sample", minimum=1)
     z = _check_multiplier(noise_multiplier)
-    rng = make_rng(rng)
-    keep = sample_per_row(m.indptr, k, rng)
-    exact = np.bincount(m.indices[keep], minlength=m.shape[1]).astype(np.float64)
+    exact = np.asarray(exact_counts, dtype=np.float64)
     release = gaussian_mechanism(exact, math.sqrt(k), z, rng, dtype=np.float64, label=label)
     for _, _, meta in release.events:
         meta["count_sample"] = k
     release.value = np.maximum(release.value, 1.0)
-    release.info["n_sampled"] = int(keep.sum())
+    release.info["n_sampled"] = int(exact.sum())
     return release
 
 
@@ -85,17 +101,34 @@ def private_global_mean(
     at 1. Returns ``value`` = float. ``rng``: ``None`` (OS entropy, private) or a seed / Generator
     (experiments only; a known seed voids the guarantee).
     """
-    m = check_user_items(user_items)
     k = check_int(count_sample, "count_sample", minimum=1)
-    z = _check_multiplier(noise_multiplier)
     bound = check_positive(rating_bound, "rating_bound")
     rng = make_rng(rng)
+    total, n = sampled_rating_sum(user_items, k, sampling_key(rng), bound)
+    return release_global_mean(total, n, k, noise_multiplier, bound, rng, label)
+
+
+def sampled_rating_sum(
+    user_items, count_sample: int, key: int, rating_bound: float, row_offset: int = 0
+) -> tuple[float, float]:
+    """``(sum of clipped sampled ratings, number sampled)`` of a per-user sample of at most
+    ``count_sample`` entries: the exact statistics :func:`private_global_mean` releases (pure, per
+    block of users as :func:`sampled_item_counts`)."""
+    m = check_user_items(user_items)
     data = np.asarray(m.data, dtype=np.float64)
     if data.size and not np.all(np.isfinite(data)):
         raise ValueError("user_items contains NaN or infinite ratings")
-    keep = sample_per_row(m.indptr, k, rng)
-    total = float(clip_labels(data[keep], bound).sum())
-    n = float(keep.sum())
+    keep = sample_per_row(m.indptr, m.indices, count_sample, key, row_offset)
+    return float(clip_labels(data[keep], rating_bound).sum()), float(keep.sum())
+
+
+def release_global_mean(
+    total: float, n: float, count_sample: int, noise_multiplier: float, rating_bound: float, rng, label="global mean"
+) -> Release:
+    """The two Gaussian releases of :func:`private_global_mean` (sum, then count) and their ratio."""
+    k = check_int(count_sample, "count_sample", minimum=1)
+    z = _check_multiplier(noise_multiplier)
+    bound = check_positive(rating_bound, "rating_bound")
     num = gaussian_mechanism(np.float64(total), k * bound, z, rng, dtype=np.float64, label=label + ": sum")
     den = gaussian_mechanism(np.float64(n), float(k), z, rng, dtype=np.float64, label=label + ": count")
     mean = float(np.clip(float(num.value) / max(float(den.value), 1.0), -bound, bound))

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 
 from .._validation import check_finite_array, check_int, check_positive
 from ..privacy import make_rng
-from ._rows import check_user_items, keep_lowest_per_row, row_ids, row_sums, sample_per_row
+from ._rows import check_user_items, keep_lowest_per_row, row_ids, row_sums, sample_per_row, sampling_key
 
 # Relative safety margin applied only to users whose float-rounded spend exceeds beta.
 _BUDGET_MARGIN = 1e-6
@@ -64,32 +64,40 @@ def _check_counts(counts, n_items: int) -> np.ndarray:
     return c
 
 
-def uniform_weights(user_items, k: int, rng=None, dtype=np.float32) -> sp.csr_matrix:
+def uniform_weights(
+    user_items, k: int, rng=None, dtype=np.float32, *, key: int | None = None, row_offset: int = 0
+) -> sp.csr_matrix:
     """Uniform sampling (Krichene et al., Sec. 5): each user keeps ``min(k, n_j)`` items uniformly at random, weight 1.
 
     Spend per user = number kept <= k, i.e. beta = k. ``rng``: ``None`` = OS entropy; a known
-    seed makes the selection predictable (experiments only).
+    seed makes the selection predictable (experiments only). ``key`` / ``row_offset``: the
+    sampling key (default: drawn from ``rng``) and the global index of the first row, for a block
+    of users processed on its own (distributed fits; see :func:`~privrec.allocation._rows.keyed_uniform`).
     """
     m = check_user_items(user_items)
     k = check_int(k, "k", minimum=1)
-    keep = sample_per_row(m.indptr, k, make_rng(rng))
+    key = sampling_key(make_rng(rng)) if key is None else int(key)
+    keep = sample_per_row(m.indptr, m.indices, k, key, row_offset)
     data = enforce_budget(m.indptr, keep.astype(dtype), float(k))
     return _aligned(m, data)
 
 
-def tail_weights(user_items, counts, k: int, rng=None, dtype=np.float32) -> sp.csr_matrix:
+def tail_weights(
+    user_items, counts, k: int, rng=None, dtype=np.float32, *, key: int | None = None, row_offset: int = 0
+) -> sp.csr_matrix:
     """Tail sampling (Chien et al. 2021; Krichene et al. 2023, Sec. 5): keep each user's k items of lowest noisy count.
 
     Ties between equal counts are broken uniformly at random (``rng``: ``None`` = OS entropy; a
     known seed makes the selection predictable, experiments only). Weight 1, beta = k.
+    ``key`` / ``row_offset`` as :func:`uniform_weights`.
     """
     m = check_user_items(user_items)
     k = check_int(k, "k", minimum=1)
     c = _check_counts(counts, m.shape[1])
-    rng = make_rng(rng)
+    key = sampling_key(make_rng(rng)) if key is None else int(key)
     # dense integer levels of the noisy counts (equal counts -> equal level; ties broken per entry)
     uniq, level_of_item = np.unique(c, return_inverse=True)
-    keep = keep_lowest_per_row(m.indptr, k, level_of_item[m.indices], uniq.size, rng)
+    keep = keep_lowest_per_row(m.indptr, m.indices, k, level_of_item[m.indices], uniq.size, key, row_offset)
     data = enforce_budget(m.indptr, keep.astype(dtype), float(k))
     return _aligned(m, data)
 
