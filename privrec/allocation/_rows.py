@@ -106,10 +106,10 @@ def keep_lowest_per_row(
     lev = None if levels is None else np.asarray(levels)[pos]
     if long_rows.size < 2**30 and n_levels < 2**20:
         # fraction in [0, 1 - 2^-20): with rows < 2^30 float64 resolves it, so rows never mix
-        key = u if lev is None else u + lev
-        key *= (1.0 - 2.0**-20) / n_levels
-        key += rows
-        order = np.argsort(key)
+        sort_key = u if lev is None else u + lev
+        sort_key *= (1.0 - 2.0**-20) / n_levels
+        sort_key += rows
+        order = np.argsort(sort_key)
     else:  # pragma: no cover - astronomically large inputs: exact lexsort
         order = np.lexsort((u, rows) if lev is None else (u, lev, rows))
     kept = _rank_from_order(sub_indptr, rows, order) < k
