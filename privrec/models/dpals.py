@@ -422,9 +422,13 @@ class DPALS(FactorizationModel):
     def _check_ratings(self, R: sp.csr_matrix, cfg: DPALSConfig) -> None:
         """Ratings outside the declared range are an error; beyond ``rating_bound`` (no range
         declared) they are clipped by the mechanisms, which is said once as a warning."""
-        if not R.nnz:
-            return
-        lo_v, hi_v = float(R.data.min()), float(R.data.max())
+        if R.nnz:
+            self._check_rating_span(float(R.data.min()), float(R.data.max()), cfg)
+
+    @staticmethod
+    def _check_rating_span(lo_v: float, hi_v: float, cfg: DPALSConfig) -> None:
+        """The rule of :meth:`_check_ratings` from the data's smallest and largest rating (a backend that
+        holds the data in blocks reduces the two numbers first)."""
         rng_ = cfg.rating_range
         if rng_ is not None:
             if lo_v < rng_[0] or hi_v > rng_[1]:
@@ -438,7 +442,7 @@ class DPALS(FactorizationModel):
                 "clipped in every private statistic; declare rating_range=(low, high) for this scale, "
                 "or use feedback='implicit' for counts",
                 UserWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
 
     # ------------------------------------------------------------------ plan
