@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import dp_accounting
@@ -39,11 +39,9 @@ from .._validation import check_int, check_positive
 from ..privacy import gaussian_event, make_rng
 from ..privacy.clipping import project_ball
 from ..privacy.mechanisms import gaussian_noise
+from ._base import NoisySolverBase
 from ._linalg import (
-    DEFAULT_CHUNK_EXAMPLES,
-    DEFAULT_CHUNK_TASKS,
     as_task_array,
-    check_execution,
     chunk_statistics,
     map_chunks,
     noisy_global_gramian,
@@ -51,7 +49,6 @@ from ._linalg import (
     task_chunks,
 )
 from .batch import SolverResult, TaskBatch
-from .ssp import _check_budget
 
 
 def suggested_iterations(task_sizes, task_weights, dim: int, kind: str = "strongly_convex") -> int:
@@ -72,7 +69,7 @@ def suggested_iterations(task_sizes, task_weights, dim: int, kind: str = "strong
 
 
 @dataclass(frozen=True)
-class NoisyGDSolver:
+class NoisyGDSolver(NoisySolverBase):
     """Weighted noisy full-batch GD (Algorithm 2). See the module docstring.
 
     Parameters: ``noise_multiplier`` z per step (0 = no noise, non-private event), ``iterations``
@@ -87,35 +84,18 @@ class NoisyGDSolver:
     Noise comes from ``rng`` in :meth:`solve`: ``None`` = OS entropy; a known seed voids the guarantee.
     """
 
-    noise_multiplier: float = 1.0
     iterations: int = 10
-    budget: float | None = None
-    max_norm: float = 1.0
-    label_bound: float = 1.0
     radius: float = 1.0
-    reg: float | np.ndarray = 1.0
-    unobserved_weight: float = 0.0
-    global_ratio: float = 1.0
     loss: Any = None
     schedule: str | float | Callable = "strongly_convex"
     strong_convexity: float = 0.0
     init: np.ndarray | None = None
-    dtype: type = np.float32
-    chunk_tasks: int = DEFAULT_CHUNK_TASKS
-    chunk_examples: int = DEFAULT_CHUNK_EXAMPLES
-    num_threads: int | None = None
 
     def __post_init__(self):
-        z = check_positive(self.noise_multiplier, "noise_multiplier", allow_zero=True)
-        _check_budget(self.budget, z > 0)
+        super().__post_init__()
         check_int(self.iterations, "iterations", minimum=1)
-        check_positive(self.max_norm, "max_norm")
-        check_positive(self.label_bound, "label_bound")
         check_positive(self.radius, "radius")
-        check_positive(self.unobserved_weight, "unobserved_weight", allow_zero=True)
-        check_positive(self.global_ratio, "global_ratio")
         check_positive(self.strong_convexity, "strong_convexity", allow_zero=True)
-        check_execution(self.chunk_tasks, self.chunk_examples, self.num_threads)
         if isinstance(self.schedule, str):
             if self.schedule not in ("convex", "strongly_convex"):
                 raise ValueError(
@@ -129,9 +109,6 @@ class NoisyGDSolver:
     def paper_noise_multiplier(iterations: int, budget: float) -> float:
         """z giving the paper's per-step noise Gamma sqrt(T/2) at budget beta: sqrt(T / (2 beta))."""
         return math.sqrt(check_int(iterations, "iterations", minimum=1) / (2.0 * check_positive(budget, "budget")))
-
-    def with_noise_multiplier(self, z: float) -> NoisyGDSolver:
-        return replace(self, noise_multiplier=z)
 
     @property
     def gradient_bound(self) -> float:
@@ -185,10 +162,6 @@ class NoisyGDSolver:
             meta["sensitivity"] = math.sqrt(self.budget) * self.gradient_bound
         out.append(("noisy GD gradients", ev, meta))
         return out
-
-    def dp_event(self) -> dp_accounting.DpEvent:
-        evs = [e for _, e, _ in self.labelled_events()]
-        return evs[0] if len(evs) == 1 else dp_accounting.ComposedDpEvent(evs)
 
     # -------------------------------------------------------------- schedule
     def _public_task_info(self, batch: TaskBatch, noisy: bool):

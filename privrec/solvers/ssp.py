@@ -41,19 +41,16 @@ Deviations (safe values, documented):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-import dp_accounting
 import numpy as np
 
 from .._validation import check_positive
 from ..privacy import gaussian_event, make_rng
 from ..privacy.mechanisms import add_symmetric_gaussian_noise, gaussian_noise
+from ._base import NoisySolverBase
 from ._linalg import (
-    DEFAULT_CHUNK_EXAMPLES,
-    DEFAULT_CHUNK_TASKS,
     as_task_array,
-    check_execution,
     chunk_statistics,
     global_gramian,
     map_chunks,
@@ -74,16 +71,8 @@ _SOLVE_BATCH = 256
 NOISE_BLOCK = 256
 
 
-def _check_budget(budget, noisy: bool):
-    if budget is None:
-        if noisy:
-            raise ValueError("a private solve needs the declared per-unit budget (budget = beta)")
-        return None
-    return check_positive(budget, "budget")
-
-
 @dataclass(frozen=True)
-class SSPSolver:
+class SSPSolver(NoisySolverBase):
     """Weighted SSP (Algorithm 1). See the module docstring for the mechanism and its accounting.
 
     Parameters: ``noise_multiplier`` z (0 = no noise, reported as non-private), ``budget`` beta
@@ -95,34 +84,15 @@ class SSPSolver:
     from ``rng`` in :meth:`solve`: ``None`` = OS entropy; a known seed voids the guarantee.
     """
 
-    noise_multiplier: float = 1.0
-    budget: float | None = None
-    max_norm: float = 1.0
-    label_bound: float = 1.0
-    reg: float | np.ndarray = 1.0
-    unobserved_weight: float = 0.0
     gramian_ratio: float = 1.0
-    global_ratio: float = 1.0
     eig_floor: float = 0.0
-    dtype: type = np.float32
-    chunk_tasks: int = DEFAULT_CHUNK_TASKS
-    chunk_examples: int = DEFAULT_CHUNK_EXAMPLES
-    num_threads: int | None = None
 
     def __post_init__(self):
-        z = check_positive(self.noise_multiplier, "noise_multiplier", allow_zero=True)
-        _check_budget(self.budget, z > 0)
-        check_positive(self.max_norm, "max_norm")
-        check_positive(self.label_bound, "label_bound")
-        check_positive(self.unobserved_weight, "unobserved_weight", allow_zero=True)
+        super().__post_init__()
         check_positive(self.gramian_ratio, "gramian_ratio")
-        check_positive(self.global_ratio, "global_ratio")
         check_positive(self.eig_floor, "eig_floor", allow_zero=True)
-        check_execution(self.chunk_tasks, self.chunk_examples, self.num_threads)
 
     # -------------------------------------------------------------- accounting
-    def with_noise_multiplier(self, z: float) -> SSPSolver:
-        return replace(self, noise_multiplier=z)
 
     def multipliers(self) -> dict[str, float]:
         z = float(self.noise_multiplier)
@@ -159,11 +129,6 @@ class SSPSolver:
                 meta["budget"] = self.budget
             out.append((f"SSP {names[key]}", gaussian_event(z), meta))
         return out
-
-    def dp_event(self) -> dp_accounting.DpEvent:
-        """Composed event of one solve (use with calibration; no data needed)."""
-        evs = [e for _, e, _ in self.labelled_events()]
-        return evs[0] if len(evs) == 1 else dp_accounting.ComposedDpEvent(evs)
 
     # -------------------------------------------------------------- solve
     def solve(self, batch: TaskBatch, rng=None) -> SolverResult:

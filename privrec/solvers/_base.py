@@ -1,0 +1,65 @@
+"""Configuration and accounting shared by the noisy solvers (Krichene et al., ICML 2023, Algs. 1-2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import dp_accounting
+import numpy as np
+
+from .._validation import check_positive
+from ..privacy import compose
+from ._linalg import DEFAULT_CHUNK_EXAMPLES, DEFAULT_CHUNK_TASKS, check_execution
+
+
+def check_budget(budget, noisy: bool):
+    """The declared per-unit budget beta: required (and > 0) for a noisy solve, optional otherwise."""
+    if budget is None:
+        if noisy:
+            raise ValueError("a private solve needs the declared per-unit budget (budget = beta)")
+        return None
+    return check_positive(budget, "budget")
+
+
+@dataclass(frozen=True)
+class NoisySolverBase:
+    """Fields every noisy solver has: the noise multiplier z (0 = no noise, reported as
+    non-private), the declared per-unit ``budget`` beta, the clip bounds ``max_norm`` (Gamma_x)
+    and ``label_bound`` (B), the public ridge ``reg`` (scalar or per task), the gravity weight
+    ``unobserved_weight`` alpha_0 with its global-Gramian multiplier ``global_ratio`` (x z), and
+    execution settings (``dtype``, chunk sizes bounding memory, ``num_threads`` over task chunks
+    with single-threaded BLAS inside; ``None`` = all cores). Subclasses add their own fields and
+    implement ``labelled_events`` and ``solve``.
+    """
+
+    noise_multiplier: float = 1.0
+    budget: float | None = None
+    max_norm: float = 1.0
+    label_bound: float = 1.0
+    reg: float | np.ndarray = 1.0
+    unobserved_weight: float = 0.0
+    global_ratio: float = 1.0
+    dtype: type = np.float32
+    chunk_tasks: int = DEFAULT_CHUNK_TASKS
+    chunk_examples: int = DEFAULT_CHUNK_EXAMPLES
+    num_threads: int | None = None
+
+    def __post_init__(self):
+        z = check_positive(self.noise_multiplier, "noise_multiplier", allow_zero=True)
+        check_budget(self.budget, z > 0)
+        check_positive(self.max_norm, "max_norm")
+        check_positive(self.label_bound, "label_bound")
+        check_positive(self.unobserved_weight, "unobserved_weight", allow_zero=True)
+        check_positive(self.global_ratio, "global_ratio")
+        check_execution(self.chunk_tasks, self.chunk_examples, self.num_threads)
+
+    def with_noise_multiplier(self, z: float):
+        """A copy at noise multiplier ``z`` (what calibration searches over)."""
+        return replace(self, noise_multiplier=z)
+
+    def labelled_events(self) -> list:  # pragma: no cover - every solver defines it
+        raise NotImplementedError
+
+    def dp_event(self) -> dp_accounting.DpEvent:
+        """Composed event of one solve (``DpEventBuilder``), from the configuration alone."""
+        return compose(e for _, e, _ in self.labelled_events())
