@@ -26,6 +26,7 @@ __all__ = [
     "POSITIVE_INT",
     "POSITIVE_OR_INF",
     "StrOptions",
+    "store_init_params",
 ]
 
 #: epsilon of a DP guarantee: > 0, ``inf`` meaning non-private
@@ -44,3 +45,12 @@ NON_NEGATIVE_INT = Interval(Integral, 0, None, closed="left")
 FRACTION = Interval(Real, 0, 1, closed="right")
 #: a share in (0, 1)
 OPEN_FRACTION = Interval(Real, 0, 1, closed="neither")
+
+
+def store_init_params(estimator, params: dict) -> None:
+    """The scikit-learn ``__init__`` convention in one place: every constructor argument stored
+    unchanged under its own name (call as ``store_init_params(self, locals())``); no validation
+    here -- ``fit`` checks the constraint table."""
+    for name, value in params.items():
+        if name not in ("self", "__class__"):
+            setattr(estimator, name, value)

@@ -101,7 +101,16 @@ from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import HasMethods
 from sklearn.utils.validation import check_is_fitted
 
-from .._constraints import DELTA, EPSILON, NON_NEGATIVE, POSITIVE, POSITIVE_INT, POSITIVE_OR_INF, StrOptions
+from .._constraints import (
+    DELTA,
+    EPSILON,
+    NON_NEGATIVE,
+    POSITIVE,
+    POSITIVE_INT,
+    POSITIVE_OR_INF,
+    StrOptions,
+    store_init_params,
+)
 from .._validation import check_delta, check_epsilon, check_finite_array, check_int, check_positive
 from ..pipeline import check_ledger
 from ..privacy import (
@@ -352,20 +361,7 @@ class JointDPSGD(BaseEstimator):
         average: bool = True,
         random_state=None,
     ):
-        self.model = model
-        self.regime = regime
-        self.epsilon = epsilon
-        self.delta = delta
-        self.n_steps = n_steps
-        self.owners_per_step = owners_per_step
-        self.records_per_owner = records_per_owner
-        self.clip_norm = clip_norm
-        self.personal_radius = personal_radius
-        self.shared_radius = shared_radius
-        self.learning_rate = learning_rate
-        self.noise_multiplier = noise_multiplier
-        self.average = average
-        self.random_state = random_state
+        store_init_params(self, locals())
 
     # -- validation ---------------------------------------------------------------------------
     _parameter_constraints: ClassVar[dict] = {

@@ -63,7 +63,16 @@ from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
-from .._constraints import DELTA, EPSILON, NON_NEGATIVE, OPEN_FRACTION, POSITIVE, POSITIVE_INT, StrOptions
+from .._constraints import (
+    DELTA,
+    EPSILON,
+    NON_NEGATIVE,
+    OPEN_FRACTION,
+    POSITIVE,
+    POSITIVE_INT,
+    StrOptions,
+    store_init_params,
+)
 from .._validation import check_delta, check_epsilon, check_finite_array, check_int, check_positive
 from ..allocation import adaptive_task_weights
 from ..pipeline import PrivatePipeline
@@ -241,13 +250,6 @@ def _public_solver_info(info: dict, budget: float) -> dict:
     out = {k: info[k] for k in _PUBLIC_SOLVER_INFO if k in info}
     out["budget"] = float(budget)
     return out
-
-
-def _store_params(est, params: dict) -> None:
-    """scikit-learn convention: constructor arguments stored unchanged under their own names."""
-    for name, value in params.items():
-        if name not in ("self", "__class__"):
-            setattr(est, name, value)
 
 
 #: constraints shared by both multi-task estimators (scikit-learn style; see privrec._constraints)
@@ -436,7 +438,7 @@ class MultiTaskDPRegressor(_MultiTaskDPBase):
         strong_convexity: float = 0.1,
         random_state=None,
     ):
-        _store_params(self, locals())
+        store_init_params(self, locals())
 
     def _needs_counts(self) -> bool:
         return self.solver == "noisy_gd" or float(self.weight_exponent) > 0 or self.weight_mode == "global"
@@ -522,7 +524,7 @@ class MultiTaskDPClassifier(_MultiTaskDPBase):
         learning_rate: float = 1.0,
         random_state=None,
     ):
-        _store_params(self, locals())
+        store_init_params(self, locals())
 
     def _make_solver(self, z: float) -> PrivateSolver:
         """Algorithm 2 with the logistic loss, on the shared noisy-GD solver."""

@@ -25,7 +25,7 @@ from typing import ClassVar
 import numpy as np
 import scipy.sparse as sp
 
-from .._constraints import FINITE, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, StrOptions
+from .._constraints import FINITE, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, StrOptions, store_init_params
 from .._validation import check_memory, check_random_state_seed
 from ..privacy import make_rng
 from ..solvers.ridge import _blas_single_thread, frequency_regularization, solve_rows
@@ -179,20 +179,7 @@ class ALS(FactorizationModel):
         num_threads: int | None = None,
         rating_range=None,
     ):
-        self.num_threads = num_threads
-        self.rating_range = rating_range
-        self.factors = factors
-        self.regularization = regularization
-        self.reg_exponent = reg_exponent
-        self.unobserved_weight = unobserved_weight
-        self.iterations = iterations
-        self.biases = biases
-        self.center = center
-        self.solver = solver
-        self.cg_steps = cg_steps
-        self.init_scale = init_scale
-        self.dtype = dtype
-        self.random_state = random_state
+        store_init_params(self, locals())
 
     # ------------------------------------------------------------------ validation
     def _validate(self):
@@ -362,14 +349,7 @@ class ImplicitALS(FactorizationModel):
         dtype=np.float32,
         random_state=None,
     ):
-        self.factors = factors
-        self.regularization = regularization
-        self.alpha = alpha
-        self.iterations = iterations
-        self.use_cg = use_cg
-        self.num_threads = num_threads
-        self.dtype = dtype
-        self.random_state = random_state
+        store_init_params(self, locals())
 
     def _make_inner(self):
         from implicit.cpu.als import AlternatingLeastSquares

@@ -56,6 +56,7 @@ from .._constraints import (
     POSITIVE,
     POSITIVE_INT,
     StrOptions,
+    store_init_params,
 )
 from .._validation import check_delta, check_epsilon, check_memory
 from ..pipeline import Plan, PrivatePipeline
@@ -284,37 +285,7 @@ class DPALS(FactorizationModel):
         random_state=None,
         num_threads: int | None = None,
     ):
-        self.num_threads = num_threads
-        self.method = method
-        self.epsilon = epsilon
-        self.delta = delta
-        self.factors = factors
-        self.iterations = iterations
-        self.budget = budget
-        self.mu = mu
-        self.biases = biases
-        self.bias_scale = bias_scale
-        self.regularization = regularization
-        self.reg_exponent = reg_exponent
-        self.user_regularization = user_regularization
-        self.user_reg_exponent = user_reg_exponent
-        self.accountant = accountant
-        self.unobserved_weight = unobserved_weight
-        self.max_norm = max_norm
-        self.center = center
-        self.feedback = feedback
-        self.rating_bound = rating_bound
-        self.rating_range = rating_range
-        self.label_bound = label_bound
-        self.item_frac = item_frac
-        self.count_fraction = count_fraction
-        self.count_sample = count_sample
-        self.gramian_ratio = gramian_ratio
-        self.global_ratio = global_ratio
-        self.gd_iterations = gd_iterations
-        self.init_scale = init_scale
-        self.dtype = dtype
-        self.random_state = random_state
+        store_init_params(self, locals())
 
     # ------------------------------------------------------------------ resolved settings
     def _resolve_config(self, shape: tuple[int, int] | None = None) -> DPALSConfig:

@@ -60,24 +60,24 @@ class Release:
             ledger.record(prefix + label, event, **meta)
 
 
-def gaussian_event(noise_multiplier: float) -> dp_accounting.DpEvent:
-    """DpEvent of one Gaussian mechanism; multiplier 0 -> NonPrivateDpEvent, inf -> NoOpDpEvent."""
+def _noise_event(noise_multiplier: float, event_type) -> dp_accounting.DpEvent:
+    """``event_type(z)``; multiplier 0 -> ``NonPrivateDpEvent`` (no noise), inf -> ``NoOpDpEvent``."""
     z = check_positive(noise_multiplier, "noise_multiplier", allow_zero=True, allow_inf=True)
     if z == 0:
         return dp_accounting.NonPrivateDpEvent()
     if math.isinf(z):
         return dp_accounting.NoOpDpEvent()
-    return dp_accounting.GaussianDpEvent(z)
+    return event_type(z)
+
+
+def gaussian_event(noise_multiplier: float) -> dp_accounting.DpEvent:
+    """DpEvent of one Gaussian mechanism; multiplier 0 -> NonPrivateDpEvent, inf -> NoOpDpEvent."""
+    return _noise_event(noise_multiplier, dp_accounting.GaussianDpEvent)
 
 
 def laplace_event(noise_multiplier: float) -> dp_accounting.DpEvent:
     """DpEvent of one Laplace mechanism (scale = noise_multiplier * L1 sensitivity)."""
-    z = check_positive(noise_multiplier, "noise_multiplier", allow_zero=True, allow_inf=True)
-    if z == 0:
-        return dp_accounting.NonPrivateDpEvent()
-    if math.isinf(z):
-        return dp_accounting.NoOpDpEvent()
-    return dp_accounting.LaplaceDpEvent(z)
+    return _noise_event(noise_multiplier, dp_accounting.LaplaceDpEvent)
 
 
 def gaussian_noise(shape, std: float, rng=None, dtype=np.float32) -> np.ndarray:
