@@ -9,11 +9,16 @@ import numpy as np
 import scipy.sparse as sp
 
 
+def _real(value, name: str, kind: str = "a number") -> float:
+    """``value`` as float; ``ValueError`` ("``name`` must be ``kind``") unless it is a real number (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise ValueError(f"{name} must be {kind}, got {value!r}")
+    return float(value)
+
+
 def check_epsilon(epsilon, name: str = "epsilon", allow_inf: bool = True) -> float:
     """Return ``epsilon`` as float; ``ValueError`` unless it is > 0 (``inf`` means no privacy)."""
-    if isinstance(epsilon, bool) or not isinstance(epsilon, Real):
-        raise ValueError(f"{name} must be a positive number, got {epsilon!r}")
-    eps = float(epsilon)
+    eps = _real(epsilon, name, "a positive number")
     if math.isnan(eps) or eps <= 0:
         raise ValueError(f"{name} must be > 0, got {epsilon!r}")
     if math.isinf(eps) and not allow_inf:
@@ -23,9 +28,7 @@ def check_epsilon(epsilon, name: str = "epsilon", allow_inf: bool = True) -> flo
 
 def check_delta(delta, name: str = "delta") -> float:
     """Return ``delta`` as float; ``ValueError`` unless 0 < delta < 1."""
-    if isinstance(delta, bool) or not isinstance(delta, Real):
-        raise ValueError(f"{name} must be a number in (0, 1), got {delta!r}")
-    d = float(delta)
+    d = _real(delta, name, "a number in (0, 1)")
     if not (0.0 < d < 1.0):
         raise ValueError(f"{name} must be in the open interval (0, 1), got {delta!r}")
     return d
@@ -33,9 +36,7 @@ def check_delta(delta, name: str = "delta") -> float:
 
 def check_positive(value, name: str, allow_zero: bool = False, allow_inf: bool = False) -> float:
     """Return ``value`` as float; ``ValueError`` unless > 0 (or >= 0 with ``allow_zero``)."""
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    v = float(value)
+    v = _real(value, name)
     if math.isnan(v):
         raise ValueError(f"{name} must not be NaN")
     if math.isinf(v) and not allow_inf:
@@ -58,9 +59,7 @@ def check_int(value, name: str, minimum: int | None = None) -> int:
 
 def check_fraction(value, name: str, closed_low: bool = False, closed_high: bool = True) -> float:
     """Return ``value`` as float in (0, 1] (bounds configurable)."""
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    v = float(value)
+    v = _real(value, name)
     lo_ok = v >= 0 if closed_low else v > 0
     hi_ok = v <= 1 if closed_high else v < 1
     if math.isnan(v) or not (lo_ok and hi_ok):

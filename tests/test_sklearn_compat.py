@@ -225,3 +225,15 @@ def test_sklearn_style_fit_is_quiet(capsys):
     assert capsys.readouterr().err == ""
     ALS(factors=2, iterations=2, random_state=0).fit(R)  # implicit's default: show_progress=True
     assert "2/2" in capsys.readouterr().err
+
+
+def test_zero_factor_model_refuses_user_and_item_similarity(ratings):
+    # factors=0 (the private bias model): cosine of empty embeddings is undefined on both sides
+    model = DPALS(epsilon=5.0, factors=0, iterations=2, budget=10, random_state=0).fit(from_pandas(ratings).matrix)
+    assert model.user_factors_.shape[1] == 0 and model.item_factors_.shape[1] == 0
+    with pytest.raises(ValueError, match="no user factors .*user similarity is undefined"):
+        model.similar_users(0)
+    with pytest.raises(ValueError, match="no user factors"):
+        model.similar_users(np.arange(3), N=4)
+    with pytest.raises(ValueError, match="no item factors .*item similarity is undefined"):
+        model.similar_items(0)

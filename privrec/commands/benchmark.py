@@ -16,6 +16,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from privrec.commands._parsers import add_command
+
 _SCRIPTS = {
     "tradeoff": ("bench_tradeoff.py", ["--part", "tradeoff"]),
     "mu": ("bench_tradeoff.py", ["--part", "mu"]),
@@ -46,12 +48,7 @@ Examples:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "benchmark",
-        help="run a reproduction benchmark from benchmarks/",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "benchmark", "run a reproduction benchmark from benchmarks/", DESCRIPTION)
     p.add_argument("which", choices=sorted(_SCRIPTS), help="benchmark to run")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="options passed to the script (e.g. --quick)")
     p.set_defaults(func=cmd_benchmark)

@@ -17,7 +17,6 @@ warnings (e.g. a corrupt cache entry being rebuilt) are one line each.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import sys
@@ -29,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from privrec._validation import check_random_state_seed
+from privrec.commands._parsers import add_command
 from privrec.data.download import SOURCES, default_data_root, download_dataset
 from privrec.data.registry import DATASETS, find_dataset_folder, load_dataset, resolve_name
 from privrec.data.stats import dataset_stats
@@ -40,12 +40,7 @@ DESCRIPTION = (
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "datasets",
-        help="list, describe and prepare datasets",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "datasets", "list, describe and prepare datasets", DESCRIPTION)
     sub = p.add_subparsers(dest="datasets_command", metavar="SUBCOMMAND", required=True)
 
     q = sub.add_parser("list", help="list dataset names")
@@ -53,23 +48,24 @@ def register(subparsers) -> None:
     q.add_argument("--json", action="store_true", help="print JSON")
     q.set_defaults(func=_user_errors(cmd_list))
 
-    q = sub.add_parser("info", help="statistics of a dataset")
-    q.add_argument("name", help="dataset name (see `privrec datasets list`)")
-    _location(q)
-    q.add_argument("--download", action="store_true", help="download a missing real dataset first")
+    q = _dataset_command(sub, "info", "statistics of a dataset", cmd_info, "download a missing real dataset first")
     q.add_argument("--scale", type=float, default=1.0, help="synthetic presets: fraction of users kept (default 1)")
     q.add_argument("--seed", type=int, default=0, help="synthetic presets: generator seed (default 0)")
     q.add_argument("--json", action="store_true", help="print one JSON object")
-    q.set_defaults(func=_user_errors(cmd_info))
 
-    q = sub.add_parser("prepare", help="locate or download a real dataset and cache its parsed form")
+    _dataset_command(
+        sub,
+        "prepare",
+        "locate or download a real dataset and cache its parsed form",
+        cmd_prepare,
+        "download from the official URL if missing",
+    )
+
+
+def _dataset_command(sub, name: str, help: str, handler, download_help: str):
+    """Subcommand ``name DATASET [--data-dir DIR] [--cache-dir DIR] [--no-cache] [--download]``."""
+    q = sub.add_parser(name, help=help)
     q.add_argument("name", help="dataset name (see `privrec datasets list`)")
-    _location(q)
-    q.add_argument("--download", action="store_true", help="download from the official URL if missing")
-    q.set_defaults(func=_user_errors(cmd_prepare))
-
-
-def _location(q) -> None:
     q.add_argument(
         "--data-dir", help="folder holding the dataset (or a parent of it); default: $PRIVREC_DATA or ./datasets"
     )
@@ -79,6 +75,9 @@ def _location(q) -> None:
         "e.g. ~/.cache/privrec/datasets)",
     )
     q.add_argument("--no-cache", action="store_true", help="parse the source files without the Parquet cache")
+    q.add_argument("--download", action="store_true", help=download_help)
+    q.set_defaults(func=_user_errors(handler))
+    return q
 
 
 def _one_line(text: str) -> str:

@@ -31,6 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..evaluation import experiment as X
+from ._parsers import add_command
 
 # CLI flag -> estimator parameter name (passed only when given; unknown to a method -> error)
 _MODEL_FLAGS = {
@@ -106,12 +107,7 @@ Example:
 
 def register(subparsers) -> None:
     """Add the four model subcommands to the top-level ``privrec`` parser."""
-    p = subparsers.add_parser(
-        "fit",
-        help="fit a (private) model, evaluate it and explain the result",
-        description=FIT_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "fit", "fit a (private) model, evaluate it and explain the result", FIT_DESCRIPTION)
     _data_args(p)
     g = p.add_argument_group("model and privacy")
     g.add_argument(
@@ -175,12 +171,7 @@ def register(subparsers) -> None:
     _out_args(g)
     p.set_defaults(func=cmd_fit)
 
-    p = subparsers.add_parser(
-        "evaluate",
-        help="evaluate a saved model on a dataset split",
-        description=EVALUATE_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "evaluate", "evaluate a saved model on a dataset split", EVALUATE_DESCRIPTION)
     p.add_argument("--model", required=True, help="model file written by 'privrec fit --output'")
     _data_args(p)
     g = p.add_argument_group("output")
@@ -198,9 +189,7 @@ def register(subparsers) -> None:
             cmd_similar,
         ),
     ):
-        p = subparsers.add_parser(
-            name, help=helptext, description=desc, formatter_class=argparse.RawDescriptionHelpFormatter
-        )
+        p = add_command(subparsers, name, helptext, desc)
         p.add_argument("--model", required=True, help="model file written by 'privrec fit --output'")
         p.add_argument(key, required=True, help=f"{key[2:]} id as in the dataset")
         p.add_argument("-n", "--n", dest="n", type=int, default=10, help="number of items (default 10)")
@@ -474,36 +463,15 @@ def _split(args, data, name):
     protocol = _protocol(args, name)
     if protocol == "random" and args.heldout_users is not None:
         _warn(args, "--heldout-users is ignored by the random protocol")
-    if protocol == "heldout-users" and args.ratings is not None and args.rating_col == "":
-        return _implicit_heldout_split(data, args.seed, args.heldout_users)
-    return X.make_split(data, protocol, seed=args.seed, heldout_users=args.heldout_users)
-
-
-def _implicit_heldout_split(data, seed: int, heldout_users: int | None):
-    """Held-out-users split of a file without ratings: every row is a positive, nothing binarised away.
-
-    (``make_split`` binarises small integer values at 3.5, which would drop every implicit 1.)
-    """
-    from ..data.splits import heldout_users_split
-
-    n_held = heldout_users if heldout_users is not None else max(1, min(10_000, data.n_users // 10))
-    parts = heldout_users_split(data, n_held, binarize_threshold=0.0, random_state=seed)
-    tr = parts.train
-
-    def m(x):
-        return sp.csr_matrix(x.matrix)
-
-    return X.Split(
-        "heldout-users",
-        m(tr),
-        history=m(parts.test.history),
-        targets=m(parts.test.targets),
-        validation_history=m(parts.validation.history),
-        validation_targets=m(parts.validation.targets),
-        item_ids=tr.item_ids,
-        user_ids=tr.user_ids,
-        item_metadata=tr.item_metadata,
-        info={"n_heldout": n_held, "binarize_threshold": 0.0},
+    # a file without ratings: every row is a positive, nothing may be binarised away (the default
+    # threshold of make_split, 3.5 for small integer values, would drop every implicit 1)
+    implicit_file = protocol == "heldout-users" and args.ratings is not None and args.rating_col == ""
+    return X.make_split(
+        data,
+        protocol,
+        seed=args.seed,
+        heldout_users=args.heldout_users,
+        binarize_threshold=0.0 if implicit_file else None,
     )
 
 

@@ -358,15 +358,9 @@ class AsyncDPLearner(BaseEstimator):
         if not hasattr(self, "simulation_ledgers_"):
             raise ValueError("call simulate before simulation_report")
         T = self.simulation_n_steps_
-        out = {}
-        for j, ledger in enumerate(self.simulation_ledgers_):
-            key = (
-                self.simulation_owners_[j].item()
-                if hasattr(self.simulation_owners_[j], "item")
-                else self.simulation_owners_[j]
-            )
-            if owner is not None and key != owner:
-                continue
+
+        def report(j: int) -> dict:
+            ledger = self.simulation_ledgers_[j]
             rep = ledger.report(self.delta, include_pld=False)
             a = self.simulation_answers_[:, j]
             rep["runs"] = int(a.size)
@@ -381,12 +375,9 @@ class AsyncDPLearner(BaseEstimator):
                 if a.max() > 1:
                     event = dp_accounting.SelfComposedDpEvent(event, int(a.max()))
                 rep["epsilon_per_run_max"] = epsilon_of_event(event, self.delta, orders=ledger.orders)
-            out[key] = rep
-        if owner is not None:
-            if not out:
-                raise ValueError(f"unknown owner {owner!r}")
-            return next(iter(out.values()))
-        return out
+            return rep
+
+        return _per_owner(self.simulation_owners_, owner, report)
 
     def predict(self, X):
         if not hasattr(self, "coef_"):
@@ -397,12 +388,9 @@ class AsyncDPLearner(BaseEstimator):
         """Per-owner ledger reports: accountant epsilon (RDP at ``delta``) and the pure basic-composition bound."""
         if not hasattr(self, "ledgers_"):
             raise ValueError("call fit before privacy_report")
-        out = {}
-        for j, ledger in enumerate(self.ledgers_):
-            key = self.owners_[j].item() if hasattr(self.owners_[j], "item") else self.owners_[j]
-            if owner is not None and key != owner:
-                continue
-            rep = ledger.report(self.delta, include_pld=False)
+
+        def report(j: int) -> dict:
+            rep = self.ledgers_[j].report(self.delta, include_pld=False)
             answers = int(np.sum(self.owner_sequence_ == j))
             rep["answers"] = answers
             rep["epsilon_pure"] = (
@@ -410,9 +398,20 @@ class AsyncDPLearner(BaseEstimator):
             )
             if answers and not np.isfinite(self.epsilons_[j]):
                 rep["epsilon"] = "inf"
-            out[key] = rep
-        if owner is not None:
-            if not out:
-                raise ValueError(f"unknown owner {owner!r}")
-            return next(iter(out.values()))
-        return out
+            return rep
+
+        return _per_owner(self.owners_, owner, report)
+
+
+def _per_owner(owners, owner, report) -> dict:
+    """``{owner id: report(j)}`` over the owners (ids as Python scalars); only ``owner``'s report when given."""
+    out = {}
+    for j, o in enumerate(owners):
+        key = o.item() if hasattr(o, "item") else o
+        if owner is None or key == owner:
+            out[key] = report(j)
+    if owner is not None:
+        if not out:
+            raise ValueError(f"unknown owner {owner!r}")
+        return next(iter(out.values()))
+    return out

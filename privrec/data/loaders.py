@@ -321,16 +321,16 @@ ML100K_GENRES = [
 ]
 
 
-def load_movielens_100k(folder, duplicates: str = "last", name: str = "ml-100k", rating_range=None) -> Interactions:
-    """MovieLens 100K from ``u.data`` (+ ``u.item`` titles/genres when present).
+def _movielens_ratings(
+    path: Path, sep: str, valid: RatingRange, duplicates: str, name: str, skip: int = 0
+) -> Interactions:
+    """The ``user, item, rating, timestamp`` table every MovieLens release has, as ``Interactions``.
 
-    Ratings must be integers 1-5 (``rating_range`` overrides; see :data:`RATING_RANGES`).
+    ``sep`` is the release's separator, ``skip`` its number of header lines; ratings must be in ``valid``.
     """
-    path = _find(folder, "u.data", "ml-100k")
-    valid = _range_for(name, rating_range, STARS_1_TO_5)
-    t = _read_table(path, "\t", [_INT, _INT, _FLOAT, _INT], ["user", "item", "rating", "timestamp"])
-    _check_values(path, t["rating"], valid, "rating", 0, name)
-    x = Interactions.from_arrays(
+    t = _read_table(path, sep, [_INT, _INT, _FLOAT, _INT], ["user", "item", "rating", "timestamp"], skip=skip)
+    _check_values(path, t["rating"], valid, "rating", skip, name)
+    return Interactions.from_arrays(
         t["user"],
         t["item"],
         t["rating"],
@@ -339,6 +339,15 @@ def load_movielens_100k(folder, duplicates: str = "last", name: str = "ml-100k",
         name=name,
         info={"source": str(path)},
     )
+
+
+def load_movielens_100k(folder, duplicates: str = "last", name: str = "ml-100k", rating_range=None) -> Interactions:
+    """MovieLens 100K from ``u.data`` (+ ``u.item`` titles/genres when present).
+
+    Ratings must be integers 1-5 (``rating_range`` overrides; see :data:`RATING_RANGES`).
+    """
+    path = _find(folder, "u.data", "ml-100k")
+    x = _movielens_ratings(path, "\t", _range_for(name, rating_range, STARS_1_TO_5), duplicates, name)
     item_file = path.parent / "u.item"
     if item_file.is_file():
         genre_names = ML100K_GENRES
@@ -391,18 +400,7 @@ def load_movielens_dat(folder, duplicates: str = "last", name: str = "ml-1m", ra
     (``rating_range`` overrides).
     """
     path = _find(folder, "ratings.dat", name)
-    valid = _range_for(name, rating_range, HALF_STARS)
-    t = _read_table(path, "::", [_INT, _INT, _FLOAT, _INT], ["user", "item", "rating", "timestamp"])
-    _check_values(path, t["rating"], valid, "rating", 0, name)
-    x = Interactions.from_arrays(
-        t["user"],
-        t["item"],
-        t["rating"],
-        timestamps=t["timestamp"],
-        duplicates=duplicates,
-        name=name,
-        info={"source": str(path)},
-    )
+    x = _movielens_ratings(path, "::", _range_for(name, rating_range, HALF_STARS), duplicates, name)
     movies = path.parent / "movies.dat"
     if movies.is_file():
         x.item_metadata = _metadata_for(x.item_ids, *_read_movies_dat(movies))
@@ -419,17 +417,7 @@ def load_movielens_csv(folder, duplicates: str = "last", name: str = "ml-20m", r
     header = _first_line(path)  # without a byte-order mark
     if [h.strip() for h in header.split(",")] != ["userId", "movieId", "rating", "timestamp"]:
         raise ValueError(f"{path}, line 1: expected header 'userId,movieId,rating,timestamp', found {header[:80]!r}")
-    t = _read_table(path, ",", [_INT, _INT, _FLOAT, _INT], ["user", "item", "rating", "timestamp"], skip=1)
-    _check_values(path, t["rating"], valid, "rating", 1, name)
-    x = Interactions.from_arrays(
-        t["user"],
-        t["item"],
-        t["rating"],
-        timestamps=t["timestamp"],
-        duplicates=duplicates,
-        name=name,
-        info={"source": str(path)},
-    )
+    x = _movielens_ratings(path, ",", valid, duplicates, name, skip=1)
     movies = path.parent / "movies.csv"
     if movies.is_file():
         try:

@@ -46,27 +46,21 @@ class FoldIn:
         return self.history.n_users
 
 
+def _fold_part(fold: str, part: str) -> property:
+    """Read-only shortcut ``split.<fold>_<part>`` for ``split.<fold>.<part>``."""
+    return property(lambda split: getattr(getattr(split, fold), part), doc=f"``{fold}.{part}``")
+
+
 @dataclass
 class HeldOutSplit:
     train: Interactions  # training users x training items
     validation: FoldIn  # validation users x training items
     test: FoldIn  # test users x training items
 
-    @property
-    def validation_history(self) -> Interactions:
-        return self.validation.history
-
-    @property
-    def validation_targets(self) -> Interactions:
-        return self.validation.targets
-
-    @property
-    def test_history(self) -> Interactions:
-        return self.test.history
-
-    @property
-    def test_targets(self) -> Interactions:
-        return self.test.targets
+    validation_history = _fold_part("validation", "history")
+    validation_targets = _fold_part("validation", "targets")
+    test_history = _fold_part("test", "history")
+    test_targets = _fold_part("test", "targets")
 
 
 def random_split(x: Interactions, fractions=(0.8, 0.1, 0.1), random_state=0) -> RandomSplit:

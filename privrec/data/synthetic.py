@@ -23,12 +23,14 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from privrec._validation import check_fraction, check_int, check_positive
 from privrec.data.interactions import Interactions
+from privrec.privacy.clipping import project_ball
 
 # ---------------------------------------------------------------------------------------------
 # (a) Appendix C multi-task regression
@@ -80,11 +82,6 @@ class MultiTaskRegression:
     params: dict = field(default_factory=dict)
 
 
-def _project_unit_ball(x: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.maximum(norms, 1.0)
-
-
 def multitask_regression(
     n_users: int = 10_000,
     n_tasks: int = 100,
@@ -104,18 +101,21 @@ def multitask_regression(
     (task i, user j) is observed with probability ``min(q_i, 1)``; observations are split at
     random into ``train_fraction`` / rest.
     """
-    n_users = check_int(n_users, "n_users", 1)
-    n_tasks = check_int(n_tasks, "n_tasks", 1)
-    dim = check_int(dim, "dim", 1)
-    power = check_positive(power, "power")
-    tasks_per_user = check_positive(tasks_per_user, "tasks_per_user")
-    noise_std = check_positive(noise_std, "noise_std", allow_zero=True)
-    train_fraction = check_fraction(train_fraction, "train_fraction", closed_high=False)
+    params: dict[str, Any] = dict(  # the checked arguments, also recorded in the result
+        n_users=check_int(n_users, "n_users", 1),
+        n_tasks=check_int(n_tasks, "n_tasks", 1),
+        dim=check_int(dim, "dim", 1),
+        power=check_positive(power, "power"),
+        tasks_per_user=check_positive(tasks_per_user, "tasks_per_user"),
+        noise_std=check_positive(noise_std, "noise_std", allow_zero=True),
+        train_fraction=check_fraction(train_fraction, "train_fraction", closed_high=False),
+    )
+    n_users, n_tasks, dim, power, tasks_per_user, noise_std, train_fraction = params.values()
     if tasks_per_user > n_tasks:
         raise ValueError(f"tasks_per_user ({tasks_per_user}) cannot exceed n_tasks ({n_tasks})")
     rng = np.random.default_rng(random_state)
-    features = _project_unit_ball(rng.standard_normal((n_users, dim))).astype(dtype)
-    params = _project_unit_ball(rng.standard_normal((n_tasks, dim))).astype(dtype)
+    features = project_ball(rng.standard_normal((n_users, dim)), 1.0, inplace=True).astype(dtype)
+    task_params = project_ball(rng.standard_normal((n_tasks, dim)), 1.0, inplace=True).astype(dtype)
     raw = rng.beta(power, 1.0, size=n_tasks)
     q = raw * (tasks_per_user / raw.sum())
     q_eff = np.minimum(q, 1.0)
@@ -131,7 +131,7 @@ def multitask_regression(
     users = np.concatenate(users_l).astype(np.int32)
     if len(tasks) == 0:
         raise ValueError("no observation was generated; increase tasks_per_user or n_users")
-    dots = np.einsum("ij,ij->i", features[users].astype(np.float64), params[tasks].astype(np.float64))
+    dots = np.einsum("ij,ij->i", features[users].astype(np.float64), task_params[tasks].astype(np.float64))
     labels = (dots + noise_std * rng.standard_normal(len(tasks))).astype(dtype)
     is_train = rng.random(len(tasks)) < train_fraction
 
@@ -141,22 +141,7 @@ def multitask_regression(
         np.cumsum(np.bincount(t, minlength=n_tasks), out=indptr[1:])
         return TaskExamples(indptr, users[sel], labels[sel])  # np.nonzero order: task-major, users sorted
 
-    return MultiTaskRegression(
-        features,
-        params,
-        q,
-        group(is_train),
-        group(~is_train),
-        params=dict(
-            n_users=n_users,
-            n_tasks=n_tasks,
-            dim=dim,
-            power=power,
-            tasks_per_user=tasks_per_user,
-            noise_std=noise_std,
-            train_fraction=train_fraction,
-        ),
-    )
+    return MultiTaskRegression(features, task_params, q, group(is_train), group(~is_train), params=params)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,6 +161,12 @@ class Preset:
     user_sigma: float = 1.4  # log-normal spread of items per user (heavy-tailed activity)
     max_user_fraction: float = 0.35  # cap on a user's share of all items
     description: str = ""
+
+    def _generator_arguments(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`low_rank_interactions` this preset sets besides the sizes."""
+        return {
+            f: getattr(self, f) for f in ("top10_share", "min_per_user", "values", "user_sigma", "max_user_fraction")
+        }
 
 
 PRESETS: dict[str, Preset] = {
@@ -749,16 +740,7 @@ def generate_preset(name: str, scale: float = 1.0, random_state=0) -> LowRankDat
     n_users = max(10, int(round(pr.n_users * scale)))
     nnz = max(n_users * pr.min_per_user, int(round(pr.n_interactions * scale)))
     data = low_rank_interactions(
-        n_users,
-        pr.n_items,
-        nnz,
-        top10_share=pr.top10_share,
-        min_per_user=pr.min_per_user,
-        values=pr.values,
-        user_sigma=pr.user_sigma,
-        max_user_fraction=pr.max_user_fraction,
-        random_state=random_state,
-        name=name,
+        n_users, pr.n_items, nnz, **pr._generator_arguments(), random_state=random_state, name=name
     )
     data.interactions.info.update(preset=name, scale=scale)
     return data

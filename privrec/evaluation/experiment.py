@@ -94,7 +94,9 @@ def load_data(dataset: str | None = None, data_dir=None, scale: float | None = N
     return load_dataset(name, **kwargs)
 
 
-def make_split(data, protocol: str, seed: int = 0, heldout_users: int | None = None) -> Split:
+def make_split(
+    data, protocol: str, seed: int = 0, heldout_users: int | None = None, binarize_threshold: float | None = None
+) -> Split:
     """Split ``Interactions`` by ``protocol`` with :mod:`privrec.data.splits` (Krichene et al. 2023, App. D.1).
 
     ``random``: 80/10/10 of the ratings; test users are projected from train + validation history (as
@@ -104,7 +106,8 @@ def make_split(data, protocol: str, seed: int = 0, heldout_users: int | None = N
     ``min(10000, n_users // 10)``); ratings binarised at > 3.5, play-count data (every value a count)
     and the presets sized like processed data (``ml20m-like``, ``msd-like``) at > 0; the test fold-in
     history and targets are used for evaluation, the validation fold (``Split.validation_history`` /
-    ``validation_targets``) only for tuning.
+    ``validation_targets``) only for tuning. ``binarize_threshold`` overrides that threshold (e.g. 0
+    for a file whose every row is a positive interaction).
     """
     from ..data.splits import heldout_users_split, random_split
 
@@ -116,13 +119,7 @@ def make_split(data, protocol: str, seed: int = 0, heldout_users: int | None = N
         train = _m(parts.train)
         return Split(protocol, train, test=_m(parts.test), projection=(train + _m(parts.validation)).tocsr(), **meta)
     n_held = heldout_users if heldout_users is not None else max(1, min(10_000, data.n_users // 10))
-    values = np.asarray(data.matrix.data)
-    counts_data = values.size > 0 and bool(np.all(values == np.round(values))) and float(values.max()) > 5.0
-    # presets sized like the *processed* data (the ML20M / MSD sizes of Krichene et al., Table 1, are
-    # after binarisation):
-    # every interaction is a positive, so binarising again at 3.5 would shrink them below the target
-    processed_sized = getattr(data, "name", None) in _PROCESSED_PRESETS
-    threshold = 0.0 if counts_data or processed_sized else 3.5
+    threshold = _binarize_threshold(data) if binarize_threshold is None else binarize_threshold
     held = heldout_users_split(data, n_held, binarize_threshold=threshold, random_state=seed)
     tr = held.train
     return Split(
@@ -137,6 +134,17 @@ def make_split(data, protocol: str, seed: int = 0, heldout_users: int | None = N
         item_metadata=tr.item_metadata,
         info={"n_heldout": n_held, "binarize_threshold": threshold},
     )
+
+
+def _binarize_threshold(data) -> float:
+    """Ratings are binarised at > 3.5; play counts and the processed-sized presets at > 0."""
+    values = np.asarray(data.matrix.data)
+    counts_data = values.size > 0 and bool(np.all(values == np.round(values))) and float(values.max()) > 5.0
+    # presets sized like the *processed* data (the ML20M / MSD sizes of Krichene et al., Table 1, are
+    # after binarisation):
+    # every interaction is a positive, so binarising again at 3.5 would shrink them below the target
+    processed_sized = getattr(data, "name", None) in _PROCESSED_PRESETS
+    return 0.0 if counts_data or processed_sized else 3.5
 
 
 def _m(x):

@@ -325,6 +325,47 @@ def _normalised(F: np.ndarray) -> np.ndarray:
     return F / np.where(norms > 0, norms, 1.0)[:, None]
 
 
+def _array_or_none(value):
+    return None if value is None else np.asarray(value)
+
+
+def _grown_bias(b: np.ndarray | None, n_new: int, ids, values, dtype) -> np.ndarray:
+    """Bias table ``b`` (``None``: none yet) cut or grown with zeros to ``n_new`` entries, ``ids`` set to
+    ``values`` (``None``: kept)."""
+    out = np.zeros(n_new, dtype=dtype)
+    if b is not None:
+        out[: b.shape[0]] = b[:n_new]
+    if values is not None:
+        out[ids] = values
+    return out
+
+
+def _implicit_alias(attr: str, note: str) -> property:
+    """The fitted attribute ``attr`` under implicit's name (no trailing underscore), read and write.
+
+    Reading gives ``None`` while ``attr`` is unset; assigning stores ``value`` as an array (``None`` as is).
+    """
+
+    def get(self):
+        return getattr(self, attr, None)
+
+    def set_(self, value):
+        setattr(self, attr, _array_or_none(value))
+
+    return property(get, set_, doc=f"``{attr}`` under implicit's name {note}.")
+
+
+def _embedding_for_similarity(F: np.ndarray, side: str) -> np.ndarray:
+    """``F`` (``side`` factors), refused when it has no columns: cosine of empty embeddings is undefined."""
+    if F.shape[1] == 0:
+        raise ValueError(
+            f"this model has no {side} factors (factors = 0: the bias / popularity model, which the automatic "
+            f"configuration chooses when the privacy noise would swamp item embeddings), so {side} similarity is "
+            "undefined; fit with a larger epsilon, more users or an explicit factors="
+        )
+    return F
+
+
 def _is_show_progress(value) -> bool:
     return isinstance(value, (bool, np.bool_)) or (isinstance(value, numbers.Integral) and value in (0, 1))
 
@@ -430,31 +471,14 @@ class FactorizationModel(BaseEstimator):
         """scikit-learn's name for the number of columns of ``X``: the number of items."""
         return self.n_items_
 
-    @property
-    def item_factors(self):
-        """``item_factors_`` under implicit's name (``None`` before fit, as in implicit)."""
-        return getattr(self, "item_factors_", None)
-
-    @item_factors.setter
-    def item_factors(self, value):
-        self.item_factors_ = None if value is None else np.asarray(value)
-
-    @property
-    def user_factors(self):
-        """``user_factors_`` under implicit's name (``None`` before fit, or for a loaded private model)."""
-        return getattr(self, "user_factors_", None)
-
-    @user_factors.setter
-    def user_factors(self, value):
-        self.user_factors_ = None if value is None else np.asarray(value)
+    item_factors = _implicit_alias("item_factors_", "(``None`` before fit, as in implicit)")
+    user_factors = _implicit_alias("user_factors_", "(``None`` before fit, or for a loaded private model)")
 
     def _item_bias(self):
-        b = getattr(self, "item_bias_", None)
-        return None if b is None else np.asarray(b)
+        return _array_or_none(getattr(self, "item_bias_", None))
 
     def _user_bias(self):
-        b = getattr(self, "user_bias_", None)
-        return None if b is None else np.asarray(b)
+        return _array_or_none(getattr(self, "user_bias_", None))
 
     def _global(self) -> float:
         return float(getattr(self, "global_mean_", 0.0) or 0.0)
@@ -561,6 +585,16 @@ class FactorizationModel(BaseEstimator):
             )
 
     # ------------------------------------------------------------------ projection
+    def _grown_factors(self, which: str, F: np.ndarray, n_new: int, ids, factors) -> np.ndarray:
+        """``F`` (the ``which`` side's factors) grown with zero rows to ``n_new`` rows, rows ``ids`` set to ``factors``."""
+        n_old, d = F.shape
+        self._check_vocabulary_growth(which, n_new, n_old)
+        check_memory(n_new, d + 1, F.dtype.itemsize, f"{which} factors")
+        out = np.zeros((n_new, d), dtype=F.dtype)
+        out[:n_old] = F
+        out[ids] = factors
+        return out
+
     def recalculate_user(self, userid, user_items):
         """Billboard projection of users' own histories onto the item factors (no privacy cost).
 
@@ -612,19 +646,10 @@ class FactorizationModel(BaseEstimator):
         uf = np.zeros((0, d), dtype=self.item_factors_.dtype) if uf is None else np.asarray(uf)
         n_old = uf.shape[0]
         n_new = max(n_old, int(ids.max()) + 1) if ids.size else n_old
-        self._check_vocabulary_growth("user", n_new, n_old)
-        check_memory(n_new, d + 1, uf.dtype.itemsize, "user factors")
-        new_uf = np.zeros((n_new, d), dtype=uf.dtype)
-        new_uf[:n_old] = uf
-        new_uf[ids] = factors
+        new_uf = self._grown_factors("user", uf, n_new, ids, factors)
         ub = self._user_bias()
         if bias is not None or ub is not None:
-            new_ub = np.zeros(n_new, dtype=uf.dtype)
-            if ub is not None:
-                new_ub[: ub.shape[0]] = ub[:n_new]
-            if bias is not None:
-                new_ub[ids] = bias
-            self.user_bias_ = new_ub
+            self.user_bias_ = _grown_bias(ub, n_new, ids, bias, uf.dtype)
         self.user_factors_ = new_uf
         return self
 
@@ -685,20 +710,10 @@ class FactorizationModel(BaseEstimator):
             )
         factors, bias = self._solve_items(rows)
         V = np.asarray(self.item_factors_)
-        n_old, d = V.shape
-        n_new = max(n_old, int(ids.max()) + 1)
-        self._check_vocabulary_growth("item", n_new, n_old)
-        check_memory(n_new, d + 1, V.dtype.itemsize, "item factors")
-        new_V = np.zeros((n_new, d), dtype=V.dtype)
-        new_V[:n_old] = V
-        new_V[ids] = factors
+        new_V = self._grown_factors("item", V, max(V.shape[0], int(ids.max()) + 1), ids, factors)
         ib = self._item_bias()
         if ib is not None:
-            new_ib = np.zeros(n_new, dtype=ib.dtype)
-            new_ib[:n_old] = ib
-            if bias is not None:
-                new_ib[ids] = bias
-            self.item_bias_ = new_ib
+            self.item_bias_ = _grown_bias(ib, new_V.shape[0], ids, bias, ib.dtype)
         self.item_factors_ = new_V
         return self
 
@@ -960,13 +975,7 @@ class FactorizationModel(BaseEstimator):
         self._check_fitted()
         N = check_int(N, "N", minimum=1)
         scalar = np.ndim(itemid) == 0
-        V = self.item_factors_
-        if V.shape[1] == 0:
-            raise ValueError(
-                "this model has no item factors (factors = 0: the bias / popularity model, which the automatic "
-                "configuration chooses when the privacy noise would swamp item embeddings), so item similarity is "
-                "undefined; fit with a larger epsilon, more users or an explicit factors="
-            )
+        V = _embedding_for_similarity(self.item_factors_, "item")
         if recalculate_item:
             query = np.atleast_2d(self.recalculate_item(itemid, item_users))
         else:
@@ -981,7 +990,8 @@ class FactorizationModel(BaseEstimator):
     def similar_users(self, userid, N: int = 10, filter_users=None, users=None):
         """Top-N users by cosine similarity of user factors: ``(ids, scores)`` (batched like recommend).
 
-        Needs ``user_factors_`` (a loaded private model has none: use ``partial_fit_users`` first).
+        Needs ``user_factors_`` (a loaded private model has none: use ``partial_fit_users`` first) with
+        at least one factor (a ``factors=0`` model is refused, as by :meth:`similar_items`).
         """
         self._check_fitted()
         N = check_int(N, "N", minimum=1)
@@ -991,6 +1001,7 @@ class FactorizationModel(BaseEstimator):
                 f"this {type(self).__name__} holds no user factors (a loaded private model keeps only the "
                 "item side); add users with partial_fit_users(userids, user_items) first"
             )
+        uf = _embedding_for_similarity(uf, "user")
         n = uf.shape[0]
         scalar = np.ndim(userid) == 0
         ids, _ = check_ids(userid, n, "userid")

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..._validation import check_int, check_positive
 from ...privacy import make_rng
+from ...privacy.clipping import project_ball as clip_project_ball
 from .channel import SiloChannel
 from .silos import Availability, Silo, SiloSet
 
@@ -45,11 +46,9 @@ def private_clip(clip: float | None, silo: Silo) -> float:
 
 
 def project_ball(theta: np.ndarray, radius: float | None) -> np.ndarray:
-    """Euclidean projection onto {||theta|| <= radius} (Frobenius for matrices); ``None`` = R^p."""
-    if radius is None:
-        return theta
-    nrm = float(np.linalg.norm(theta))
-    return theta if nrm <= radius else theta * (radius / nrm)
+    """Euclidean projection onto {||theta|| <= radius} (Frobenius for matrices); ``None`` = R^p
+    (the library's one projection, :func:`privrec.privacy.clipping.project_ball`, on the whole array)."""
+    return clip_project_ball(theta, radius, rows=False)
 
 
 def federated_objective(loss, theta, silos: SiloSet) -> float:

@@ -117,27 +117,13 @@ class _FederatedDP(BaseEstimator):
             private=private,
             random_state=self.random_state,
             noise=self.noise,
+            sampling=self.sampling,
         )
+        sgd = dict(kw, rounds=self.rounds, step_size=self.step_size)  # the two (non-accelerated) SGD methods
         if base == "mb_sgd":
-            res = mb_sgd(
-                fed,
-                loss,
-                rounds=self.rounds,
-                batch_size=self.batch_size,
-                step_size=self.step_size,
-                sampling=self.sampling,
-                **kw,
-            )
+            res = mb_sgd(fed, loss, batch_size=self.batch_size, **sgd)
         elif base == "local_sgd":
-            res = local_sgd(
-                fed,
-                loss,
-                rounds=self.rounds,
-                local_steps=self.local_steps,
-                step_size=self.step_size,
-                sampling=self.sampling,
-                **kw,
-            )
+            res = local_sgd(fed, loss, local_steps=self.local_steps, **sgd)
         else:
             # data independent: rows were clipped to feature_bound, plus the constant intercept column
             xb = float(self.feature_bound)
@@ -149,7 +135,6 @@ class _FederatedDP(BaseEstimator):
                 smoothness=max(loss.smoothness(xb), 1e-12),
                 rounds=None if base == "accelerated_one_pass" else self.rounds,
                 mode="one_pass" if base == "accelerated_one_pass" else "erm",
-                sampling=self.sampling,
                 **kw,
             )
         coef = res.coef

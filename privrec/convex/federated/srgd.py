@@ -313,95 +313,101 @@ def accelerated_dp_srgd(
     )
 
 
-def dp_sgd_single_epoch(
-    X,
-    y,
-    loss,
-    *,
-    epsilon: float,
-    delta: float,
-    steps: int,
-    batch_size: int,
-    clip: float,
-    step_size: float,
-    radius: float | None = None,
-    noise_rule: str = "max",
-    averaging: bool = True,
-    theta0=None,
-    random_state=None,
-) -> SingleEpochResult:
+def _noisy_gradient_steps(x0, T, B, C, z_ev, rng, lr, radius, l2):
+    """DP-SGD: every batch's clipped gradient sum gets fresh Gaussian noise (one mechanism on disjoint batches)."""
+
+    def step(x, clipped_sum):
+        g = gaussian_mechanism(clipped_sum, REPLACE_FACTOR * C, z_ev, rng, dtype=np.float64).value / B + l2 * x
+        return project_ball(x - lr * g, radius)
+
+    def record(ledger):
+        ledger.record(
+            "single-epoch DP-SGD: disjoint batches (parallel composition)",
+            gaussian_event(z_ev),
+            steps=T,
+            batch_size=B,
+            clip=C,
+            sensitivity=REPLACE_FACTOR * C,
+        )
+
+    return step, record
+
+
+def _tree_prefix_steps(x0, T, B, C, z_ev, rng, lr, radius, l2):
+    """DP-FTRL: the mean clipped gradients go through the binary tree; x = Proj(x_0 - lr * noisy prefix sum)."""
+    tree = TreeAggregator(x0.shape, T, REPLACE_FACTOR * C / B, node_multiplier_for(z_ev, T), rng, dtype=np.float64)
+    ridge = np.zeros_like(x0)
+
+    def step(x, clipped_sum):
+        prefix = tree.add(clipped_sum / B)
+        np.add(ridge, l2 * x, out=ridge)
+        return project_ball(x0 - lr * (prefix + ridge), radius)
+
+    def record(ledger):
+        tree.record(ledger, "single-epoch DP-FTRL: tree-aggregated gradient prefix sums")
+
+    return step, record
+
+
+def _single_epoch_baseline(name: str, steps_rule, doc: str):
+    """The public single-epoch baseline ``name``: one pass over disjoint batches of clipped per-example
+    gradients, noised and turned into iterates by ``steps_rule`` (:func:`_noisy_gradient_steps` or
+    :func:`_tree_prefix_steps`); the set-up, averaging and report are the same for both."""
+
+    def baseline(
+        X,
+        y,
+        loss,
+        *,
+        epsilon: float,
+        delta: float,
+        steps: int,
+        batch_size: int,
+        clip: float,
+        step_size: float,
+        radius: float | None = None,
+        noise_rule: str = "max",
+        averaging: bool = True,
+        theta0=None,
+        random_state=None,
+    ) -> SingleEpochResult:
+        eps = check_epsilon(epsilon)
+        X, y, T, B, rng, perm = _prepare(X, y, steps, batch_size, random_state)
+        lr = check_positive(step_size, "step_size")
+        C = check_positive(clip, "clip")
+        z_ev = event_multiplier(eps, delta, noise_rule)
+        x = _theta0(loss, X.shape[1], theta0)
+        step, record = steps_rule(x, T, B, C, z_ev, rng, lr, radius, getattr(loss, "l2", 0.0))
+        avg = np.zeros_like(x)
+        iterates = []
+        for t in range(T):
+            idx = perm[t]
+            x = step(x, clip_gradients(loss.per_example_gradients(x, X[idx], y[idx]), C).sum(axis=0))
+            avg += (x - avg) / (t + 1)
+            iterates.append((avg if averaging else x).copy())
+        ledger = PrivacyLedger(neighboring=NEIGHBORING)
+        record(ledger)
+        out = avg if averaging else x
+        return _finish(out, iterates, ledger, delta, steps=T, batch_size=B, event_noise_multiplier=z_ev)
+
+    baseline.__name__ = baseline.__qualname__ = name
+    baseline.__doc__ = doc
+    return baseline
+
+
+dp_sgd_single_epoch = _single_epoch_baseline(
+    "dp_sgd_single_epoch",
+    _noisy_gradient_steps,
     """Single-epoch DP-SGD on disjoint batches: x <- Proj(x - lr (mean clipped grad + N(0, s^2))).
 
     Each example is in one batch, so the run is one Gaussian mechanism with replace-one
     sensitivity 2C/B on the mean (parallel composition, also under adaptivity). Returns the
     average of the iterates by default.
-    """
-    eps = check_epsilon(epsilon)
-    X, y, T, B, rng, perm = _prepare(X, y, steps, batch_size, random_state)
-    lr = check_positive(step_size, "step_size")
-    C = check_positive(clip, "clip")
-    z_ev = event_multiplier(eps, delta, noise_rule)
-    x = _theta0(loss, X.shape[1], theta0)
-    avg = np.zeros_like(x)
-    l2 = getattr(loss, "l2", 0.0)
-    iterates = []
-    for t in range(T):
-        idx = perm[t]
-        s = clip_gradients(loss.per_example_gradients(x, X[idx], y[idx]), C).sum(axis=0)
-        g = gaussian_mechanism(s, REPLACE_FACTOR * C, z_ev, rng, dtype=np.float64).value / B + l2 * x
-        x = project_ball(x - lr * g, radius)
-        avg += (x - avg) / (t + 1)
-        iterates.append((avg if averaging else x).copy())
-    ledger = PrivacyLedger(neighboring=NEIGHBORING)
-    ledger.record(
-        "single-epoch DP-SGD: disjoint batches (parallel composition)",
-        gaussian_event(z_ev),
-        steps=T,
-        batch_size=B,
-        clip=C,
-        sensitivity=REPLACE_FACTOR * C,
-    )
-    return _finish(avg if averaging else x, iterates, ledger, delta, steps=T, batch_size=B, event_noise_multiplier=z_ev)
+    """,
+)
 
-
-def dp_ftrl_single_epoch(
-    X,
-    y,
-    loss,
-    *,
-    epsilon: float,
-    delta: float,
-    steps: int,
-    batch_size: int,
-    clip: float,
-    step_size: float,
-    radius: float | None = None,
-    noise_rule: str = "max",
-    averaging: bool = True,
-    theta0=None,
-    random_state=None,
-) -> SingleEpochResult:
-    """Single-epoch DP-FTRL: x_{t+1} = Proj(x_0 - lr * tree-noised prefix sum of mean clipped gradients)."""
-    eps = check_epsilon(epsilon)
-    X, y, T, B, rng, perm = _prepare(X, y, steps, batch_size, random_state)
-    lr = check_positive(step_size, "step_size")
-    C = check_positive(clip, "clip")
-    z_ev = event_multiplier(eps, delta, noise_rule)
-    x0 = _theta0(loss, X.shape[1], theta0)
-    x = x0.copy()
-    tree = TreeAggregator(x.shape, T, REPLACE_FACTOR * C / B, node_multiplier_for(z_ev, T), rng, dtype=np.float64)
-    l2 = getattr(loss, "l2", 0.0)
-    ridge = np.zeros_like(x)
-    avg = np.zeros_like(x)
-    iterates = []
-    for t in range(T):
-        idx = perm[t]
-        g = clip_gradients(loss.per_example_gradients(x, X[idx], y[idx]), C).sum(axis=0) / B
-        prefix = tree.add(g)
-        ridge += l2 * x
-        x = project_ball(x0 - lr * (prefix + ridge), radius)
-        avg += (x - avg) / (t + 1)
-        iterates.append((avg if averaging else x).copy())
-    ledger = PrivacyLedger(neighboring=NEIGHBORING)
-    tree.record(ledger, "single-epoch DP-FTRL: tree-aggregated gradient prefix sums")
-    return _finish(avg if averaging else x, iterates, ledger, delta, steps=T, batch_size=B, event_noise_multiplier=z_ev)
+dp_ftrl_single_epoch = _single_epoch_baseline(
+    "dp_ftrl_single_epoch",
+    _tree_prefix_steps,
+    "Single-epoch DP-FTRL: x_{t+1} = Proj(x_0 - lr * tree-noised prefix sum of mean clipped gradients).",
+)
