@@ -61,6 +61,7 @@ import dp_accounting
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from .._constraints import store_init_params
 from .._validation import check_delta, check_finite_array, check_int, check_positive
 from ..privacy import PrivacyLedger, check_noise_random_state, epsilon_of_event, laplace_event, make_rng
 
@@ -177,17 +178,7 @@ class AsyncDPLearner(BaseEstimator):
         delta: float = 1e-6,
         random_state=None,
     ):
-        self.epsilon = epsilon
-        self.n_steps = n_steps
-        self.rho = rho
-        self.sigma = sigma
-        self.theta_max = theta_max
-        self.grad_bound = grad_bound
-        self.l1_mode = l1_mode
-        self.coefficient = coefficient
-        self.loss = loss
-        self.delta = delta
-        self.random_state = random_state
+        store_init_params(self, locals())
 
     # ------------------------------------------------------------------------------------------
     def _prepare(self, X, y, owner):

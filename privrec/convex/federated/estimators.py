@@ -37,6 +37,7 @@ import math
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 
+from ..._constraints import store_init_params
 from ...privacy import check_noise_random_state, clip_rows
 from ..losses import LogisticLoss, SoftmaxLoss, SquaredLoss
 from .accelerated import accelerated_mb_sgd
@@ -66,22 +67,7 @@ class _FederatedDP(BaseEstimator):
         noise: str = "accountant",
         random_state=None,
     ):
-        self.algorithm = algorithm
-        self.epsilon = epsilon
-        self.delta = delta
-        self.rounds = rounds
-        self.batch_size = batch_size
-        self.step_size = step_size
-        self.clip = clip
-        self.radius = radius
-        self.n_available = n_available
-        self.local_steps = local_steps
-        self.feature_bound = feature_bound
-        self.l2 = l2
-        self.fit_intercept = fit_intercept
-        self.sampling = sampling
-        self.noise = noise
-        self.random_state = random_state
+        store_init_params(self, locals())
 
     def _design(self, X):
         X = np.asarray(X, dtype=np.float64)
