@@ -114,7 +114,17 @@ class PrivatePipeline:
         """Per-column user counts: noisy and sampled when private (App. D.1), exact otherwise."""
         if not self.private:
             return np.diff(user_items.tocsc().indptr).astype(np.float64)
-        stat = allocation.private_item_counts(user_items, count_sample, self.count_scale, self.rng, label=label)
+        return self.release_sampled_counts(
+            lambda key: allocation.sampled_item_counts(user_items, count_sample, key), count_sample, label
+        )
+
+    def release_sampled_counts(
+        self, sampled_counts: Callable[[int], np.ndarray], count_sample: int, label: str = "item counts"
+    ) -> np.ndarray:
+        """The private counts from ``sampled_counts(key)`` -- the exact per-item counts of the per-user
+        samples drawn with sampling ``key`` (computed in one piece or summed over blocks of users)."""
+        exact = sampled_counts(allocation.sampling_key(self.rng))
+        stat = allocation.release_item_counts(exact, count_sample, self.count_scale, self.rng, label=label)
         self.record(stat)
         return np.asarray(stat.value, dtype=np.float64)
 
@@ -126,24 +136,40 @@ class PrivatePipeline:
         rating_range: tuple[float, float] | None = None,
         label: str = "global mean",
     ) -> float:
-        """Global mean rating: noisy (two Gaussian events) when private, exact otherwise.
-
-        With a declared ``rating_range`` the mean is estimated around its (public) midpoint: half
-        the bound, so half the sensitivity (the offset is post-processing).
-        """
+        """Global mean rating: noisy (two Gaussian events) when private, exact otherwise."""
         if not self.private:
             return float(user_items.data.mean(dtype=np.float64)) if user_items.nnz else 0.0
-        mid, half = (
-            ((rating_range[0] + rating_range[1]) / 2.0, (rating_range[1] - rating_range[0]) / 2.0)
-            if rating_range
-            else (0.0, rating_bound)
-        )
-        shifted = (
-            user_items
-            if not mid
-            else sp.csr_matrix((user_items.data - mid, user_items.indices, user_items.indptr), shape=user_items.shape)
-        )
-        stat = allocation.private_global_mean(shifted, count_sample, self.count_scale, half, self.rng, label=label)
+
+        def sampled_sum(key: int, half: float, mid: float) -> tuple[float, float]:
+            shifted = (
+                user_items
+                if not mid
+                else sp.csr_matrix(
+                    (user_items.data - mid, user_items.indices, user_items.indptr), shape=user_items.shape
+                )
+            )
+            return allocation.sampled_rating_sum(shifted, count_sample, key, half)
+
+        return self.release_sampled_mean(sampled_sum, count_sample, rating_bound, rating_range, label)
+
+    def release_sampled_mean(
+        self,
+        sampled_sum: Callable[[int, float, float], tuple[float, float]],
+        count_sample: int,
+        rating_bound: float,
+        rating_range: tuple[float, float] | None = None,
+        label: str = "global mean",
+    ) -> float:
+        """The private mean from ``sampled_sum(key, half, mid)`` -- (sum of the sampled ratings minus
+        ``mid`` clipped to ``half``, number sampled). With a declared ``rating_range`` the mean is
+        estimated around its (public) midpoint: half the bound, so half the sensitivity (the offset
+        is post-processing)."""
+        if rating_range:
+            mid, half = (rating_range[0] + rating_range[1]) / 2.0, (rating_range[1] - rating_range[0]) / 2.0
+        else:
+            mid, half = 0.0, rating_bound
+        total, n = sampled_sum(allocation.sampling_key(self.rng), half, mid)
+        stat = allocation.release_global_mean(total, n, count_sample, self.count_scale, half, self.rng, label=label)
         self.record(stat)
         return float(stat.value) + mid
 
@@ -179,11 +205,17 @@ class PrivatePipeline:
             return sp.csr_matrix(
                 (np.ones(user_items.nnz, dtype=dtype), user_items.indices, user_items.indptr), shape=user_items.shape
             )
+        key = self.allocation_key(kind)
         if kind == "uniform":
-            return allocation.uniform_weights(user_items, int(budget), rng=self.rng, dtype=dtype)
+            return allocation.uniform_weights(user_items, int(budget), dtype=dtype, key=key)
         if kind == "tail":
-            return allocation.tail_weights(user_items, counts, int(budget), rng=self.rng, dtype=dtype)
+            return allocation.tail_weights(user_items, counts, int(budget), dtype=dtype, key=key)
         return allocation.adaptive_weights(user_items, counts, mu, budget, dtype=dtype, **adaptive_options)
+
+    def allocation_key(self, kind: str) -> int | None:
+        """The sampling key of a ``uniform`` / ``tail`` allocation (drawn here, in the pipeline's
+        order), ``None`` for the deterministic ones; blocks of users pass it with their row offset."""
+        return allocation.sampling_key(self.rng) if self.private and kind in ("uniform", "tail") else None
 
     # ------------------------------------------------------------------ 4-5. record, check
     def record(self, release: Release, prefix: str = "") -> None:

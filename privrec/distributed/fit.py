@@ -1,0 +1,763 @@
+"""The DP-ALS fit on Dask: :func:`fit` runs :meth:`privrec.models.DPALS.fit` over user partitions.
+
+What runs where (one sweep = user step, then item step):
+
+* **driver** -- everything that draws randomness or is released, in exactly the order of the local
+  :meth:`~privrec.models.DPALS.fit`: configuration (``_resolve_config`` on the public shape),
+  calibration (:class:`privrec.pipeline.PrivatePipeline`), the sampling keys (one
+  :func:`~privrec.allocation.sampling_key` per sampled release), the Gaussian releases of the item
+  counts and of the global mean (from tree-summed exact per-partition statistics), the head
+  restriction, the item ridge, the initial item factors, and per ALS step the budget check, the
+  released global Gramian (``unobserved_weight > 0``), the per-block noise seeds
+  (``SSPSolver.noise_seeds``) and the ledger record; finally the ledger-vs-plan check and the
+  release attributes;
+* **partition tasks** (where the partition's CSR block lives; the state persists on the workers
+  between steps) -- binarisation (implicit feedback), sampled counts / rating sums with the
+  partition's global row offset (counter-based sampling: the same entries as on the whole
+  matrix), head restriction, centering, the per-user allocation (uniform / tail with the
+  driver's key, adaptive), the per-user ridge, the item-major batch structure, and per step the
+  exact user step (``DPALS._user_step``), labels (minus the user bias, clipped when private),
+  features ``[U, c]`` and the unit spend;
+* **reduction** (:func:`~privrec.distributed.reduce_item_blocks`) -- per public block of
+  ``block_tasks`` items (a multiple of ``NOISE_BLOCK``): each partition's exact statistics
+  (``chunk_statistics``), a fixed fan-in tree sum, and at the root ``SSPSolver.release_block``
+  with the seed of each noise block it covers (or the exact ridge solve at epsilon = inf).
+
+Equality with the local fit: the same random draws in the same order give the same noise, the
+same sampled entries, the same allocation and the same ledger; only floating-point sums are
+taken in another order (statistics over partitions, the global Gramian, the non-private mean and
+user-ridge normaliser) and the exact user / item solves batch their rows differently, so the
+factors agree to float tolerance (float32: a few ulps per sum, observed within ~1e-6 of the
+factors' scale after a few steps; ``tests/test_distributed_fit.py`` asserts 1e-4), while the
+ledger, the noise scales and the privacy report are identical. For a fixed ``(n_partitions, fan_in, block_tasks)`` a
+distributed run is bit-identical across schedules, retries and lost workers (every task is pure
+and every random draw is an argument).
+
+Not gathered: ``user_factors_`` (``None``): project users from their own histories with
+``transform`` / ``partial_fit_users`` / ``recommend(userid, user_items)`` (billboard projection,
+free). Trust model: workers and driver together are the trusted curator of central DP, as the
+process running the local fit is. The exact per-item statistics are noised at their roots on the
+workers; the driver receives aggregates only -- the exact (sampled) item counts, rating sums and,
+with ``unobserved_weight > 0``, the global Gramian before it adds their noise, as the local fit
+computes them -- never a user's row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._validation import check_memory
+from ..allocation import (
+    adaptive_weights,
+    sampled_item_counts,
+    sampled_rating_sum,
+    tail_weights,
+    uniform_weights,
+)
+from ..privacy import clip_labels, make_rng
+from ..privacy.mechanisms import Release
+from ..solvers import TaskBatch, make_solver
+from ..solvers._linalg import as_task_array, chunk_statistics, prepared_inputs, single_threaded_blas, spd_solve
+from ..solvers.ridge import frequency_regularization
+from ..solvers.ssp import NOISE_BLOCK
+from ._client import get_client
+from .partition import PartitionBlock, PartitionedInteractions, partition_interactions
+from .reduce import DEFAULT_FAN_IN, item_blocks, reduce_item_blocks, tree_sum
+
+#: item tasks per reduction block (4 noise blocks: 1024 x (d+1)^2 float32 Gramians = 4.5 MB at d = 32)
+DEFAULT_BLOCK_TASKS = 4 * NOISE_BLOCK
+#: values up to this size travel as a task argument (recomputable after a worker loss); larger ones
+#: are scattered to every worker (no lineage: a copy must survive on some worker)
+_INLINE_BYTES = 16 << 20
+
+
+# ---------------------------------------------------------------------- per-partition state
+
+
+@dataclass
+class PartitionState:
+    """What a partition keeps on its worker between ALS steps (never gathered).
+
+    ``centered``: the head-restricted ratings (binarised for implicit feedback) minus the global
+    mean, in the fit's dtype (local users x head items); ``rows``: local user row of every entry;
+    ``user_counts``: head-restricted ratings per local user; ``reg_users``: the user-step ridge;
+    ``batch0``: the item-major :class:`~privrec.solvers.TaskBatch` structure (allocation weights,
+    entry positions as labels) and ``order`` the entry permutation into it, so a step regroups its
+    labels without another sort (as the local fit does).
+    """
+
+    centered: sp.csr_matrix
+    rows: np.ndarray
+    user_counts: np.ndarray
+    reg_users: np.ndarray | None
+    batch0: TaskBatch
+    order: np.ndarray
+
+
+@dataclass
+class StepData:
+    """One partition's item-step input of one ALS step: the batch (labels, weights, features), the
+    features as the solver sees them (``x``, clipped for SSP), the partition's largest unit spend
+    and its partial global Gramian (``None`` without gravity)."""
+
+    batch: TaskBatch
+    x: np.ndarray
+    spend: float
+    gram: np.ndarray | None
+
+
+# ---------------------------------------------------------------------- task bodies (pure, picklable)
+
+
+def _identity(value):
+    return value
+
+
+def _scan(block: PartitionBlock) -> dict:
+    """Validation summary of one partition's raw values (nnz, min, max, negatives)."""
+    data = np.asarray(block.matrix.data)
+    if not data.size:
+        return {"nnz": 0, "min": math.inf, "max": -math.inf, "negative": 0}
+    return {
+        "nnz": int(data.size),
+        "min": float(data.min()),
+        "max": float(data.max()),
+        "negative": int(np.count_nonzero(data < 0)),
+    }
+
+
+def _training_matrix(block: PartitionBlock, offset: int, implicit: bool) -> sp.csr_matrix:
+    """The partition's rows of the fit's matrix (``R_full`` of the local fit): binarised for implicit feedback."""
+    from ..models.dpals import _binarised
+
+    return _binarised(block.matrix) if implicit else block.matrix
+
+
+def _sampled_counts(R: sp.csr_matrix, offset: int, k: int, key: int) -> np.ndarray:
+    return sampled_item_counts(R, k, key, offset)
+
+
+def _exact_counts(R: sp.csr_matrix, offset: int) -> np.ndarray:
+    return np.bincount(R.indices, minlength=R.shape[1]).astype(np.float64)
+
+
+def _sampled_sum(R: sp.csr_matrix, offset: int, k: int, key: int, bound: float, mid: float) -> tuple[float, float]:
+    # the local PrivatePipeline.release_mean shifts by the public midpoint first (same expression)
+    m = R if not mid else sp.csr_matrix((R.data - mid, R.indices, R.indptr), shape=R.shape)
+    return sampled_rating_sum(m, k, key, bound, offset)
+
+
+def _exact_sum(R: sp.csr_matrix, offset: int) -> tuple[float, float]:
+    return float(R.data.sum(dtype=np.float64)), float(R.nnz)
+
+
+def _weights(R: sp.csr_matrix, offset: int, counts_h: np.ndarray, cfg, key: int | None) -> sp.csr_matrix:
+    """``PrivatePipeline.allocate`` for one block of users (the sampling key drawn by the driver)."""
+    dtype = cfg.dtype
+    kind = cfg.allocation if cfg.private else "full"
+    if kind == "full":
+        return sp.csr_matrix((np.ones(R.nnz, dtype=dtype), R.indices, R.indptr), shape=R.shape)
+    if kind == "uniform":
+        return uniform_weights(R, int(cfg.budget), dtype=dtype, key=key, row_offset=offset)
+    if kind == "tail":
+        return tail_weights(R, counts_h, int(cfg.budget), dtype=dtype, key=key, row_offset=offset)
+    return adaptive_weights(R, counts_h, cfg.mu, cfg.budget, dtype=dtype)
+
+
+def _prepare(
+    R_full: sp.csr_matrix,
+    offset: int,
+    head: np.ndarray,
+    mu: float,
+    counts_h: np.ndarray,
+    key: int | None,
+    n_users: int,
+    proxy,
+    cfg,
+) -> PartitionState:
+    """Head restriction, centering, allocation, user ridge (when per user) and the batch structure."""
+    dtype = cfg.dtype
+    n_items = R_full.shape[1]
+    R = (R_full[:, head] if head.size != n_items else R_full).tocsr()
+    if not R.has_sorted_indices:
+        R = R.copy()  # never sort the partition block itself in place
+        R.sort_indices()
+    centered = R.copy()
+    centered.data = centered.data.astype(dtype, copy=True)
+    if mu:
+        centered.data -= dtype.type(mu)
+    W = _weights(R, offset, counts_h, cfg, key)
+    user_counts = np.diff(R.indptr)
+    rows = np.repeat(np.arange(R.shape[0]), user_counts)
+    if cfg.private:
+        reg_users: np.ndarray | None = proxy._user_regularization(cfg, user_counts)[0]
+    elif not cfg.user_reg_exponent:
+        reg_users = frequency_regularization(user_counts, cfg.user_reg, 0.0)[0]
+    else:
+        reg_users = None  # needs the global normaliser: _with_user_reg
+    width = cfg.factors + (1 if cfg.biases else 0)
+    where = centered.copy()
+    where.data = np.arange(1, centered.nnz + 1, dtype=np.float64)
+    batch0 = proxy.item_batch(cfg, where, W, np.zeros((R.shape[0], width), dtype=dtype), counts_h, n_users)
+    order = batch0.labels.astype(np.int64) - 1
+    return PartitionState(centered, rows, user_counts, reg_users, batch0, order)
+
+
+def _user_count_sums(state: PartitionState, exponent: float) -> tuple[float, float]:
+    """The two sums of ``frequency_regularization``'s normaliser over this partition's users."""
+    c = np.asarray(state.user_counts, dtype=np.float64)
+    return float(c.sum()), float(np.dot(c, (c + 1.0) ** exponent))
+
+
+def _with_user_reg(state: PartitionState, reg: float, exponent: float, norm: float) -> PartitionState:
+    """``frequency_regularization`` with the global normaliser (non-private fits)."""
+    c = np.asarray(state.user_counts, dtype=np.float64)
+    return dataclasses.replace(state, reg_users=reg * (c + 1.0) ** exponent * norm)
+
+
+def _user_step(state: PartitionState, side, proxy, cfg, max_norm: float | None, gravity: str | None) -> StepData:
+    """Exact user step of the partition's users, then its item-step batch (as in ``DPALS.fit``)."""
+    V, b_items = side["V"], side["b"]
+    dtype = cfg.dtype
+    U, b_users = proxy._user_step(cfg, state.centered, V, b_items, state.reg_users)
+    labels = state.centered.data.copy()
+    if b_users is not None:
+        labels -= b_users[state.rows]
+    if cfg.private:
+        labels = clip_labels(labels, cfg.label_bound).astype(dtype, copy=False)
+    n = state.centered.shape[0]
+    feats = np.hstack([U, np.full((n, 1), dtype.type(cfg.bias_feature), dtype=dtype)]) if cfg.biases else U
+    batch = dataclasses.replace(state.batch0, labels=labels[state.order], features=feats)
+    x, _ = prepared_inputs(batch, max_norm, None, dtype, labels=False)
+    spend = batch.unit_budget() if cfg.private else 0.0
+    gram = None
+    with single_threaded_blas():
+        if gravity == "features":  # SSP / ExactSolver: global_gramian(x) of the solver's features
+            gram = x.T @ x
+        elif gravity == "factors":  # ALS: alpha * U^T U in float64, the bias coordinate without gravity
+            u64 = np.asarray(U, dtype=np.float64)
+            gram = u64.T @ u64
+    return StepData(batch, x, spend, gram)
+
+
+def _spend(step: StepData) -> float:
+    return step.spend
+
+
+def _gram(step: StepData) -> np.ndarray | None:
+    return step.gram
+
+
+def _statistics(step: StepData, offset: int, items: slice, label_bound: float | None, exact: bool, hook):
+    """Leaf: this partition's exact statistics of the item tasks ``items`` (``chunk_statistics``)."""
+    if hook is not None:
+        hook(offset, items)
+    batch = step.batch
+    with single_threaded_blas():
+        G, b = chunk_statistics(batch, step.x, batch.labels, items.start, items.stop, label_bound=label_bound)
+    if exact:
+        return G, b, np.diff(batch.indptr[items.start : items.stop + 1])
+    return G, b
+
+
+def _release_blocks(total, k: int, seeds, solver, reg: np.ndarray, gram, block_tasks: int):
+    """Root of a private block: ``SSPSolver.release_block`` once per noise block it covers."""
+    G, b = total
+    t0 = k * block_tasks
+    out = np.empty(b.shape, dtype=np.dtype(solver.dtype))
+    n_bad = 0
+    with single_threaded_blas():
+        for j, seed in enumerate(seeds):
+            s0, s1 = j * NOISE_BLOCK, min((j + 1) * NOISE_BLOCK, len(b))
+            out[s0:s1], bad = solver.release_block(G[s0:s1], b[s0:s1], reg[t0 + s0 : t0 + s1], gram, seed)
+            n_bad += bad
+    return out, n_bad
+
+
+def _solve_exact(total, k: int, seed, reg: np.ndarray, gram, block_tasks: int):
+    """Root of a non-private block: the ridge solve of ``ExactSolver`` / ALS from the summed statistics
+    (tasks without examples get zeros, as ``solve_rows`` gives them)."""
+    G, b, sizes = total
+    t0 = k * block_tasks
+    A = G
+    d = A.shape[-1]
+    diag = np.arange(d)
+    A[:, diag, diag] += reg[t0 : t0 + len(b), None]
+    if gram is not None:
+        A += gram
+    out = np.zeros(b.shape, dtype=b.dtype)
+    has = np.flatnonzero(sizes > 0)
+    if has.size:
+        with single_threaded_blas():
+            out[has] = spd_solve(A[has], b[has])
+    return out, 0
+
+
+# ---------------------------------------------------------------------- the driver
+
+
+def _unsupported(model) -> str | None:
+    from ..models import ALS, DPALS, METHODS
+
+    if isinstance(model, DPALS):
+        method = getattr(model, "method", None)
+        if method in METHODS and METHODS[method][0] != "ssp":
+            return (
+                f"privrec.distributed.fit supports the SSP methods (dpals-uniform, dpals-tail, ada-dpals), not "
+                f"{method!r}: noisy GD draws its noise from one stream per data-dependent compute chunk "
+                "(NoisyGDSolver.solve spawns them over chunks bounded by chunk_examples), not from public per-task "
+                "blocks, so a partitioned run could neither reproduce the local fit's noise nor keep it independent "
+                "of how the data is split; fit dpsgd-* / ada-dpsgd locally with DPALS.fit"
+            )
+        return None
+    if isinstance(model, ALS):
+        return None
+    raise TypeError(f"privrec.distributed.fit fits a DPALS or an ALS, got {type(model).__name__}")
+
+
+def _als_proxy(als):
+    """The exact, non-private DPALS path with ALS's settings (see :func:`fit`)."""
+    from ..models import DPALS
+
+    return DPALS(
+        method="ada-dpals",
+        epsilon=math.inf,
+        factors=als.factors,
+        iterations=max(1, int(als.iterations)),
+        regularization=als.regularization,
+        reg_exponent=als.reg_exponent,
+        user_regularization=als.regularization,
+        user_reg_exponent=als.reg_exponent,
+        biases=als.biases,
+        center=als.center,
+        unobserved_weight=als.unobserved_weight,
+        item_frac=1.0,
+        init_scale=als.init_scale,
+        dtype=als.dtype,
+        num_threads=als.num_threads,
+    )
+
+
+def _share(client, value, key: str):
+    """A future of ``value`` for task arguments: a task (recomputable) when small, scattered otherwise."""
+    values = value.values() if isinstance(value, dict) else [value]
+    nbytes = sum(v.nbytes for v in values if isinstance(v, np.ndarray))
+    if nbytes > _INLINE_BYTES and not getattr(client, "serial", False):
+        return client.scatter([value], broadcast=True, hash=False)[0]  # one future for the whole value
+    return client.submit(_identity, value, key=key)
+
+
+def _check_block_tasks(block_tasks) -> int:
+    if isinstance(block_tasks, bool) or not isinstance(block_tasks, (int, np.integer)) or block_tasks < NOISE_BLOCK:
+        raise ValueError(f"block_tasks must be a positive multiple of NOISE_BLOCK = {NOISE_BLOCK}, got {block_tasks!r}")
+    if block_tasks % NOISE_BLOCK:
+        raise ValueError(f"block_tasks must be a multiple of NOISE_BLOCK = {NOISE_BLOCK}, got {block_tasks}")
+    return int(block_tasks)
+
+
+def fit(
+    model,
+    data,
+    *,
+    client=None,
+    n_partitions: int | None = None,
+    user_col="user",
+    item_col="item",
+    rating_col="rating",
+    items=None,
+    duplicates: str = "error",
+    show_progress: bool = False,
+    fan_in: int = DEFAULT_FAN_IN,
+    block_tasks: int = DEFAULT_BLOCK_TASKS,
+    max_in_flight: int | None = None,
+    _leaf_hook: Callable | None = None,
+):
+    """Fit ``model`` (a :class:`~privrec.models.DPALS` or :class:`~privrec.models.ALS`) on partitioned
+    data with Dask; returns ``model``, fitted as by its own ``fit`` (see the module docstring).
+
+    ``data``: a :class:`~privrec.distributed.PartitionedInteractions`, or anything
+    :func:`~privrec.distributed.partition_interactions` takes (a Dask / pandas DataFrame, a Parquet
+    path or glob), partitioned here with ``n_partitions``, the column names, ``items`` (public item
+    vocabulary) and ``duplicates`` (and released afterwards). ``client``: a ``distributed.Client``
+    (default: the data's, else the current one) or a :class:`~privrec.distributed.SerialClient`.
+    ``fan_in``: of the summation trees; ``block_tasks``: item tasks per reduction block (a multiple
+    of ``NOISE_BLOCK``; it changes the order of float sums, never the noise); ``max_in_flight``:
+    blocks reduced at once (memory bound, default 4). ``_leaf_hook(offset, items)``: called at the
+    start of every statistics task (fault-injection tests only).
+
+    DPALS: every SSP method (``dpals-uniform``, ``dpals-tail``, ``ada-dpals``), explicit or implicit
+    feedback, biases, centering, ``unobserved_weight``, ``item_frac``, finite or infinite epsilon.
+    Released attributes equal the local fit's (factors to float tolerance; ledger, noise scales,
+    configuration and trained items identical); ``user_factors_`` / ``user_bias_`` are ``None``
+    (not gathered: use ``transform``, ``partial_fit_users`` or ``recommend(userid, user_items)``)
+    and ``user_ids_`` is ``None`` (no user factors to index), ``fit_timings_["projection"]`` is 0.
+    The per-task solves use ``model.num_threads`` threads (default 1: parallelism comes from the
+    partitions, so use at least as many partitions as worker threads). ``dpsgd-*`` / ``ada-dpsgd``:
+    ``NotImplementedError`` (their noise streams are not per public block).
+
+    ALS: run as the exact non-private DPALS path (epsilon = inf: exact mean, all weights 1, exact
+    ridge solves of both half-steps, the frequency-scaled ridge ``regularization`` on both sides),
+    i.e. it equals ``ALS(solver="cholesky")`` with the same settings to float tolerance; with
+    ``solver="cg"`` (ALS's default) the solves are exact anyway (a ``UserWarning`` says so: CG's
+    warm-started iterations would need one reduction per CG step). The gravity term (unobserved
+    weight) is ALS's (user factors only, no bias coordinate). Sets ``item_factors_``,
+    ``item_bias_``, ``global_mean_``, ``user_reg_norm_``, ``item_reg_norm_``; ``user_factors_`` and
+    ``user_bias_`` are ``None``.
+    """
+    from ..models import ALS
+
+    reason = _unsupported(model)
+    if reason is not None:
+        raise NotImplementedError(reason)
+    block_tasks = _check_block_tasks(block_tasks)
+    if isinstance(model, ALS):
+        model._validate()
+        if model.solver != "cholesky":
+            warnings.warn(
+                f"ALS(solver={model.solver!r}) is fitted with exact (Cholesky) solves by privrec.distributed.fit: "
+                "the result equals ALS(solver='cholesky')",
+                UserWarning,
+                stacklevel=2,
+            )
+    owned = not isinstance(data, PartitionedInteractions)
+    if owned:
+        parts = partition_interactions(
+            data, user_col, item_col, rating_col, n_partitions, items, client, duplicates=duplicates
+        )
+    else:
+        parts = data
+        if n_partitions is not None and n_partitions != parts.n_partitions:
+            raise ValueError(
+                f"n_partitions={n_partitions} differs from the data's {parts.n_partitions} partitions "
+                "(repartition with partition_interactions, or leave n_partitions=None)"
+            )
+    try:
+        driver = _Driver(
+            model, parts, get_client(client or parts.client), fan_in, block_tasks, max_in_flight, _leaf_hook
+        )
+        driver.run(show_progress)
+    finally:
+        if owned:
+            parts.release()
+    return model
+
+
+class _Driver:
+    """One distributed fit (driver side). See the module docstring for the call sequence."""
+
+    def __init__(self, model, parts: PartitionedInteractions, client, fan_in, block_tasks, max_in_flight, hook):
+        from ..models import ALS
+
+        self.model = model
+        self.als = isinstance(model, ALS)
+        self.parts = parts
+        self.client = client
+        self.fan_in = fan_in
+        self.block_tasks = block_tasks
+        self.max_in_flight = max_in_flight
+        self.hook = hook
+        self.token = f"privrec-fit-{uuid.uuid4().hex[:12]}"
+        self.offsets = [int(o) for o in parts.offsets[:-1]]
+
+    # -------------------------------------------------------------- helpers
+    def key(self, *names) -> str:
+        return "-".join([self.token, *(str(n) for n in names)])
+
+    def per_partition(self, fn, inputs: list, *args, name: str) -> list:
+        """Futures of ``fn(inputs[p], offset_p, *args)``, one per partition (runs where the input is)."""
+        return [
+            self.client.submit(fn, inp, self.offsets[p], *args, key=self.key(name, p)) for p, inp in enumerate(inputs)
+        ]
+
+    def total(self, futures: list, name: str):
+        return tree_sum(futures, self.fan_in, self.client, key=self.key(name)).result()
+
+    # -------------------------------------------------------------- the fit
+    def run(self, show_progress: bool) -> None:
+        model, parts, client = self.model, self.parts, self.client
+        n_users, n_items = parts.shape
+        proxy = _als_proxy(model) if self.als else model
+        cfg = proxy._resolve_config((n_users, n_items))
+        if self.als:
+            cfg = dataclasses.replace(cfg, iterations=int(model.iterations))
+        threads = 1 if model.num_threads is None else int(model.num_threads)
+        from sklearn.base import clone
+
+        task_model = clone(proxy).set_params(num_threads=threads)  # what the tasks call (small, no fitted state)
+        check_memory(n_items, cfg.factors + 1, cfg.dtype.itemsize, "DPALS item factors")
+
+        # 0. validation (the local fit's input checks, from per-partition summaries) ----------------
+        scans = client.gather([client.submit(_scan, b, key=self.key("scan", p)) for p, b in enumerate(parts.blocks)])
+        nnz = sum(s["nnz"] for s in scans)
+        if nnz == 0:
+            raise ValueError("user_items holds no ratings (nnz = 0); every user and item has no data")
+        lo_v, hi_v = min(s["min"] for s in scans), max(s["max"] for s in scans)
+        if cfg.implicit:
+            if any(s["negative"] for s in scans):
+                raise ValueError("implicit feedback must be non-negative (counts, clicks); got negative values")
+        elif self.als:
+            self._warn_als_range(scans, nnz)
+        else:
+            model._check_rating_span(lo_v, hi_v, cfg)
+        base = self.per_partition(_training_matrix, parts.blocks, cfg.implicit, name="matrix")
+
+        # 1. the local fit's sequence: rng, init_rng, pipeline, calibration --------------------------
+        dtype, d = cfg.dtype, cfg.factors
+        rng = make_rng(None if self.als else model.random_state)  # ALS draws no noise (its pipeline is exact)
+        if cfg.private:
+            init_rng = np.random.default_rng(rng.integers(0, 2**63 - 1))
+        elif not self.als:
+            init_rng = make_rng(model.random_state)
+        t_start = time.perf_counter()
+        pipe = proxy._pipeline(cfg, rng)
+        cal = pipe.calibrate()
+
+        # counts and mean: the pipeline's own releases, with the exact statistics summed over partitions
+        if cfg.private:
+            k = cfg.count_sample
+            counts = pipe.release_sampled_counts(
+                lambda key, blocks=base: self.total(
+                    self.per_partition(_sampled_counts, blocks, k, key, name="counts"), "counts-sum"
+                ),
+                k,
+            )
+        else:
+            counts = np.asarray(self.total(self.per_partition(_exact_counts, base, name="counts"), "counts-sum"))
+            counts = counts.astype(np.float64, copy=False)
+        mu = 0.0
+        if cfg.center and cfg.private:
+            mu = pipe.release_sampled_mean(
+                lambda key, half, mid, blocks=base: self.total(
+                    self.per_partition(_sampled_sum, blocks, cfg.count_sample, key, half, mid, name="mean"), "mean-sum"
+                ),
+                cfg.count_sample,
+                cfg.rating_bound,
+                cfg.rating_range,
+            )
+        elif cfg.center:
+            total, n = self.total(self.per_partition(_exact_sum, base, name="mean"), "mean-sum")
+            mu = total / n if n else 0.0
+        head = pipe.head(counts, cfg.item_frac)
+        counts_h = counts[head]
+        alloc_key = pipe.allocation_key(cfg.allocation)  # drawn where the local pipe.allocate draws it
+        trains = cfg.iterations > 0
+        states: list = []
+        if trains:
+            states = self.per_partition(
+                _prepare, base, head, mu, counts_h, alloc_key, n_users, task_model, cfg, name="state"
+            )
+
+        # 2. ridges and initial factors ------------------------------------------------------------
+        reg_items, norm_i = frequency_regularization(counts_h, cfg.reg, cfg.reg_exponent)
+        norm_u = 1.0
+        if not cfg.private and cfg.user_reg_exponent:  # the global normaliser of the user ridge
+            e = cfg.user_reg_exponent
+            if trains:
+                sums = [
+                    client.submit(_user_count_sums, s, e, key=self.key("user-counts", p)) for p, s in enumerate(states)
+                ]
+            else:
+                sums = self.per_partition(_head_user_counts, base, head, e, name="user-counts")
+            c_sum, denom = self.total(sums, "user-counts-sum")
+            norm_u = c_sum / denom if denom > 0 else 1.0
+            states = [
+                client.submit(_with_user_reg, s, cfg.user_reg, e, norm_u, key=self.key("state-reg", p))
+                for p, s in enumerate(states)
+            ]
+        del base  # the states keep their lineage (recomputed from the blocks if a worker is lost)
+        if self.als:
+            V = model._init_item_factors(head.size, dtype)
+        else:
+            V = (init_rng.standard_normal((head.size, d)) * cfg.init_scale).astype(dtype)
+        b_items = np.zeros(head.size, dtype=dtype) if cfg.biases else None
+        c = dtype.type(cfg.bias_feature)
+        m = head.size
+        reg_dtype = as_task_array(reg_items, m, "reg", dtype)
+        reg_future = _share(client, reg_dtype, self.key("reg")) if trains else None
+        blocks = item_blocks(m, self.block_tasks)
+        per_block = self.block_tasks // NOISE_BLOCK
+        step_times: list[float] = []
+        t_pre = time.perf_counter() - t_start
+
+        # 3. alternating steps ---------------------------------------------------------------------
+        steps: Iterable[int] = range(1, cfg.iterations + 1)
+        if show_progress:
+            from tqdm.auto import tqdm
+
+            steps = tqdm(steps, desc="DPALS (distributed)", unit="step")
+        for t in steps:
+            t_step = time.perf_counter()
+            side = _share(client, {"V": V, "b": b_items}, self.key("items", t))
+            if cfg.private:
+                solver: Any = proxy._item_solver(cfg, cal.train_scale, reg_items, V, b_items, None)
+                max_norm, gravity = solver.max_norm, ("features" if cfg.unobserved_weight > 0 else None)
+            else:
+                solver = make_solver(
+                    "exact", reg=reg_items, unobserved_weight=cfg.unobserved_weight, dtype=dtype,
+                    num_threads=model.num_threads,
+                )  # fmt: skip
+                max_norm = None
+                gravity = None if cfg.unobserved_weight == 0 else ("factors" if self.als else "features")
+            step_futs = [
+                client.submit(_user_step, s, side, task_model, cfg, max_norm, gravity, key=self.key("user", t, p))
+                for p, s in enumerate(states)
+            ]
+            gram = None
+            if cfg.private:  # SSPSolver.solve: budget check, released global Gramian, noise seeds
+                spends = client.gather(
+                    [client.submit(_spend, f, key=self.key("spend", t, p)) for p, f in enumerate(step_futs)]
+                )
+                beta = float(max(spends)) if spends else 0.0
+                if solver.budget is not None and beta > solver.budget:
+                    raise ValueError(
+                        f"per-unit spend max sum w^2 = {beta:.6g} exceeds the declared budget {solver.budget:.6g}; "
+                        "build the weights with privrec.allocation (which enforces the budget)"
+                    )
+                if gravity:
+                    g0 = self.total(self._grams(step_futs, t), f"gram-sum-{t}")
+                    gram = solver.release_global_gramian(g0, rng)
+                seeds = solver.noise_seeds(rng, m)
+                grouped = [list(seeds[j * per_block : (j + 1) * per_block]) for j in range(len(blocks))]
+                out = reduce_item_blocks(
+                    step_futs,
+                    _statistics,
+                    blocks,
+                    _release_blocks,
+                    seeds=grouped,
+                    args=(solver.label_bound, False, self.hook),
+                    finish_args=(dataclasses.replace(solver, reg=0.0), reg_future, gram, self.block_tasks),
+                    offsets=self.offsets,
+                    fan_in=self.fan_in,
+                    max_in_flight=self.max_in_flight,
+                    client=client,
+                    key=self.key("reduce", t),
+                )
+                info = {"solver": "ssp", "unit_budget": beta, "projected_tasks": int(sum(r[1] for r in out))}
+            else:
+                if gravity:
+                    g0 = np.asarray(self.total(self._grams(step_futs, t), f"gram-sum-{t}"))
+                    if gravity == "factors":  # ALS's gravity_gramian: float64, zero bias coordinate, then cast
+                        G = np.zeros((d + (1 if cfg.biases else 0),) * 2, dtype=np.float64)
+                        G[:d, :d] = cfg.unobserved_weight * g0
+                        gram = G.astype(dtype)
+                    else:  # ExactSolver: global_gramian(x) * alpha in the fit's dtype
+                        gram = g0.astype(dtype, copy=False) * dtype.type(cfg.unobserved_weight)
+                out = reduce_item_blocks(
+                    step_futs,
+                    _statistics,
+                    blocks,
+                    _solve_exact,
+                    args=(None, True, self.hook),
+                    finish_args=(reg_future, gram, self.block_tasks),
+                    offsets=self.offsets,
+                    fan_in=self.fan_in,
+                    max_in_flight=self.max_in_flight,
+                    client=client,
+                    key=self.key("reduce", t),
+                )
+                info = {"solver": "exact"}
+            width = d + (1 if cfg.biases else 0)
+            params = np.concatenate([r[0] for r in out]) if out else np.zeros((0, width), dtype=dtype)
+            result = Release(params, solver.labelled_events(), info)
+            pipe.record(result, prefix=f"ALS step {t}: ")
+            params = np.asarray(result.params, dtype=dtype)
+            V = np.ascontiguousarray(params[:, :d])
+            if cfg.biases:
+                b_items = np.ascontiguousarray(params[:, d] * c)
+            del step_futs, side
+            step_times.append(time.perf_counter() - t_step)
+        ledger = pipe.finish()
+        del states
+        self._release(cfg, cal, ledger, head, counts, V, b_items, mu, norm_u, norm_i, n_users, n_items)
+        model.fit_timings_ = {"preprocess": t_pre, "steps": step_times, "projection": 0.0}
+
+    def _grams(self, step_futs: list, t: int) -> list:
+        return [self.client.submit(_gram, f, key=self.key("gram", t, p)) for p, f in enumerate(step_futs)]
+
+    def _warn_als_range(self, scans: list, nnz: int) -> None:
+        from ..models import RatingRangeWarning
+        from ..models._base import check_rating_range
+
+        declared = check_rating_range(self.model.rating_range)
+        if declared is None:
+            return
+        low, high = declared
+        futs = [
+            self.client.submit(_out_of_range, b, low, high, key=self.key("range", p))
+            for p, b in enumerate(self.parts.blocks)
+        ]
+        n_out = int(sum(self.client.gather(futs)))
+        if n_out:
+            warnings.warn(
+                f"{n_out} of {nnz} ratings ({n_out / nnz:.2%}) fall outside the declared rating range "
+                f"[{low:g}, {high:g}]; check the model's rating_range",
+                RatingRangeWarning,
+                stacklevel=4,
+            )
+
+    def _release(self, cfg, cal, ledger, head, counts, V, b_items, mu, norm_u, norm_i, n_users, n_items) -> None:
+        """The release attributes of the local fit (``DPALS.fit`` / ``ALS.fit``), without user factors."""
+        model, dtype, d = self.model, cfg.dtype, cfg.factors
+        item_factors = np.zeros((n_items, d), dtype=dtype)
+        item_factors[head] = V
+        model.item_factors_ = item_factors
+        item_bias = None
+        if cfg.biases:
+            item_bias = np.zeros(n_items, dtype=dtype)
+            item_bias[head] = b_items
+        elif cfg.popularity_prior:  # released noisy counts / public n_users: post-processing
+            item_bias = (counts / n_users).astype(dtype)
+        model.item_bias_ = item_bias
+        model.global_mean_ = np.asarray(mu, dtype=np.float64)
+        model.user_factors_ = None
+        model.user_bias_ = None
+        if self.als:
+            model.user_reg_norm_ = np.asarray(norm_u, dtype=np.float64)
+            model.item_reg_norm_ = np.asarray(norm_i, dtype=np.float64)
+        else:
+            model.ledger_ = ledger
+            model.noise_scales_ = {"count": cal.count_scale, "train": cal.train_scale}
+            model.user_reg_norm_ = float(norm_u)
+            model.user_regularization_ = float(cfg.user_reg)
+            model.config_ = cfg.as_dict()
+            model.trained_items_ = head
+        # id maps as FactorizationModel's fit wrapper sets them (fit_input of an Interactions)
+        from ..data.frames import vocabulary_fingerprint
+        from ..models._base import _is_identity_ids
+
+        item_ids = np.asarray(self.parts.item_ids)
+        item_ids_or_none = None if _is_identity_ids(item_ids, n_items) else item_ids
+        info = self.parts.info
+        given = (
+            item_ids_or_none is not None
+            and info.get("item_vocabulary") == "given"
+            and info.get("item_vocabulary_sha256") == vocabulary_fingerprint(item_ids)
+        )
+        model.user_ids_ = None
+        model.item_ids_ = item_ids_or_none
+        model._item_ids_given = bool(given)
+        model._id_lookup = {}
+
+
+def _head_user_counts(R: sp.csr_matrix, offset: int, head: np.ndarray, e: float) -> tuple[float, float]:
+    """``_user_count_sums`` when no state is built (no ALS step)."""
+    c = np.diff((R[:, head] if head.size != R.shape[1] else R).tocsr().indptr).astype(np.float64)
+    return float(c.sum()), float(np.dot(c, (c + 1.0) ** e))
+
+
+def _out_of_range(block: PartitionBlock, low: float, high: float) -> int:
+    data = np.asarray(block.matrix.data)
+    return int(np.count_nonzero((data < low) | (data > high)))
+
+
+__all__ = ["DEFAULT_BLOCK_TASKS", "PartitionState", "StepData", "fit"]

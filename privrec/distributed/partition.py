@@ -1,0 +1,645 @@
+"""Hash-partition a long-format rating table by user, one CSR block per partition, kept on the workers.
+
+:func:`partition_interactions` turns a Dask DataFrame, a pandas DataFrame or a (partitioned)
+Parquet path / glob into a :class:`PartitionedInteractions`: ``n_partitions`` user partitions,
+each materialised **on a worker** as a :class:`PartitionBlock` (local users x ``n_items`` CSR,
+``float32`` data, sorted ``int32`` column indices, plus an item-major copy and the partition's
+user ids). Only small metadata (partition sizes, validation counts, the item vocabulary) ever
+reaches the driver, except in :meth:`PartitionedInteractions.to_local`.
+
+Layout (fixed by the data and ``n_partitions`` only -- never by the cluster, the input's own
+partitioning or the schedule, so every later floating-point reduction over partitions is
+reproducible):
+
+* user ``u`` goes to partition ``stable_hash(u) % n_partitions`` (:func:`stable_hash`: pandas'
+  SipHash of the id with a fixed key for strings / objects, pandas' fixed 64-bit mix for
+  numbers; independent of the Python process, unlike ``hash()``);
+* inside a partition users are sorted by id; the *global* user order is partition 0's users, then
+  partition 1's, ... (:meth:`PartitionedInteractions.user_ids`);
+* the item axis is the sorted unique item ids (as :func:`privrec.data.from_pandas` does) or the
+  given public vocabulary ``items`` (unknown items are then an error);
+* within a row, column indices are sorted; duplicate (user, item) rows are rejected by default
+  (``duplicates="error"``, the policy of :func:`~privrec.data.from_pandas`), or combined with the
+  order-independent ``"sum"`` / ``"max"`` (``"first"`` / ``"last"`` are undefined after a shuffle).
+
+Privacy note (as for the local readers): without ``items`` the item axis is the set of items that
+have a rating, itself a statistic of the data; pass a public catalogue for a private release.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import numbers
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from ._client import get_client, is_serial
+
+#: key of pandas' SipHash for string / object ids (exactly 16 characters; changing it re-partitions every user)
+HASH_KEY = "privrec-users-v1"
+#: input rows per user partition when ``n_partitions`` is not given (~ 100 MB of CSR per partition)
+DEFAULT_ROWS_PER_PARTITION = 1 << 23
+DUPLICATE_POLICIES = ("error", "sum", "max")
+_PART_COL = "_privrec_partition"
+
+
+# ---------------------------------------------------------------------- stable hashing
+
+
+def _id_array(values) -> np.ndarray:
+    """Ids as a numpy array with a canonical dtype: int64 / uint64 for integers, float64 for floats,
+    object for everything else (strings of any pandas string dtype, categoricals of strings, ...)."""
+    if isinstance(values, (pd.Series, pd.Index)):
+        dtype = values.dtype
+        if isinstance(dtype, pd.CategoricalDtype):
+            values = values.astype(dtype.categories.dtype)
+            dtype = values.dtype
+        if pd.api.types.is_bool_dtype(dtype):
+            return values.to_numpy(dtype=np.int64)
+        if pd.api.types.is_integer_dtype(dtype) and not values.hasnans:
+            return values.to_numpy(dtype=np.uint64 if pd.api.types.is_unsigned_integer_dtype(dtype) else np.int64)
+        if pd.api.types.is_float_dtype(dtype):
+            return values.to_numpy(dtype=np.float64, na_value=np.nan)
+        return _object_ids(values.to_numpy(dtype=object))
+    arr = np.asarray(values)
+    if arr.dtype.kind == "b":
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "i":
+        return arr.astype(np.int64, copy=False)
+    if arr.dtype.kind == "u":
+        return arr.astype(np.uint64, copy=False)
+    if arr.dtype.kind == "f":
+        return arr.astype(np.float64, copy=False)
+    return _object_ids(arr.astype(object, copy=False))
+
+
+def _object_ids(arr: np.ndarray) -> np.ndarray:
+    """An object column holding only integers (or only floats) becomes int64 (float64), so it
+    hashes like the same ids in a numeric column (an input chunk may arrive as either)."""
+    kind = pd.api.types.infer_dtype(arr, skipna=False)
+    try:
+        if kind == "integer":
+            return arr.astype(np.int64)
+        if kind == "floating":
+            return arr.astype(np.float64)
+    except (OverflowError, TypeError, ValueError):  # e.g. integers beyond int64: keep the objects
+        pass
+    return arr
+
+
+def stable_hash(ids) -> np.ndarray:
+    """64-bit hash (``uint64``) of each id, identical in every process, machine and run.
+
+    Integers (any width / signedness, as int64 / uint64 values) and floats (``-0.0`` as ``0.0``)
+    use pandas' fixed integer mix; strings and other objects pandas' SipHash-2-4 keyed with
+    :data:`HASH_KEY` (mixed types hash their ``str``). The same id gives the same hash whatever the
+    column dtype it arrives in (``int32`` Parquet vs ``int64`` pandas, ``object`` vs ``string``).
+    """
+    arr = _id_array(ids)
+    if arr.dtype.kind == "f":
+        arr = arr + 0.0  # -0.0 -> 0.0 (same id, same partition)
+    if arr.dtype == object:
+        return pd.util.hash_array(arr, hash_key=HASH_KEY, categorize=True)
+    return pd.util.hash_array(arr)
+
+
+def partition_of(ids, n_partitions: int) -> np.ndarray:
+    """The user partition (``int64`` in ``[0, n_partitions)``) of each id: ``stable_hash(id) % n_partitions``."""
+    n = _check_partitions(n_partitions)
+    return (stable_hash(ids) % np.uint64(n)).astype(np.int64)
+
+
+def _check_partitions(n) -> int:
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise ValueError(f"n_partitions must be a positive integer, got {n!r}")
+    return int(n)
+
+
+# ---------------------------------------------------------------------- the per-partition block
+
+
+@dataclass
+class PartitionBlock:
+    """One user partition, as held in a worker's memory.
+
+    ``matrix``: local users x ``n_items`` CSR (``float32`` data, ``int32`` sorted column indices);
+    ``item_major``: the same entries as an ``n_items`` x local-users CSR (the transposed layout of
+    :meth:`privrec.solvers.TaskBatch.from_csr` with ``transpose=True``: task = item, unit = local
+    user), so an item block's entries are one contiguous slice (:meth:`item_block`);
+    ``user_ids``: the partition's users, sorted. ``problems``: validation counts (empty when valid).
+    ``item_order``: entry permutation from ``matrix`` order to ``item_major`` order
+    (:meth:`to_item_major`), so per-entry arrays (labels, weights) computed per user are regrouped
+    by item without another sort.
+    """
+
+    index: int
+    user_ids: np.ndarray
+    matrix: sp.csr_matrix
+    item_major: sp.csr_matrix
+    problems: dict = field(default_factory=dict)
+    item_order: np.ndarray | None = None
+
+    @property
+    def n_users(self) -> int:
+        return int(self.matrix.shape[0])
+
+    @property
+    def nnz(self) -> int:
+        return int(self.matrix.nnz)
+
+    def item_block(self, items: slice) -> sp.csr_matrix:
+        """Entries of the items ``items.start:items.stop`` as an (items x local users) CSR, in
+        O(entries of the block) (a row slice of :attr:`item_major`)."""
+        return self.item_major[items.start : items.stop]
+
+    def entry_range(self, items: slice) -> tuple[int, int]:
+        """``(start, stop)`` of the entries of items ``items`` in item-major order (slice any array
+        regrouped by :meth:`to_item_major` with it)."""
+        ptr = self.item_major.indptr
+        return int(ptr[items.start]), int(ptr[items.stop])
+
+    def to_item_major(self, values: np.ndarray) -> np.ndarray:
+        """A per-entry array in :attr:`matrix` (user-major) order, regrouped in :attr:`item_major`
+        order (e.g. centred, clipped labels or allocation weights computed per user), O(nnz)."""
+        values = np.asarray(values)
+        if values.shape[:1] != (self.nnz,):
+            raise ValueError(f"expected {self.nnz} per-entry values, got shape {values.shape}")
+        return values if self.item_order is None else values[self.item_order]
+
+    def summary(self) -> dict:
+        return {"n_users": self.n_users, "nnz": self.nnz, "problems": dict(self.problems)}
+
+
+def _empty_block(index: int, n_items: int, problems: dict) -> PartitionBlock:
+    m = sp.csr_matrix((0, n_items), dtype=np.float32)
+    return PartitionBlock(index, np.zeros(0, dtype=object), m, m.T.tocsr(), problems)
+
+
+def _ratings(series: pd.Series | None, n: int) -> tuple[np.ndarray | None, dict]:
+    if series is None:
+        return np.ones(n, dtype=np.float32), {}
+    vals = series.to_numpy()
+    if vals.dtype.kind not in "biuf":
+        try:
+            vals = np.asarray(series.to_numpy(dtype=np.float64, na_value=np.nan))
+        except (TypeError, ValueError):
+            return None, {"non_numeric_ratings": 1}
+    vals = vals.astype(np.float32, copy=False)
+    bad = int(np.count_nonzero(~np.isfinite(vals)))
+    return vals, ({"non_finite_ratings": bad} if bad else {})
+
+
+def build_block(
+    frame: pd.DataFrame,
+    index: int,
+    user_col,
+    item_col,
+    rating_col,
+    items: pd.Index,
+    duplicates: str = "error",
+) -> PartitionBlock:
+    """The :class:`PartitionBlock` of one partition's rows (a pure function: the result depends on
+    the *set* of rows only, not on their order). Validation problems are counted, not raised, so
+    the driver can report totals over all partitions (:func:`partition_interactions`)."""
+    n_items = len(items)
+    n = len(frame)
+    problems: dict[str, Any] = {}
+    users = frame[user_col]
+    item_values = frame[item_col]
+    n_null = int(users.isna().sum())
+    if n_null:
+        problems["null_users"] = n_null
+    n_null = int(item_values.isna().sum())
+    if n_null:
+        problems["null_items"] = n_null
+    vals, bad = _ratings(None if rating_col is None else frame[rating_col], n)
+    problems.update(bad)
+    if problems or vals is None:
+        return _empty_block(index, n_items, problems)
+    icodes = items.get_indexer(_id_array(item_values))
+    unknown = icodes < 0
+    if unknown.any():
+        examples = pd.unique(np.asarray(item_values.to_numpy(dtype=object))[unknown])[:5]
+        problems["unknown_items"] = int(np.count_nonzero(unknown))
+        problems["unknown_examples"] = [x.item() if hasattr(x, "item") else x for x in examples]
+        return _empty_block(index, n_items, problems)
+    try:
+        ucodes, uniques = pd.factorize(_id_array(users), sort=True)
+    except TypeError:
+        return _empty_block(index, n_items, {"incomparable_users": 1})
+    uids = _tidy(np.asarray(uniques))
+    key = ucodes.astype(np.int64) * np.int64(n_items) + icodes.astype(np.int64)
+    # (key, value) order: duplicates are combined in an order independent of the input row order
+    order = np.lexsort((vals, key))
+    skey = key[order]
+    svals = vals[order]
+    starts = np.flatnonzero(np.r_[True, skey[1:] != skey[:-1]]) if n else np.zeros(0, np.int64)
+    n_dup = n - len(starts)
+    if n_dup:
+        if duplicates == "error":
+            return _empty_block(index, n_items, {"duplicates": n_dup})
+        combine = np.add if duplicates == "sum" else np.maximum
+        svals = combine.reduceat(svals, starts).astype(np.float32, copy=False)
+        skey = skey[starts]
+    rows = skey // n_items
+    cols = (skey - rows * n_items).astype(np.int32)
+    indptr = np.zeros(len(uids) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=len(uids)), out=indptr[1:])
+    idx_dtype = np.int32 if len(cols) < np.iinfo(np.int32).max else np.int64
+    matrix = sp.csr_matrix(
+        (np.ascontiguousarray(svals, dtype=np.float32), cols, indptr.astype(idx_dtype)), shape=(len(uids), n_items)
+    )
+    matrix.has_sorted_indices = True
+    matrix.has_canonical_format = True
+    # one counting sort (CSR -> CSC) of the entry positions gives the item-major layout and the
+    # permutation that regroups any per-entry array (labels, weights) the same way
+    pos = sp.csr_matrix((np.arange(1, len(cols) + 1, dtype=np.int64), cols, indptr), shape=matrix.shape).tocsc()
+    item_order = (pos.data - 1).astype(idx_dtype, copy=False)
+    item_major = sp.csr_matrix(
+        (matrix.data[item_order], pos.indices.astype(np.int32, copy=False), pos.indptr.astype(idx_dtype, copy=False)),
+        shape=(n_items, len(uids)),
+    )
+    item_major.has_sorted_indices = True  # row (user) indices ascending within each item
+    return PartitionBlock(index, uids, matrix, item_major, {}, item_order)
+
+
+def _concat_ids(parts) -> np.ndarray:
+    """Concatenate per-partition id arrays (empty partitions skipped, so their placeholder dtype
+    does not turn integer or string ids into objects)."""
+    parts = [np.asarray(p) for p in parts if len(p)]
+    if not parts:
+        return np.zeros(0, dtype=object)
+    return _tidy(np.concatenate(parts))
+
+
+def _tidy(arr: np.ndarray) -> np.ndarray:
+    """All-string object arrays as numpy unicode (as :func:`privrec.data.from_pandas` returns ids)."""
+    if arr.dtype == object and len(arr) and all(isinstance(x, str) for x in arr):
+        return arr.astype(str)
+    return arr
+
+
+# ---------------------------------------------------------------------- the partitioned data
+
+
+def _call_on_matrix(fn, block: PartitionBlock, offset: int, *args, **kwargs):
+    return fn(block.matrix, offset, *args, **kwargs)
+
+
+def _block_user_ids(block: PartitionBlock) -> np.ndarray:
+    return block.user_ids
+
+
+def _block_summary(block: PartitionBlock) -> dict:
+    return block.summary()
+
+
+class PartitionedInteractions:
+    """A users x items rating matrix split into user partitions held on the workers.
+
+    Attributes: ``client``, ``blocks`` (one future of a :class:`PartitionBlock` per partition, in
+    partition order), ``item_ids`` (the item axis), ``partition_sizes`` (users per partition),
+    ``partition_nnz``, ``info``. Rows of the global matrix are the partitions in order, each
+    sorted by user id (:meth:`user_ids`, :attr:`offsets`).
+    """
+
+    def __init__(self, client, blocks, item_ids, partition_sizes, partition_nnz, info=None) -> None:
+        self.client = client
+        self.blocks = list(blocks)
+        self.item_ids = np.asarray(item_ids)
+        self.partition_sizes = np.asarray(partition_sizes, dtype=np.int64)
+        self.partition_nnz = np.asarray(partition_nnz, dtype=np.int64)
+        self.info: dict[str, Any] = dict(info or {})
+
+    # ------------------------------------------------------------------ facts
+    @property
+    def n_partitions(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def n_users(self) -> int:
+        return int(self.partition_sizes.sum())
+
+    @property
+    def n_items(self) -> int:
+        return len(self.item_ids)
+
+    @property
+    def nnz(self) -> int:
+        return int(self.partition_nnz.sum())
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.n_users, self.n_items
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Global row offset of each partition (``n_partitions + 1`` entries, last = ``n_users``)."""
+        out = np.zeros(self.n_partitions + 1, dtype=np.int64)
+        np.cumsum(self.partition_sizes, out=out[1:])
+        return out
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionedInteractions({self.n_users} users x {self.n_items} items, {self.nnz} interactions, "
+            f"{self.n_partitions} partitions)"
+        )
+
+    # ------------------------------------------------------------------ computation
+    def map_blocks(self, fn: Callable, *args, key: str | None = None, **kwargs) -> list:
+        """Futures of ``fn(block_csr, offset, *args, **kwargs)``, one per partition, in order.
+
+        ``block_csr`` is the partition's users x items CSR, ``offset`` its first global row. Each
+        task runs where its block lives. ``fn`` must be a pure function of its arguments (a task
+        lost with a worker is recomputed); pass large shared inputs as scattered futures
+        (:func:`privrec.distributed.reduce.broadcast`). ``key``: prefix of the task keys (default:
+        the function name and a fresh token, so every call computes anew).
+        """
+        prefix = key or f"{getattr(fn, '__name__', 'map_blocks')}-{uuid.uuid4().hex[:12]}"
+        offsets = self.offsets
+        return [
+            self.client.submit(_call_on_matrix, fn, b, int(offsets[p]), *args, key=f"{prefix}-{p}", **kwargs)
+            for p, b in enumerate(self.blocks)
+        ]
+
+    def map_partitions(self, fn: Callable, *args, key: str | None = None, **kwargs) -> list:
+        """As :meth:`map_blocks`, but ``fn(block, offset, *args, **kwargs)`` receives the whole
+        :class:`PartitionBlock` (user ids, CSR and item-major CSR)."""
+        prefix = key or f"{getattr(fn, '__name__', 'map_partitions')}-{uuid.uuid4().hex[:12]}"
+        offsets = self.offsets
+        return [
+            self.client.submit(fn, b, int(offsets[p]), *args, key=f"{prefix}-{p}", **kwargs)
+            for p, b in enumerate(self.blocks)
+        ]
+
+    def user_ids(self) -> np.ndarray:
+        """All user ids in global row order (gathers ``n_users`` ids to the driver)."""
+        futs = [self.client.submit(_block_user_ids, b, key=f"user-ids-{uuid.uuid4().hex[:12]}") for b in self.blocks]
+        return _concat_ids(self.client.gather(futs))
+
+    def to_local(self, name: str = ""):
+        """The whole matrix on the driver as a :class:`privrec.data.Interactions`, rows in global order."""
+        from privrec.data import Interactions
+
+        blocks = self.client.gather(self.blocks)
+        matrix = sp.vstack([b.matrix for b in blocks], format="csr")
+        uids = _concat_ids([b.user_ids for b in blocks])
+        return Interactions(matrix, uids, self.item_ids, name=name, info=dict(self.info))
+
+    def release(self) -> None:
+        """Release the blocks on the workers (the object is unusable afterwards)."""
+        for f in self.blocks:
+            release = getattr(f, "release", None)
+            if release is not None:
+                release()
+        self.blocks = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+# ---------------------------------------------------------------------- building it
+
+
+def _with_partition(df: pd.DataFrame, user_col, n_partitions: int) -> pd.DataFrame:
+    return df.assign(**{_PART_COL: partition_of(df[user_col], n_partitions)})
+
+
+def _shuffle_config(method):
+    """Dask config for collections built inside (they choose their shuffle method when built)."""
+    if method is None:
+        return contextlib.nullcontext()
+    import dask
+
+    return dask.config.set({"dataframe.shuffle.method": method})
+
+
+def _check_duplicates_policy(duplicates: str) -> None:
+    if duplicates not in DUPLICATE_POLICIES:
+        raise ValueError(
+            f"duplicates must be one of {DUPLICATE_POLICIES} for partitioned data, got {duplicates!r} "
+            "('first' / 'last' depend on the row order, which a shuffle does not keep)"
+        )
+
+
+def _column_error(col, what: str, columns) -> ValueError:
+    hint = " (pass rating_col=None for implicit feedback: every row counts 1)" if what == "rating_col" else ""
+    return ValueError(f"{what}={col!r} is not a column of the table; columns are {list(columns)[:20]}{hint}")
+
+
+def _as_dask_frame(data, columns_wanted: Callable[[Sequence], list]):
+    """A Dask DataFrame with only the wanted columns (``columns_wanted(all_columns)``)."""
+    import dask.dataframe as dd
+
+    if isinstance(data, (str, os.PathLike)):
+        ddf = dd.read_parquet(os.fspath(data))
+        return ddf[columns_wanted(ddf.columns)]
+    if isinstance(data, pd.DataFrame):
+        if len(data) == 0:
+            raise ValueError("the rating table is empty (no rows)")
+        cols = columns_wanted(data.columns)
+        nparts = max(1, min(64, math.ceil(len(data) / (1 << 20))))
+        return dd.from_pandas(data[cols], npartitions=nparts, sort=False)
+    if isinstance(data, dd.DataFrame):
+        return data[columns_wanted(data.columns)]
+    raise ValueError(
+        f"data must be a Dask DataFrame, a pandas DataFrame or a Parquet path / glob, got {type(data).__name__}"
+    )
+
+
+def _item_vocabulary(values: pd.Series | np.ndarray, item_col) -> np.ndarray:
+    arr = _id_array(values if isinstance(values, pd.Series) else pd.Series(values))
+    try:
+        codes, uniques = pd.factorize(arr, sort=True)
+    except TypeError:
+        raise ValueError(
+            f"item column {item_col!r} mixes id types that cannot be sorted; pass the item vocabulary as items="
+        ) from None
+    if np.any(codes < 0):
+        raise ValueError(f"item column {item_col!r} has {int(np.count_nonzero(codes < 0))} missing (NaN/None) id(s)")
+    return _tidy(np.asarray(uniques))
+
+
+def _given_vocabulary(items) -> np.ndarray:
+    vocab = np.asarray(items)
+    if vocab.ndim != 1 or len(vocab) == 0:
+        raise ValueError("the item vocabulary (items=) must be a non-empty 1-D sequence of ids")
+    index = pd.Index(vocab)
+    if not index.is_unique:
+        raise ValueError(f"the item vocabulary holds {int(index.duplicated().sum())} repeated id(s)")
+    if index.hasnans:
+        raise ValueError("the item vocabulary holds missing (NaN/None) ids")
+    return _tidy(vocab)
+
+
+def _raise_problems(total: dict, user_col, item_col, rating_col) -> None:
+    if total.get("null_users"):
+        raise ValueError(f"user column {user_col!r} has {total['null_users']} missing (NaN/None) id(s)")
+    if total.get("null_items"):
+        raise ValueError(f"item column {item_col!r} has {total['null_items']} missing (NaN/None) id(s)")
+    if total.get("non_numeric_ratings"):
+        raise ValueError(f"rating column {rating_col!r} must be numeric")
+    if total.get("non_finite_ratings"):
+        raise ValueError(f"rating column {rating_col!r} has {total['non_finite_ratings']} NaN or infinite value(s)")
+    if total.get("unknown_items"):
+        raise ValueError(
+            f"{total['unknown_items']} item value(s) are not in the given item vocabulary, "
+            f"e.g. {total.get('unknown_examples', [])[:5]}"
+        )
+    if total.get("incomparable_users"):
+        raise ValueError(
+            f"user column {user_col!r} mixes id types that cannot be sorted (partitioned data needs "
+            "mutually comparable user ids, e.g. all strings or all integers)"
+        )
+    if total.get("duplicates"):
+        raise ValueError(
+            f"{total['duplicates']} duplicate (user, item) row(s) in the rating table: privrec rejects "
+            f"duplicates; pass duplicates='sum' (add them, e.g. play counts) or duplicates='max'"
+        )
+
+
+def partition_interactions(
+    data,
+    user_col="user",
+    item_col="item",
+    rating_col="rating",
+    n_partitions: int | None = None,
+    items=None,
+    client=None,
+    *,
+    duplicates: str = "error",
+    shuffle_method: str | None = None,
+) -> PartitionedInteractions:
+    """Hash-partition a long-format rating table by user into CSR blocks held on the workers.
+
+    ``data``: a Dask DataFrame, a pandas DataFrame, or a Parquet file / directory / glob (read with
+    ``dask.dataframe.read_parquet``). Ids of any type (integers, strings, ...); ``rating_col=None``
+    means implicit feedback (every row counts 1.0). ``items``: the public item vocabulary (the
+    matrix columns, in that order; an unknown item is an error); default: the sorted unique item
+    ids of the data. ``n_partitions``: number of user partitions (default: one per
+    :data:`DEFAULT_ROWS_PER_PARTITION` input rows -- a function of the data alone, never of the
+    cluster; pass it explicitly for a private fit, since it fixes the summation tree).
+    ``duplicates``: ``"error"`` (default), ``"sum"`` or ``"max"``. ``client``: a
+    ``distributed.Client`` (default: the current one). ``shuffle_method``: passed to Dask's
+    ``set_index`` (default: Dask's choice, P2P on a distributed cluster).
+
+    Validation (one-line ``ValueError``, totals over all partitions): missing columns, missing ids,
+    non-numeric or non-finite ratings, unknown items, duplicate (user, item) rows, an empty table.
+    """
+    _check_duplicates_policy(duplicates)
+    client = get_client(client)
+    if shuffle_method is None and is_serial(client):
+        shuffle_method = "tasks"  # P2P needs a distributed cluster
+    token = uuid.uuid4().hex[:12]
+
+    def wanted(columns) -> list:
+        columns = list(columns)
+        for what, col in (("user_col", user_col), ("item_col", item_col), ("rating_col", rating_col)):
+            if col is not None and col not in columns:
+                raise _column_error(col, what, columns)
+        if user_col == item_col:
+            raise ValueError(f"user_col and item_col must differ, got {user_col!r} for both")
+        return [c for c in dict.fromkeys((user_col, item_col, rating_col)) if c is not None]
+
+    ddf = _as_dask_frame(data, wanted)
+
+    # 1. item axis and row count (one graph: the input is read once) ------------------------------
+    n_rows_expr = ddf.map_partitions(len, meta=(None, "int64")).sum()
+    if items is None:
+        with _shuffle_config(shuffle_method):  # drop_duplicates picks its shuffle method when built
+            n_rows, uniq = client.gather(client.compute([n_rows_expr, ddf[item_col].drop_duplicates()]))
+        vocab = _item_vocabulary(uniq, item_col)
+    else:
+        vocab = _given_vocabulary(items)
+        n_rows = client.compute(n_rows_expr).result()
+    n_rows = int(n_rows)
+    if n_rows == 0:
+        raise ValueError("the rating table is empty (no rows)")
+    n_partitions = (
+        max(1, math.ceil(n_rows / DEFAULT_ROWS_PER_PARTITION))
+        if n_partitions is None
+        else _check_partitions(n_partitions)
+    )
+
+    # 2. shuffle rows to their user partition: partition p holds exactly the rows with p = hash % n -
+    # set_index with divisions 0, 1, ..., n puts the value p into output partition p (Dask's own
+    # shuffle hash is not used: the layout is privrec's, independent of the Dask version)
+    meta = ddf._meta.assign(**{_PART_COL: np.int64(0)})
+    keyed = ddf.map_partitions(_with_partition, user_col, n_partitions, meta=meta)
+    with _shuffle_config(shuffle_method):
+        shuffled = keyed.set_index(_PART_COL, divisions=list(range(n_partitions + 1)), shuffle_method=shuffle_method)
+        frames = client.compute(shuffled.to_delayed())
+    if len(frames) != n_partitions:  # pragma: no cover - guards a change of set_index semantics
+        raise RuntimeError(f"expected {n_partitions} shuffled partitions, got {len(frames)}")
+
+    # 3. one CSR block per partition, built where its rows are --------------------------------------
+    # a task, not client.scatter: scattered data has no lineage, so a block lost with its worker
+    # could not be rebuilt once the scattered copy is released
+    item_index = client.submit(pd.Index, vocab, key=f"privrec-item-index-{token}")
+    blocks = [
+        client.submit(
+            build_block,
+            frames[p],
+            p,
+            user_col,
+            item_col,
+            rating_col,
+            item_index,
+            duplicates,
+            key=f"privrec-partition-{token}-{p}",
+        )
+        for p in range(n_partitions)
+    ]
+    summaries = client.gather(
+        [client.submit(_block_summary, b, key=f"privrec-partition-summary-{token}-{p}") for p, b in enumerate(blocks)]
+    )
+    del frames  # the blocks keep their lineage on the scheduler (recomputed if a worker is lost)
+    total: dict[str, Any] = {}
+    for s in summaries:
+        for k, v in s["problems"].items():
+            if k == "unknown_examples":
+                total.setdefault(k, []).extend(v)
+            else:
+                total[k] = total.get(k, 0) + v
+    if total:
+        for b in blocks:
+            b.release()
+        _raise_problems(total, user_col, item_col, rating_col)
+    sizes = [s["n_users"] for s in summaries]
+    nnz = [s["nnz"] for s in summaries]
+    info = {
+        "source": "partitioned",
+        "item_vocabulary": "given" if items is not None else "data",
+        "n_partitions": n_partitions,
+        "hash_key": HASH_KEY,
+        "input_rows": n_rows,
+        "duplicate_policy": duplicates,
+    }
+    if items is not None:  # as privrec.data.from_pandas: a fit can tell the public vocabulary from a derived axis
+        from privrec.data.frames import vocabulary_fingerprint
+
+        info["item_vocabulary_sha256"] = vocabulary_fingerprint(vocab)
+    return PartitionedInteractions(client, blocks, vocab, sizes, nnz, info)
+
+
+__all__ = [
+    "HASH_KEY",
+    "DEFAULT_ROWS_PER_PARTITION",
+    "PartitionBlock",
+    "PartitionedInteractions",
+    "build_block",
+    "partition_interactions",
+    "partition_of",
+    "stable_hash",
+]
