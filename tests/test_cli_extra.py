@@ -1,0 +1,103 @@
+"""CLI error handling that needs no fit: exit codes of interrupted / failing commands, benchmark
+script loading, and unreadable --ratings files (each a one-line error before any fitting)."""
+
+import pytest
+
+from privrec.cli import main
+
+
+def _run(argv, capsys):
+    rc = main(argv)
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err.strip()
+
+
+@pytest.mark.parametrize(
+    "exc, code, needle",
+    [
+        (KeyboardInterrupt(), 130, "privrec: interrupted"),
+        (PermissionError("disk says no"), 1, "privrec benchmark: error: disk says no"),
+        (ValueError("bad\nvalue"), 2, "privrec benchmark: error: bad value"),
+    ],
+)
+def test_command_failures_become_exit_codes(monkeypatch, capsys, exc, code, needle):
+    import privrec.commands.benchmark as B
+
+    def boom(args):
+        raise exc
+
+    monkeypatch.setattr(B, "cmd_benchmark", boom)
+    rc, out, err = _run(["benchmark", "speed"], capsys)
+    assert rc == code and err == needle and out == ""
+
+
+def test_broken_pipe_exits_quietly(monkeypatch, capsys):
+    import privrec.commands.benchmark as B
+
+    def closed(args):
+        raise BrokenPipeError
+
+    monkeypatch.setattr(B, "cmd_benchmark", closed)
+    assert main(["benchmark", "speed"]) == 1
+
+
+def test_no_command_prints_help(capsys):
+    rc, _, err = _run([], capsys)
+    assert rc == 2 and "COMMAND" in err
+
+
+def test_benchmark_scripts_are_checked(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("PRIVREC_BENCHMARKS", str(tmp_path))
+    (tmp_path / "bench_speed.py").write_text("X = 1\n")
+    rc, _, err = _run(["benchmark", "speed"], capsys)
+    assert rc == 2 and err == "privrec benchmark: error: bench_speed.py has no main(argv)"
+    (tmp_path / "bench_speed.py").write_text("raise ValueError('script is broken')\n")
+    rc, _, err = _run(["benchmark", "speed"], capsys)
+    assert rc == 2 and "script is broken" in err
+    import sys
+
+    assert "privrec_bench_bench_speed" not in sys.modules  # a failed import leaves no half module
+    (tmp_path / "bench_speed.py").write_text(
+        "import argparse\n"
+        "def main(argv):\n"
+        "    p = argparse.ArgumentParser()\n"
+        "    p.add_argument('--quick', action='store_true')\n"
+        "    a = p.parse_args(argv)\n"
+        "    print('quick' if a.quick else 'full')\n"
+        "    return 0\n"
+    )
+    rc, out, _ = _run(["benchmark", "speed", "--quick"], capsys)
+    assert rc == 0 and out.strip() == "quick"
+    rc, _, err = _run(["benchmark", "speed", "--bogus"], capsys)
+    assert rc == 2 and err.startswith("privrec benchmark speed: error: unrecognized arguments: --bogus")
+
+
+def test_unreadable_ratings_files_are_one_line_errors(tmp_path, capsys):
+    bad_pq = tmp_path / "r.parquet"
+    bad_pq.write_bytes(b"PAR1 not really parquet")
+    rc, _, err = _run(["fit", "--ratings", str(bad_pq), "-q"], capsys)
+    assert rc == 2 and "cannot read r.parquet as Parquet" in err and len(err.splitlines()) == 1
+    bad_csv = tmp_path / "r.csv"
+    bad_csv.write_bytes(b"\xff\xfe\x00\x81\x82 user,item\n\x9c\x9d")
+    rc, _, err = _run(["fit", "--ratings", str(bad_csv), "-q"], capsys)
+    assert rc == 2 and "cannot read r.csv as CSV" in err and len(err.splitlines()) == 1
+
+
+@pytest.fixture
+def fallback_reader(monkeypatch):
+    """The CLI's own reader (used when privrec.data has no from_pandas)."""
+    import privrec.data as D
+
+    monkeypatch.delattr(D, "from_pandas", raising=False)
+    monkeypatch.delattr(D, "from_parquet", raising=False)
+
+
+def test_fallback_reader_rejects_missing_ids_and_non_numeric_ratings(tmp_path, capsys, fallback_reader):
+    ids = tmp_path / "ids.csv"
+    ids.write_text("user,item,rating\n1,2,3\n,4,5\n")
+    rc, _, err = _run(["fit", "--ratings", str(ids), "-q"], capsys)
+    assert rc == 2 and "ids.csv: missing user or item ids" in err
+    vals = tmp_path / "vals.csv"
+    vals.write_text("user,item,rating\n1,2,3\n2,4,five\n")
+    rc, _, err = _run(["fit", "--ratings", str(vals), "-q"], capsys)
+    assert rc == 2 and "vals.csv: column 'rating' has missing or non-numeric values" in err
