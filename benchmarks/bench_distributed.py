@@ -265,7 +265,7 @@ def main(argv=None) -> int:
     ap.add_argument("--scale", type=float, default=1.0, help="fraction of the preset's users (items kept)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1, help="threads per worker")
-    ap.add_argument("--partitions", type=int, default=None, help="user partitions (default: 2 per worker)")
+    ap.add_argument("--partitions", type=int, default=None, help="user partitions (default: 4 per worker: smaller per-task temporaries)")
     ap.add_argument("--fan-in", type=int, default=8)
     ap.add_argument("--block-tasks", type=int, default=1024)
     ap.add_argument("--parquet-files", type=int, default=16)
@@ -277,7 +277,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.scale, args.check, args.parquet_files = min(args.scale, 0.01), True, 4
 
-    args.partitions = args.partitions or 2 * args.workers
+    args.partitions = args.partitions or 4 * args.workers
     res: dict = {
         "environment": environment(),
         "privrec": privrec.__version__,

@@ -71,7 +71,7 @@ from ..solvers._linalg import as_task_array, chunk_statistics, prepared_inputs, 
 from ..solvers.ridge import frequency_regularization
 from ..solvers.ssp import NOISE_BLOCK
 from ._client import get_client
-from .partition import PartitionBlock, PartitionedInteractions, partition_interactions
+from .partition import PartitionBlock, PartitionedInteractions, _release_freed_memory, partition_interactions
 from .reduce import DEFAULT_FAN_IN, item_blocks, reduce_item_blocks, tree_sum
 
 #: item tasks per reduction block (4 noise blocks: 1024 x (d+1)^2 float32 Gramians = 4.5 MB at d = 32)
@@ -485,6 +485,7 @@ class _Driver:
     # -------------------------------------------------------------- the fit
     def run(self, show_progress: bool) -> None:
         model, parts, client = self.model, self.parts, self.client
+        _release_freed_memory(client)  # freed shuffle buffers still held by the workers' heaps
         n_users, n_items = parts.shape
         proxy = _als_proxy(model) if self.als else model
         cfg = proxy._resolve_config((n_users, n_items))

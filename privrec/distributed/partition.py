@@ -605,6 +605,7 @@ def partition_interactions(
         [client.submit(_block_summary, b, key=f"privrec-partition-summary-{token}-{p}") for p, b in enumerate(blocks)]
     )
     del frames  # the blocks keep their lineage on the scheduler (recomputed if a worker is lost)
+    _release_freed_memory(client)
     total: dict[str, Any] = {}
     for s in summaries:
         for k, v in s["problems"].items():
@@ -631,6 +632,38 @@ def partition_interactions(
 
         info["item_vocabulary_sha256"] = vocabulary_fingerprint(vocab)
     return PartitionedInteractions(client, blocks, vocab, sizes, nnz, info)
+
+
+def _trim_heap() -> int:
+    """Give the C heap's free pages back to the OS (glibc ``malloc_trim``; a no-op elsewhere).
+
+    The shuffle leaves gigabytes of freed DataFrame buffers in the workers' heaps; without this
+    they count towards every later RSS figure although nothing uses them (Dask's documented
+    "memory not released back to the OS" case)."""
+    try:
+        import ctypes
+
+        return int(ctypes.CDLL("libc.so.6").malloc_trim(0))
+    except (OSError, AttributeError):  # pragma: no cover - not glibc
+        return 0
+
+
+def _release_freed_memory(client) -> None:
+    """Collect garbage and give freed memory back to the OS on every worker (after the partitioning
+    shuffle): measured on msd-like (2 workers), worker RSS 1.8 GB -> about 0.6 GB before the fit."""
+    if getattr(client, "serial", False):
+        return
+
+    def trim() -> int:
+        import gc
+
+        import pyarrow as pa
+
+        gc.collect()
+        pa.default_memory_pool().release_unused()  # Arrow's own pool (mimalloc / jemalloc) keeps freed pages
+        return _trim_heap()
+
+    client.run(trim)
 
 
 __all__ = [
