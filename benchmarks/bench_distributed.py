@@ -265,7 +265,12 @@ def main(argv=None) -> int:
     ap.add_argument("--scale", type=float, default=1.0, help="fraction of the preset's users (items kept)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1, help="threads per worker")
-    ap.add_argument("--partitions", type=int, default=None, help="user partitions (default: 4 per worker: smaller per-task temporaries)")
+    ap.add_argument(
+        "--partitions",
+        type=int,
+        default=None,
+        help="user partitions (default: 4 per worker: smaller per-task temporaries)",
+    )
     ap.add_argument("--fan-in", type=int, default=8)
     ap.add_argument("--block-tasks", type=int, default=1024)
     ap.add_argument("--parquet-files", type=int, default=16)
