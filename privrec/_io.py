@@ -166,3 +166,13 @@ def _json_default(obj):
     if isinstance(obj, Path):
         return str(obj)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def progress_steps(n: int, show: bool, desc: str, unit: str = "step"):
+    """``range(1, n + 1)``, wrapped in a tqdm bar when ``show`` (implicit's ``show_progress``)."""
+    steps = range(1, n + 1)
+    if not show:
+        return steps
+    from tqdm.auto import tqdm
+
+    return tqdm(steps, desc=desc, unit=unit)

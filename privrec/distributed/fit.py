@@ -49,13 +49,14 @@ import math
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from .._io import progress_steps
 from .._validation import check_memory
 from ..allocation import (
     adaptive_weights,
@@ -591,12 +592,7 @@ class _Driver:
         t_pre = time.perf_counter() - t_start
 
         # 3. alternating steps ---------------------------------------------------------------------
-        steps: Iterable[int] = range(1, cfg.iterations + 1)
-        if show_progress:
-            from tqdm.auto import tqdm
-
-            steps = tqdm(steps, desc="DPALS (distributed)", unit="step")
-        for t in steps:
+        for t in progress_steps(cfg.iterations, show_progress, "DPALS (distributed)"):
             t_step = time.perf_counter()
             side = _share(client, {"V": V, "b": b_items}, self.key("items", t))
             if cfg.private:
@@ -708,30 +704,24 @@ class _Driver:
 
     def _release(self, cfg, cal, ledger, head, counts, V, b_items, mu, norm_u, norm_i, n_users, n_items) -> None:
         """The release attributes of the local fit (``DPALS.fit`` / ``ALS.fit``), without user factors."""
-        model, dtype, d = self.model, cfg.dtype, cfg.factors
-        item_factors = np.zeros((n_items, d), dtype=dtype)
-        item_factors[head] = V
-        model.item_factors_ = item_factors
-        item_bias = None
-        if cfg.biases:
-            item_bias = np.zeros(n_items, dtype=dtype)
-            item_bias[head] = b_items
-        elif cfg.popularity_prior:  # released noisy counts / public n_users: post-processing
-            item_bias = (counts / n_users).astype(dtype)
-        model.item_bias_ = item_bias
-        model.global_mean_ = np.asarray(mu, dtype=np.float64)
-        model.user_factors_ = None
-        model.user_bias_ = None
-        if self.als:
+        model = self.model
+        if self.als:  # ALS's own release attributes
+            item_factors = np.zeros((n_items, cfg.factors), dtype=cfg.dtype)
+            item_factors[head] = V
+            model.item_factors_ = item_factors
+            model.item_bias_ = None
+            if cfg.biases:
+                model.item_bias_ = np.zeros(n_items, dtype=cfg.dtype)
+                model.item_bias_[head] = b_items
+            model.global_mean_ = np.asarray(mu, dtype=np.float64)
             model.user_reg_norm_ = np.asarray(norm_u, dtype=np.float64)
             model.item_reg_norm_ = np.asarray(norm_i, dtype=np.float64)
-        else:
+        else:  # exactly DPALS.fit's release
+            model._release_item_side(cfg, head, counts, V, b_items, mu, norm_u, n_users, n_items)
             model.ledger_ = ledger
             model.noise_scales_ = {"count": cal.count_scale, "train": cal.train_scale}
-            model.user_reg_norm_ = float(norm_u)
-            model.user_regularization_ = float(cfg.user_reg)
-            model.config_ = cfg.as_dict()
-            model.trained_items_ = head
+        model.user_factors_ = None
+        model.user_bias_ = None
         # id maps as FactorizationModel's fit wrapper sets them (fit_input of an Interactions)
         from ..data.frames import vocabulary_fingerprint
         from ..models._base import _is_identity_ids

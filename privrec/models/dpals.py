@@ -35,7 +35,6 @@ import dataclasses
 import math
 import time
 import warnings
-from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from numbers import Real
 from typing import ClassVar
@@ -58,6 +57,7 @@ from .._constraints import (
     StrOptions,
     store_init_params,
 )
+from .._io import progress_steps
 from .._validation import check_delta, check_epsilon, check_memory
 from ..pipeline import Plan, PrivatePipeline
 from ..privacy import check_noise_random_state, clip_labels, clip_rows, default_count_fraction, make_rng
@@ -538,12 +538,7 @@ class DPALS(FactorizationModel):
         step_times: list[float] = []
         batch0 = order = None
         t_pre = time.perf_counter() - t_start
-        steps: Iterable[int] = range(1, cfg.iterations + 1)
-        if show_progress:
-            from tqdm.auto import tqdm
-
-            steps = tqdm(steps, desc="DPALS", unit="step")
-        for t in steps:
+        for t in progress_steps(cfg.iterations, show_progress, "DPALS"):
             t_step = time.perf_counter()
             U, b_users = self._user_step(cfg, centered, V, b_items, reg_users)
             labels = centered.copy()
@@ -580,26 +575,32 @@ class DPALS(FactorizationModel):
         self.noise_scales_ = {"count": cal.count_scale, "train": cal.train_scale}
 
         # 3. release --------------------------------------------------------------------------
-        item_factors = np.zeros((n_items, d), dtype=dtype)
+        self._release_item_side(cfg, head, counts, V, b_items, mu, norm_u, n_users, n_items)
+        t_proj = time.perf_counter()
+        self.user_factors_, self.user_bias_ = self._project_users(R_full)
+        self.fit_timings_ = {"preprocess": t_pre, "steps": step_times, "projection": time.perf_counter() - t_proj}
+        return self
+
+    def _release_item_side(self, cfg: DPALSConfig, head, counts, V, b_items, mu, norm_u, n_users, n_items) -> None:
+        """Set the released attributes (shared by the local and the distributed fit): item factors
+        and biases scattered back to all ``n_items`` (zeros outside the trained ``head``), the
+        implicit popularity prior (released counts / public n_users: post-processing), the mean,
+        the user-ridge constants the billboard projection needs, the configuration."""
+        dtype = cfg.dtype
+        item_factors = np.zeros((n_items, cfg.factors), dtype=dtype)
         item_factors[head] = V
         self.item_factors_ = item_factors
+        self.item_bias_ = None
         if cfg.biases:
-            item_bias = np.zeros(n_items, dtype=dtype)
-            item_bias[head] = b_items
-            self.item_bias_ = item_bias
-        elif cfg.popularity_prior:  # released noisy counts / public n_users: post-processing
+            self.item_bias_ = np.zeros(n_items, dtype=dtype)
+            self.item_bias_[head] = b_items
+        elif cfg.popularity_prior:
             self.item_bias_ = (counts / n_users).astype(dtype)
-        else:
-            self.item_bias_ = None
         self.global_mean_ = np.asarray(mu, dtype=np.float64)
         self.user_reg_norm_ = float(norm_u)
         self.user_regularization_ = float(cfg.user_reg)
         self.config_ = cfg.as_dict()
         self.trained_items_ = head
-        t_proj = time.perf_counter()
-        self.user_factors_, self.user_bias_ = self._project_users(R_full)
-        self.fit_timings_ = {"preprocess": t_pre, "steps": step_times, "projection": time.perf_counter() - t_proj}
-        return self
 
     @staticmethod
     def _user_regularization(cfg: DPALSConfig, user_counts) -> tuple[np.ndarray, float]:
