@@ -224,6 +224,17 @@ def test_channel_budget_and_one_pass_limits():
     assert report_epsilon(rep) == pytest.approx(ch.epsilon())
 
 
+def test_channel_ledger_must_stay_within_its_calibrated_plan():
+    """close() recomputes epsilon from the recorded events and refuses a drift from the calibration
+    (here forged: the multiplier lowered after calibrating, as a bug in a caller would)."""
+    X, y = _data(40)
+    ch = SiloChannel(Silo(X, y, epsilon=1.0, name="s"), SquaredLoss(), 1.0, 4, 3, rng=0)
+    ch.gradient(np.zeros(3))
+    ch.noise_multiplier = ch.noise_multiplier / 4
+    with pytest.raises(RuntimeError, match="above the 1 its noise was calibrated for"):
+        ch.close("forged")
+
+
 def test_non_private_channel_reports_infinite_epsilon():
     X, y = _data(20)
     ch = SiloChannel(Silo(X, y), SquaredLoss(), None, 5, 3, sampling="without_replacement", rng=0)

@@ -60,10 +60,11 @@ import math
 import dp_accounting
 import numpy as np
 from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
 
 from .._constraints import store_init_params
 from .._validation import check_delta, check_finite_array, check_int, check_positive
-from ..privacy import PrivacyLedger, check_noise_random_state, epsilon_of_event, laplace_event, make_rng
+from ..privacy import PrivacyLedger, check_noise_random_state, epsilon_of_event, laplace_event, laplace_noise, make_rng
 
 __all__ = [
     "AsyncDPLearner",
@@ -166,6 +167,7 @@ class AsyncDPLearner(BaseEstimator):
 
     def __init__(
         self,
+        *,
         epsilon=1.0,
         n_steps: int = 1000,
         rho: float = 1.0,
@@ -262,7 +264,7 @@ class AsyncDPLearner(BaseEstimator):
                 G[rr] = self._clipped_mean_gradients(X[s0:s1], y[s0:s1], theta_bar[rr])
             bi = b[i]
             if np.any(bi > 0):
-                G += rng.laplace(0.0, 1.0, size=(n_runs, p)) * bi[:, None]
+                G += laplace_noise((n_runs, p), 1.0, rng) * bi[:, None]
             grad_g = self.sigma * theta_bar
             new_i = theta_bar - (N * step) * (grad_g / (2 * N) + (counts[i] / n)[:, None] * G)
             new_L = theta_bar - (c * step) * grad_g
@@ -346,8 +348,7 @@ class AsyncDPLearner(BaseEstimator):
         runs, at ``delta``); ``epsilon_per_run_max``: the largest single-run cost (the run in which
         owner i answered most); ``answers_total``, ``runs``; ``events`` etc. as a ledger report.
         """
-        if not hasattr(self, "simulation_ledgers_"):
-            raise ValueError("call simulate before simulation_report")
+        check_is_fitted(self, "simulation_ledgers_", msg="call simulate before simulation_report")
         T = self.simulation_n_steps_
 
         def report(j: int) -> dict:
@@ -371,14 +372,12 @@ class AsyncDPLearner(BaseEstimator):
         return _per_owner(self.simulation_owners_, owner, report)
 
     def predict(self, X):
-        if not hasattr(self, "coef_"):
-            raise ValueError("call fit before predict")
+        check_is_fitted(self, "coef_")
         return check_finite_array(X, "X") @ self.coef_
 
     def privacy_report(self, owner=None) -> dict:
         """Per-owner ledger reports: accountant epsilon (RDP at ``delta``) and the pure basic-composition bound."""
-        if not hasattr(self, "ledgers_"):
-            raise ValueError("call fit before privacy_report")
+        check_is_fitted(self, "ledgers_")
 
         def report(j: int) -> dict:
             rep = self.ledgers_[j].report(self.delta, include_pld=False)

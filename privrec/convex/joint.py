@@ -347,6 +347,7 @@ class JointDPSGD(BaseEstimator):
     def __init__(
         self,
         model,
+        *,
         regime: str = "joint",
         epsilon: float | None = 1.0,
         delta: float = 1e-5,

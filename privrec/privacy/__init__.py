@@ -30,6 +30,7 @@ from .mechanisms import (
     gaussian_noise,
     laplace_event,
     laplace_mechanism,
+    laplace_noise,
     poisson_subsampled_gaussian_event,
     symmetric_gaussian_noise,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "gaussian_rho",
     "laplace_event",
     "laplace_mechanism",
+    "laplace_noise",
     "leaf_nodes",
     "make_rng",
     "node_multiplier_for",

@@ -90,6 +90,13 @@ def gaussian_noise(shape, std: float, rng=None, dtype=np.float32) -> np.ndarray:
     return noise.astype(dtype, copy=False)
 
 
+def laplace_noise(shape, scale: float, rng=None, dtype=np.float64) -> np.ndarray:
+    """iid Laplace(0, ``scale``) noise of the given shape (zeros when scale == 0)."""
+    if scale == 0:
+        return np.zeros(shape, dtype=dtype)
+    return make_rng(rng).laplace(0.0, scale, size=shape).astype(dtype, copy=False)
+
+
 def _std_dtype(dtype):
     return np.float64 if np.dtype(dtype) == np.float64 else np.float32
 

@@ -157,6 +157,8 @@ class SiloChannel:
                     f"{silo.name}: one pass over {silo.n} records allows at most {silo.n // self.batch_size} "
                     f"batches of {self.batch_size}, asked for {self.max_messages}"
                 )
+            # calibrated here: the recorded events must stay within the silo's target (checked in close)
+            self._planned_epsilon = None if noise_multiplier is not None else float(silo.epsilon)
             if noise_multiplier is not None:  # set by a caller with its own (documented) analysis
                 z = float(noise_multiplier)
             else:
@@ -168,6 +170,7 @@ class SiloChannel:
                 z = max(z, paper_sigma * self.batch_size / self.sensitivity)
             self.noise_multiplier = z
         else:
+            self._planned_epsilon = None
             self.clip = None if clip is None else float(clip)
             self.sensitivity = 0.0
             self.noise_multiplier = 0.0
@@ -252,7 +255,14 @@ class SiloChannel:
             n_records=self.silo.n,
             **meta,
         )
-        return ledger_report(self.ledger, self._delta(), self.accountant)
+        report = ledger_report(self.ledger, self._delta(), self.accountant)
+        planned = self._planned_epsilon
+        if planned is not None and report_epsilon(report) > planned * (1 + 1e-6):  # calibration and ledger agree
+            raise RuntimeError(
+                f"internal error: {self.silo.name}'s recorded events give epsilon {report_epsilon(report):.6g} above "
+                f"the {planned:.6g} its noise was calibrated for ({self.sent} of {self.max_messages} planned messages)"
+            )
+        return report
 
     def _delta(self) -> float:
         """The silo's delta_i (``Silo.__post_init__`` sets it, ``1 / n_i^2`` by default)."""

@@ -50,6 +50,7 @@ ALGORITHMS = ("mb_sgd", "accelerated", "accelerated_one_pass", "local_sgd")
 class _FederatedDP(BaseEstimator):
     def __init__(
         self,
+        *,
         algorithm: str = "mb_sgd",
         epsilon: float = 1.0,
         delta: float | None = None,
