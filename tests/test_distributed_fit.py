@@ -258,3 +258,22 @@ def test_import_does_not_import_dask():
     code = "import sys, privrec.distributed as d; assert callable(d.fit); print(sorted(m for m in ('dask', 'distributed') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_default_partitioning_depends_on_the_cluster_not_on_the_data(client, ratings, catalogue, monkeypatch):
+    """Without n_partitions the fit partitions into 4 x the cluster's worker threads (public), never
+    into a count derived from the (private) number of ratings."""
+    fit_module = sys.modules["privrec.distributed.fit"]  # the package attribute `fit` is the function
+    seen = []
+    real = fit_module.partition_interactions
+
+    def spy(*args, **kwargs):
+        parts = real(*args, **kwargs)
+        seen.append(parts.n_partitions)
+        return parts
+
+    monkeypatch.setattr(fit_module, "partition_interactions", spy)
+    threads = sum(client.nthreads().values())
+    for data in (ratings, ratings.iloc[: len(ratings) // 2]):
+        fit(DPALS(epsilon=2.0, rating_range=(1, 5), factors=2, iterations=1), data, client=client, items=catalogue)
+    assert seen == [4 * threads, 4 * threads]

@@ -431,6 +431,10 @@ def fit(
                 stacklevel=2,
             )
     owned = not isinstance(data, PartitionedInteractions)
+    if owned and n_partitions is None:
+        # a public default: the number of partitions fixes the order of float sums, so it must
+        # not come from the (private) size of the data, as partition_interactions' default would
+        n_partitions = 4 * _worker_threads(get_client(client))
     if owned:
         parts = partition_interactions(
             data, user_col, item_col, rating_col, n_partitions, items, client, duplicates=duplicates
@@ -451,6 +455,13 @@ def fit(
         if owned:
             parts.release()
     return model
+
+
+def _worker_threads(client) -> int:
+    """Worker threads of the cluster (public: the deployment, not the data); 1 for a serial client."""
+    if getattr(client, "serial", False):
+        return 1
+    return max(1, sum(client.nthreads().values()))
 
 
 class _Driver:
