@@ -8,8 +8,12 @@ import dp_accounting
 import numpy as np
 
 from .._validation import check_positive
-from ..privacy import compose
-from ._linalg import DEFAULT_CHUNK_EXAMPLES, DEFAULT_CHUNK_TASKS, check_execution
+from ..privacy import compose, make_rng
+from ._linalg import DEFAULT_CHUNK_EXAMPLES, DEFAULT_CHUNK_TASKS, check_execution, task_chunks
+
+#: tasks per noise stream: task i's noise comes from the stream of block i // NOISE_BLOCK (public,
+#: data-independent), whatever the compute chunks or the number of machines
+NOISE_BLOCK = 256
 
 
 def check_budget(budget, noisy: bool):
@@ -56,6 +60,28 @@ class NoisySolverBase:
     def with_noise_multiplier(self, z: float):
         """A copy at noise multiplier ``z`` (what calibration searches over)."""
         return replace(self, noise_multiplier=z)
+
+    @staticmethod
+    def noise_seeds(rng, n_tasks: int) -> list:
+        """One ``SeedSequence`` per public block of ``NOISE_BLOCK`` tasks, spawned from ``rng``.
+
+        Depends only on the generator's state and ``n_tasks``; a block's seed fully determines its
+        noise, so a recomputed (retried) block releases exactly the same values.
+        """
+        n_blocks = -(-int(n_tasks) // NOISE_BLOCK)
+        seed_seq = make_rng(rng).bit_generator.seed_seq
+        if not isinstance(seed_seq, np.random.SeedSequence):  # pragma: no cover - make_rng builds SeedSequences
+            raise TypeError("the noise generator must be seeded by a numpy SeedSequence")
+        return list(seed_seq.spawn(n_blocks)) if n_blocks else []
+
+    def block_chunks(self, indptr: np.ndarray) -> list[tuple[int, int]]:
+        """Compute chunks as ranges of whole noise blocks ``[b0, b1)`` (bounded by ``chunk_tasks`` /
+        ``chunk_examples``), so how the work is split never changes the noise."""
+        m = indptr.size - 1
+        starts = np.arange(0, m, NOISE_BLOCK)
+        block_indptr = np.append(indptr[starts], indptr[-1])
+        per_chunk = max(1, self.chunk_tasks // NOISE_BLOCK)
+        return [(int(b0), int(b1)) for b0, b1 in task_chunks(block_indptr, per_chunk, self.chunk_examples)]
 
     def labelled_events(self) -> list:  # pragma: no cover - every solver defines it
         raise NotImplementedError

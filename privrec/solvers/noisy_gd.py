@@ -39,14 +39,13 @@ from .._validation import check_int, check_positive
 from ..privacy import gaussian_event, make_rng
 from ..privacy.clipping import project_ball
 from ..privacy.mechanisms import gaussian_noise
-from ._base import NoisySolverBase
+from ._base import NOISE_BLOCK, NoisySolverBase
 from ._linalg import (
     as_task_array,
     chunk_statistics,
     map_chunks,
     noisy_global_gramian,
     prepared_inputs,
-    task_chunks,
 )
 from .batch import SolverResult, TaskBatch
 
@@ -223,25 +222,29 @@ class NoisyGDSolver(NoisySolverBase):
                 raise ValueError(f"init must be a finite array of shape ({m}, {d})")
             theta_all = project_ball(init, self.radius)
         eta = np.stack([steps(t) for t in range(1, self.iterations + 1)]).astype(dtype)  # (T, m)
-        chunks = list(task_chunks(batch.indptr, self.chunk_tasks, self.chunk_examples))
-        rngs = rng.spawn(len(chunks))
+        seeds = self.noise_seeds(rng, m)
+        chunks = self.block_chunks(batch.indptr)  # consecutive whole noise blocks
 
         def run_chunk(c, bounds):
-            t0, t1 = bounds
-            if self.loss is not None:
-                return self._run_loss_chunk(batch, x, y, t0, t1, theta_all[t0:t1], reg, gram, eta, std, rngs[c])
-            G, b = chunk_statistics(batch, x, y, t0, t1)
-            theta = theta_all[t0:t1]
-            r = reg[t0:t1, None]
-            for t in range(self.iterations):
-                g = np.matmul(G, theta[:, :, None])[:, :, 0] - b
-                if std > 0:
-                    g += gaussian_noise(g.shape, std, rngs[c], dtype)
-                g += r * theta
-                if gram is not None:
-                    g += theta @ gram
-                theta = project_ball(theta - eta[t, t0:t1, None] * g, self.radius, inplace=True)
-            return theta
+            b0, b1 = bounds
+            t0, t1 = b0 * NOISE_BLOCK, min(b1 * NOISE_BLOCK, m)
+            G = b = None
+            if self.loss is None:
+                G, b = chunk_statistics(batch, x, y, t0, t1)
+            out = np.empty((t1 - t0, d), dtype=dtype)
+            for k in range(b0, b1):
+                s0, s1 = k * NOISE_BLOCK, min((k + 1) * NOISE_BLOCK, m)
+                theta0, steps_k = theta_all[s0:s1], eta[:, s0:s1]
+                if self.loss is not None:
+                    out[s0 - t0 : s1 - t0] = self._run_loss_block(
+                        batch, x, y, s0, s1, theta0, reg, gram, steps_k, seeds[k]
+                    )
+                else:
+                    assert G is not None and b is not None
+                    out[s0 - t0 : s1 - t0] = self.release_block(
+                        G[s0 - t0 : s1 - t0], b[s0 - t0 : s1 - t0], reg[s0:s1], gram, seeds[k], theta0, steps_k
+                    )
+            return out
 
         results = map_chunks(run_chunk, chunks, self.num_threads)
         if results:
@@ -249,9 +252,35 @@ class NoisyGDSolver(NoisySolverBase):
         info = {"solver": "noisy_gd", "unit_budget": beta, "iterations": int(self.iterations)}
         return SolverResult(theta_all, events, info)
 
-    def _run_loss_chunk(self, batch, x, y, t0, t1, theta, reg, gram, eta, std, rng):
-        """Noisy GD on tasks t0:t1 with a general margin loss: per-example gradients every step."""
+    def release_block(self, G, b, reg, gram, seed, theta0, steps) -> np.ndarray:
+        """The T noisy GD steps of one public block of tasks (squared loss, from its exact statistics).
+
+        ``G`` (k, d, d), ``b`` (k, d): the block's statistics; ``theta0`` (k, d) the public start;
+        ``steps`` (T, k) the public step sizes; ``gram`` the released gravity term or ``None``. The
+        noise of step t is drawn from ``seed``'s stream after that of steps 1..t-1, so a recomputed
+        (retried) block releases exactly the same iterates.
+        """
+        dtype = np.dtype(self.dtype)
+        std = self.noise_std()
+        stream = np.random.default_rng(seed)
+        theta = project_ball(np.asarray(theta0, dtype=dtype), self.radius)
+        r = np.asarray(reg, dtype=dtype)[:, None]
+        for t in range(self.iterations):
+            g = np.matmul(G, theta[:, :, None])[:, :, 0] - b
+            if std > 0:
+                g += gaussian_noise(g.shape, std, stream, dtype)
+            g += r * theta
+            if gram is not None:
+                g += theta @ gram
+            theta = project_ball(theta - steps[t, :, None] * g, self.radius, inplace=True)
+        return theta
+
+    def _run_loss_block(self, batch, x, y, t0, t1, theta, reg, gram, steps, seed):
+        """Noisy GD on the block of tasks t0:t1 with a general margin loss: per-example gradients
+        every step, noise from the block's own stream (as :meth:`release_block`)."""
         dtype = theta.dtype
+        std = self.noise_std()
+        stream = np.random.default_rng(seed)
         e0, e1 = int(batch.indptr[t0]), int(batch.indptr[t1])
         task = np.repeat(np.arange(t1 - t0), np.diff(batch.indptr[t0 : t1 + 1]))
         X = x[batch.feature_ids[e0:e1]]
@@ -265,9 +294,9 @@ class NoisyGDSolver(NoisySolverBase):
             deriv = self.loss.derivative(np.einsum("ij,ij->i", X, theta[task]), yc)
             g = np.asarray(S @ (deriv[:, None] * X), dtype=dtype)
             if std > 0:
-                g += gaussian_noise(g.shape, std, rng, dtype)
+                g += gaussian_noise(g.shape, std, stream, dtype)
             g += r * theta
             if gram is not None:
                 g += theta @ gram
-            theta = project_ball(theta - eta[t, t0:t1, None] * g, self.radius, inplace=True)
+            theta = project_ball(theta - steps[t, :, None] * g, self.radius, inplace=True)
         return theta

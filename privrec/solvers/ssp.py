@@ -48,7 +48,7 @@ import numpy as np
 from .._validation import check_positive
 from ..privacy import gaussian_event, make_rng
 from ..privacy.mechanisms import add_symmetric_gaussian_noise, gaussian_noise
-from ._base import NoisySolverBase
+from ._base import NOISE_BLOCK, NoisySolverBase
 from ._linalg import (
     as_task_array,
     chunk_statistics,
@@ -60,15 +60,11 @@ from ._linalg import (
     projected_solve,
     psd_project,
     spd_solve,
-    task_chunks,
 )
 from .batch import SolverResult, TaskBatch
 
 # systems solved together after the noise is added (bounds the copies made by the solves)
 _SOLVE_BATCH = 256
-#: tasks per noise stream: task i's noise comes from the stream of block i // NOISE_BLOCK (public,
-#: data-independent), whatever the compute chunks or the number of machines
-NOISE_BLOCK = 256
 
 
 @dataclass(frozen=True)
@@ -152,13 +148,7 @@ class SSPSolver(NoisySolverBase):
         x, _ = prepared_inputs(batch, self.max_norm, None, dtype, labels=False)
         gram = self.release_global_gramian(global_gramian(x), rng) if self.unobserved_weight > 0 else None
         seeds = self.noise_seeds(rng, m)
-        # compute chunks: consecutive whole noise blocks, bounded by chunk_tasks / chunk_examples
-        starts = np.arange(0, m, NOISE_BLOCK)
-        block_indptr = np.append(batch.indptr[starts], batch.indptr[-1])
-        chunks = [
-            (int(b0), int(b1))
-            for b0, b1 in task_chunks(block_indptr, max(1, self.chunk_tasks // NOISE_BLOCK), self.chunk_examples)
-        ]
+        chunks = self.block_chunks(batch.indptr)  # consecutive whole noise blocks
 
         def solve_chunk(c, bounds):
             b0, b1 = bounds
@@ -179,19 +169,6 @@ class SSPSolver(NoisySolverBase):
         return SolverResult(params, events, info)
 
     # -------------------------------------------------------------- stages (local and distributed)
-    @staticmethod
-    def noise_seeds(rng, n_tasks: int) -> list:
-        """One ``SeedSequence`` per public block of ``NOISE_BLOCK`` tasks, spawned from ``rng``.
-
-        Depends only on the generator's state and ``n_tasks``; a block's seed fully determines its
-        noise, so a recomputed (retried) block releases exactly the same values.
-        """
-        n_blocks = -(-int(n_tasks) // NOISE_BLOCK)
-        seed_seq = make_rng(rng).bit_generator.seed_seq
-        if not isinstance(seed_seq, np.random.SeedSequence):  # pragma: no cover - make_rng builds SeedSequences
-            raise TypeError("the noise generator must be seeded by a numpy SeedSequence")
-        return list(seed_seq.spawn(n_blocks)) if n_blocks else []
-
     def release_global_gramian(self, exact_gramian: np.ndarray, rng) -> np.ndarray:
         """alpha_0 * PSD(G_glob + symmetric noise): the released gravity term (its own Gaussian event)."""
         dtype = np.dtype(self.dtype)
