@@ -147,6 +147,12 @@ CASES = {
         iterations=3,
         random_state=14,
     ),
+    "ada-dpsgd (noisy GD) explicit biases": dict(
+        method="ada-dpsgd", epsilon=5.0, rating_range=(1, 5), factors=4, iterations=2, gd_iterations=3, random_state=16
+    ),
+    "dpsgd-uniform with gravity": dict(
+        method="dpsgd-uniform", epsilon=4.0, factors=4, iterations=2, budget=20, unobserved_weight=0.2, random_state=17
+    ),
     "epsilon inf": dict(
         method="ada-dpals", epsilon=math.inf, factors=6, iterations=4, reg_exponent=1.0, random_state=15
     ),
@@ -232,9 +238,6 @@ def test_os_entropy_fit_recommends_and_saves(client, ratings, catalogue, tmp_pat
 
 def test_unsupported_and_rejected_inputs(ratings):
     serial = SerialClient()
-    for method in ("dpsgd-uniform", "dpsgd-tail", "ada-dpsgd"):
-        with pytest.raises(NotImplementedError, match="noisy GD"):
-            fit(DPALS(method=method), ratings, client=serial)
     with pytest.raises(TypeError, match="DPALS or an ALS"):
         fit(object(), ratings, client=serial)
     with pytest.raises(ValueError, match="block_tasks"):

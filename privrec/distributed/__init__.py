@@ -5,7 +5,7 @@
 * :mod:`~privrec.distributed.reduce` -- :func:`reduce_item_blocks`: per public item block, a
   fixed-shape tree sum of per-partition partial statistics with a seeded ``finish`` at the root
   (bounded memory, bit-identical across schedules and retries); :func:`tree_sum` for small values;
-* :mod:`~privrec.distributed.fit` -- :func:`fit`: ``DPALS`` (SSP methods) or ``ALS`` fitted on the
+* :mod:`~privrec.distributed.fit` -- :func:`fit`: ``DPALS`` (every method) or ``ALS`` fitted on the
   partitions, with the local fit's random draws, releases and ledger (factors equal to float
   tolerance; user factors are not gathered).
 

@@ -51,6 +51,7 @@ import uuid
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -271,8 +272,10 @@ def _statistics(step: StepData, offset: int, items: slice, label_bound: float | 
     return G, b
 
 
-def _release_blocks(total, k: int, seeds, solver, reg: np.ndarray, gram, block_tasks: int):
-    """Root of a private block: ``SSPSolver.release_block`` once per noise block it covers."""
+def _release_blocks(total, k: int, seeds, solver, reg: np.ndarray, gram, block_tasks: int, gd=None):
+    """Root of a private block: the solver's ``release_block`` once per noise block it covers (SSP:
+    noisy statistics and solve; noisy GD: ``gd["theta0"]`` / ``gd["steps"]`` give the public start
+    and step sizes of its T steps)."""
     G, b = total
     t0 = k * block_tasks
     out = np.empty(b.shape, dtype=np.dtype(solver.dtype))
@@ -280,8 +283,14 @@ def _release_blocks(total, k: int, seeds, solver, reg: np.ndarray, gram, block_t
     with single_threaded_blas():
         for j, seed in enumerate(seeds):
             s0, s1 = j * NOISE_BLOCK, min((j + 1) * NOISE_BLOCK, len(b))
-            out[s0:s1], bad = solver.release_block(G[s0:s1], b[s0:s1], reg[t0 + s0 : t0 + s1], gram, seed)
-            n_bad += bad
+            lo, hi = t0 + s0, t0 + s1
+            if gd is None:
+                out[s0:s1], bad = solver.release_block(G[s0:s1], b[s0:s1], reg[lo:hi], gram, seed)
+                n_bad += bad
+            else:
+                out[s0:s1] = solver.release_block(
+                    G[s0:s1], b[s0:s1], reg[lo:hi], gram, seed, gd["theta0"][lo:hi], gd["steps"][:, lo:hi]
+                )
     return out, n_bad
 
 
@@ -307,23 +316,11 @@ def _solve_exact(total, k: int, seed, reg: np.ndarray, gram, block_tasks: int):
 # ---------------------------------------------------------------------- the driver
 
 
-def _unsupported(model) -> str | None:
-    from ..models import ALS, DPALS, METHODS
+def _check_model(model) -> None:
+    from ..models import ALS, DPALS
 
-    if isinstance(model, DPALS):
-        method = getattr(model, "method", None)
-        if method in METHODS and METHODS[method][0] != "ssp":
-            return (
-                f"privrec.distributed.fit supports the SSP methods (dpals-uniform, dpals-tail, ada-dpals), not "
-                f"{method!r}: noisy GD draws its noise from one stream per data-dependent compute chunk "
-                "(NoisyGDSolver.solve spawns them over chunks bounded by chunk_examples), not from public per-task "
-                "blocks, so a partitioned run could neither reproduce the local fit's noise nor keep it independent "
-                "of how the data is split; fit dpsgd-* / ada-dpsgd locally with DPALS.fit"
-            )
-        return None
-    if isinstance(model, ALS):
-        return None
-    raise TypeError(f"privrec.distributed.fit fits a DPALS or an ALS, got {type(model).__name__}")
+    if not isinstance(model, (DPALS, ALS)):
+        raise TypeError(f"privrec.distributed.fit fits a DPALS or an ALS, got {type(model).__name__}")
 
 
 def _als_proxy(als):
@@ -396,15 +393,16 @@ def fit(
     blocks reduced at once (memory bound, default 4). ``_leaf_hook(offset, items)``: called at the
     start of every statistics task (fault-injection tests only).
 
-    DPALS: every SSP method (``dpals-uniform``, ``dpals-tail``, ``ada-dpals``), explicit or implicit
+    DPALS: every method (SSP: ``dpals-uniform``, ``dpals-tail``, ``ada-dpals``; noisy GD: ``dpsgd-uniform``,
+    ``dpsgd-tail``, ``ada-dpsgd``, whose T inner steps run at each block's root from the summed
+    statistics, with public start and step sizes), explicit or implicit
     feedback, biases, centering, ``unobserved_weight``, ``item_frac``, finite or infinite epsilon.
     Released attributes equal the local fit's (factors to float tolerance; ledger, noise scales,
     configuration and trained items identical); ``user_factors_`` / ``user_bias_`` are ``None``
     (not gathered: use ``transform``, ``partial_fit_users`` or ``recommend(userid, user_items)``)
     and ``user_ids_`` is ``None`` (no user factors to index), ``fit_timings_["projection"]`` is 0.
     The per-task solves use ``model.num_threads`` threads (default 1: parallelism comes from the
-    partitions, so use at least as many partitions as worker threads). ``dpsgd-*`` / ``ada-dpsgd``:
-    ``NotImplementedError`` (their noise streams are not per public block).
+    partitions, so use at least as many partitions as worker threads).
 
     ALS: run as the exact non-private DPALS path (epsilon = inf: exact mean, all weights 1, exact
     ridge solves of both half-steps, the frequency-scaled ridge ``regularization`` on both sides),
@@ -417,9 +415,7 @@ def fit(
     """
     from ..models import ALS
 
-    reason = _unsupported(model)
-    if reason is not None:
-        raise NotImplementedError(reason)
+    _check_model(model)
     block_tasks = _check_block_tasks(block_tasks)
     if isinstance(model, ALS):
         model._validate()
@@ -607,7 +603,13 @@ class _Driver:
             t_step = time.perf_counter()
             side = _share(client, {"V": V, "b": b_items}, self.key("items", t))
             if cfg.private:
-                solver: Any = proxy._item_solver(cfg, cal.train_scale, reg_items, V, b_items, None)
+                public = SimpleNamespace(  # the public task information the noisy-GD step sizes use
+                    task_sizes=np.maximum(counts_h, 1.0),
+                    task_weights=proxy._task_weights(cfg, np.maximum(counts_h, 1.0), n_users),
+                    n_units=n_users,
+                    n_tasks=m,
+                )
+                solver: Any = proxy._item_solver(cfg, cal.train_scale, reg_items, V, b_items, public)
                 max_norm, gravity = solver.max_norm, ("features" if cfg.unobserved_weight > 0 else None)
             else:
                 solver = make_solver(
@@ -636,6 +638,13 @@ class _Driver:
                     gram = solver.release_global_gramian(g0, rng)
                 seeds = solver.noise_seeds(rng, m)
                 grouped = [list(seeds[j * per_block : (j + 1) * per_block]) for j in range(len(blocks))]
+                gd = None
+                if cfg.solver == "noisy_gd":  # public start (the released V) and public step sizes
+                    steps = solver._steps(public, reg_dtype, solver.noise_std())
+                    eta = np.stack([steps(i) for i in range(1, solver.iterations + 1)]).astype(dtype)
+                    gd = _share(
+                        client, {"theta0": np.asarray(solver.init, dtype=dtype), "steps": eta}, self.key("gd", t)
+                    )
                 out = reduce_item_blocks(
                     step_futs,
                     _statistics,
@@ -643,14 +652,26 @@ class _Driver:
                     _release_blocks,
                     seeds=grouped,
                     args=(solver.label_bound, False, self.hook),
-                    finish_args=(dataclasses.replace(solver, reg=0.0), reg_future, gram, self.block_tasks),
+                    finish_args=(
+                        dataclasses.replace(
+                            solver, reg=0.0, **({"init": None, "schedule": 1.0} if gd is not None else {})
+                        ),
+                        reg_future,
+                        gram,
+                        self.block_tasks,
+                        gd,
+                    ),
                     offsets=self.offsets,
                     fan_in=self.fan_in,
                     max_in_flight=self.max_in_flight,
                     client=client,
                     key=self.key("reduce", t),
                 )
-                info = {"solver": "ssp", "unit_budget": beta, "projected_tasks": int(sum(r[1] for r in out))}
+                info = (
+                    {"solver": "ssp", "unit_budget": beta, "projected_tasks": int(sum(r[1] for r in out))}
+                    if gd is None
+                    else {"solver": "noisy_gd", "unit_budget": beta, "iterations": int(solver.iterations)}
+                )
             else:
                 if gravity:
                     g0 = np.asarray(self.total(self._grams(step_futs, t), f"gram-sum-{t}"))

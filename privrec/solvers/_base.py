@@ -8,8 +8,8 @@ import dp_accounting
 import numpy as np
 
 from .._validation import check_positive
-from ..privacy import compose, make_rng
-from ._linalg import DEFAULT_CHUNK_EXAMPLES, DEFAULT_CHUNK_TASKS, check_execution, task_chunks
+from ..privacy import add_symmetric_gaussian_noise, compose, make_rng
+from ._linalg import DEFAULT_CHUNK_EXAMPLES, DEFAULT_CHUNK_TASKS, check_execution, psd_project, task_chunks
 
 #: tasks per noise stream: task i's noise comes from the stream of block i // NOISE_BLOCK (public,
 #: data-independent), whatever the compute chunks or the number of machines
@@ -82,6 +82,15 @@ class NoisySolverBase:
         block_indptr = np.append(indptr[starts], indptr[-1])
         per_chunk = max(1, self.chunk_tasks // NOISE_BLOCK)
         return [(int(b0), int(b1)) for b0, b1 in task_chunks(block_indptr, per_chunk, self.chunk_examples)]
+
+    def release_global_gramian(self, exact_gramian: np.ndarray, rng) -> np.ndarray:
+        """alpha_0 * PSD(G_glob + symmetric noise): the released gravity term (its own Gaussian event,
+        multiplier ``global_ratio`` x z, sensitivity ``max_norm^2``)."""
+        dtype = np.dtype(self.dtype)
+        std = float(self.noise_multiplier) * self.global_ratio * float(self.max_norm) ** 2
+        g0 = exact_gramian.astype(dtype, copy=True)
+        add_symmetric_gaussian_noise(g0[None], std, make_rng(rng))
+        return psd_project(g0) * dtype.type(self.unobserved_weight)
 
     def labelled_events(self) -> list:  # pragma: no cover - every solver defines it
         raise NotImplementedError

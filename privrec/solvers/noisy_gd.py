@@ -43,8 +43,8 @@ from ._base import NOISE_BLOCK, NoisySolverBase
 from ._linalg import (
     as_task_array,
     chunk_statistics,
+    global_gramian,
     map_chunks,
-    noisy_global_gramian,
     prepared_inputs,
 )
 from .batch import SolverResult, TaskBatch
@@ -209,11 +209,7 @@ class NoisyGDSolver(NoisySolverBase):
         reg = as_task_array(self.reg, m, "reg", dtype)
         steps = self._steps(batch, reg, std)
         x, y = prepared_inputs(batch, self.max_norm, self.label_bound, dtype)
-        gram = None
-        if self.unobserved_weight > 0:
-            z0 = float(self.noise_multiplier) * self.global_ratio
-            std0 = z0 * float(self.max_norm) ** 2
-            gram = noisy_global_gramian(x, std0, self.unobserved_weight, rng, dtype)
+        gram = self.release_global_gramian(global_gramian(x), rng) if self.unobserved_weight > 0 else None
         if self.init is None:
             theta_all = np.zeros((m, d), dtype=dtype)
         else:

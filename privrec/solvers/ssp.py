@@ -58,7 +58,6 @@ from ._linalg import (
     prepared_inputs,
     projected_ridge_solve,
     projected_solve,
-    psd_project,
     spd_solve,
 )
 from .batch import SolverResult, TaskBatch
@@ -169,14 +168,6 @@ class SSPSolver(NoisySolverBase):
         return SolverResult(params, events, info)
 
     # -------------------------------------------------------------- stages (local and distributed)
-    def release_global_gramian(self, exact_gramian: np.ndarray, rng) -> np.ndarray:
-        """alpha_0 * PSD(G_glob + symmetric noise): the released gravity term (its own Gaussian event)."""
-        dtype = np.dtype(self.dtype)
-        std = self.noise_stds()["global"]
-        g0 = exact_gramian.astype(dtype, copy=True)
-        add_symmetric_gaussian_noise(g0[None], std, make_rng(rng))
-        return psd_project(g0) * dtype.type(self.unobserved_weight)
-
     def release_block(self, G: np.ndarray, b: np.ndarray, reg: np.ndarray, gram, seed) -> tuple[np.ndarray, int]:
         """Noisy release and solve of one public block of tasks: ``(params, n_projected)``.
 
