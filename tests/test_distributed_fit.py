@@ -34,17 +34,6 @@ REL_TOL = 1e-4
 
 
 @pytest.fixture(scope="module")
-def client():
-    with (
-        distributed.LocalCluster(
-            n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None, silence_logs=50
-        ) as cluster,
-        distributed.Client(cluster) as c,
-    ):
-        yield c
-
-
-@pytest.fixture(scope="module")
 def ratings():
     """Skewed explicit ratings (1..5) and play counts (0 = a stored zero, dropped by implicit feedback)."""
     rng = np.random.default_rng(0)

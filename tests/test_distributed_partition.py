@@ -22,17 +22,6 @@ from privrec.distributed import (  # noqa: E402
 )
 
 
-@pytest.fixture(scope="module")
-def client():
-    with (
-        distributed.LocalCluster(
-            n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None, silence_logs=50
-        ) as cluster,
-        distributed.Client(cluster) as c,
-    ):
-        yield c
-
-
 def _ratings(n_rows=1500, n_users=120, n_items=40, seed=0, string_ids=True):
     rng = np.random.default_rng(seed)
     u = rng.integers(0, n_users, n_rows)

@@ -32,17 +32,6 @@ BLOCK = 7  # 7 item blocks, the last one of 3 items
 
 
 @pytest.fixture(scope="module")
-def client():
-    with (
-        distributed.LocalCluster(
-            n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None, silence_logs=50
-        ) as cluster,
-        distributed.Client(cluster) as c,
-    ):
-        yield c
-
-
-@pytest.fixture(scope="module")
 def ratings():
     rng = np.random.default_rng(0)
     n = 2500
