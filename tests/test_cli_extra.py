@@ -101,3 +101,17 @@ def test_fallback_reader_rejects_missing_ids_and_non_numeric_ratings(tmp_path, c
     vals.write_text("user,item,rating\n1,2,3\n2,4,five\n")
     rc, _, err = _run(["fit", "--ratings", str(vals), "-q"], capsys)
     assert rc == 2 and "vals.csv: column 'rating' has missing or non-numeric values" in err
+
+
+def test_model_label_never_calls_an_infinite_epsilon_private():
+    from privrec.commands.models import _model_label
+
+    events = {"events": [{"label": "exact solve (non-private)"}]}
+    assert _model_label({"method": "ada-dpals", "privacy_events": events, "epsilon_spent": "inf"}) == (
+        "ada-dpals",
+        "non-private (eps inf)",
+    )
+    assert (
+        _model_label({"method": "ada-dpals", "privacy_events": events, "epsilon_spent": 4.99})[1] == "private, eps 4.99"
+    )
+    assert _model_label({"method": "als"}) == ("als", "non-private")

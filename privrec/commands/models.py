@@ -655,6 +655,8 @@ def _model_label(res: dict) -> tuple[str, str]:
     """(name, privacy) of the fitted model for the tables."""
     if res.get("method") == "als" or not res.get("privacy_events", {}).get("events"):
         return str(res.get("method", "model")), "non-private"
+    if math.isinf(_as_float(res.get("epsilon_spent"))):  # epsilon = inf: events, but no guarantee
+        return str(res["method"]), "non-private (eps inf)"
     return str(res["method"]), f"private, eps {_fmt_eps(res.get('epsilon_spent'))}"
 
 
