@@ -26,6 +26,7 @@ from privrec.data import DatasetNotFoundError, load_dataset, low_rank_interactio
 from privrec.evaluation import recall_at_k
 from privrec.evaluation.experiment import evaluate_split, make_split
 from privrec.models import ALS, DPALS
+from privrec.privacy import suggested_delta
 
 
 def parse_args(argv=None):
@@ -64,11 +65,6 @@ def load(args):
         return None
 
 
-def small_delta(n_users: int) -> float:
-    """A delta well below 1/n_users: the largest power of ten <= 1 / (100 n_users)."""
-    return 10.0 ** math.floor(math.log10(1.0 / (100 * n_users)))
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     data = load(args)
@@ -78,7 +74,7 @@ def main(argv=None) -> int:
     split = make_split(data, "heldout-users", seed=0, heldout_users=args.heldout_users)
     n_users, n_items = split.train.shape
     # The papers use delta = 1/n on held-out users; a deployment should use much less.
-    delta = args.delta if args.delta is not None else small_delta(n_users)
+    delta = args.delta if args.delta is not None else suggested_delta(n_users)
     print(
         f"{data.name}: {n_users:,} training users x {n_items:,} artists, {split.train.nnz:,} positives; "
         f"{split.history.shape[0]} held-out test users"

@@ -24,6 +24,7 @@ import numpy as np
 from privrec.data import DatasetNotFoundError, load_dataset
 from privrec.evaluation.experiment import evaluate_split, make_split
 from privrec.models import ALS, DPALS
+from privrec.privacy import suggested_delta
 
 
 def parse_args(argv=None):
@@ -63,11 +64,6 @@ def load(args):
         return None
 
 
-def small_delta(n_users: int) -> float:
-    """A delta well below 1/n_users: the largest power of ten <= 1 / (100 n_users)."""
-    return 10.0 ** math.floor(math.log10(1.0 / (100 * n_users)))
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     data = load(args)
@@ -75,7 +71,7 @@ def main(argv=None) -> int:
         return 2
     split = make_split(data, "random", seed=0)  # 80/10/10 of the ratings; test users projected from train + validation
     n_users, n_items = split.train.shape
-    delta = args.delta if args.delta is not None else small_delta(n_users)
+    delta = args.delta if args.delta is not None else suggested_delta(n_users)
     print(f"{data.name}: {n_users:,} users x {n_items:,} items, {split.train.nnz:,} training ratings")
 
     # 1. the private model: only public quantities (n_users, n_items, epsilon, delta) configure it

@@ -31,6 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..evaluation import experiment as X
+from ..privacy import suggested_delta
 from ._parsers import add_command
 
 # CLI flag -> estimator parameter name (passed only when given; unknown to a method -> error)
@@ -624,7 +625,7 @@ def _delta_warning(delta: float, n_users: int, protocol: str, user_chose: bool) 
     """Warning text when delta >= 1/n_users (``None`` otherwise)."""
     if delta is None or not n_users or delta < 1.0 / n_users:
         return None
-    suggest = 10.0 ** math.floor(math.log10(0.01 / n_users))
+    suggest = suggested_delta(n_users)
     text = (
         f"delta = {delta:.3g} is not smaller than 1/n_users = 1/{n_users:,}: with delta >= 1/n a mechanism that "
         "publishes the full data of one randomly chosen user meets the definition."

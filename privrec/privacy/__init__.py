@@ -10,6 +10,7 @@ from .calibration import (
     calibrate_with_split,
     default_count_fraction,
     gaussian_rho,
+    suggested_delta,
 )
 from .clipping import clip_labels, clip_rows, clip_vector
 from .ledger import (
@@ -69,6 +70,7 @@ __all__ = [
     "gaussian_mechanism",
     "gaussian_noise",
     "gaussian_rho",
+    "suggested_delta",
     "laplace_event",
     "laplace_mechanism",
     "laplace_noise",

@@ -181,3 +181,12 @@ def calibrate_with_split(
     s = calibrate_noise_multiplier(target, delta, build, accountant, orders, rtol=rtol)
     eps = epsilon_of_event(build(s), delta, accountant, orders)
     return SplitCalibration(ratio * s, s, f, eps, delta)
+
+
+def suggested_delta(n_users: int) -> float:
+    """A delta well below 1/n_users for real use: the largest power of ten <= 1 / (100 n_users).
+
+    (With delta >= 1/n a mechanism publishing one random user's full data meets the definition.)
+    """
+    n = max(1, int(n_users))
+    return 10.0 ** math.floor(math.log10(0.01 / n))
