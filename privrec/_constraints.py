@@ -1,10 +1,10 @@
-"""Declarative parameter constraints in the scikit-learn style (``_parameter_constraints`` tables).
+"""The vocabulary of parameter constraints (scikit-learn ``_parameter_constraints`` style).
 
-Every estimator lists its constructor parameters with the allowed values, and ``fit`` calls
+Estimators declare their parameters with :func:`privrec._params.param`, naming the allowed values
+with the building blocks below, so the same rule reads the same everywhere; ``fit`` calls
 ``self._validate_params()`` (scikit-learn's ``BaseEstimator``), which raises one
 ``InvalidParameterError`` (a ``ValueError``) naming the parameter, the allowed values and the
-value given. Cross-parameter rules (e.g. an integer budget for sampling methods) stay in the
-estimator. The building blocks below keep the tables short and identical across estimators.
+value given.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ __all__ = [
     "POSITIVE_INT",
     "POSITIVE_OR_INF",
     "StrOptions",
-    "store_init_params",
 ]
+
 
 #: epsilon of a DP guarantee: > 0, ``inf`` meaning non-private
 EPSILON = Interval(Real, 0, math.inf, closed="right")
@@ -45,12 +45,3 @@ NON_NEGATIVE_INT = Interval(Integral, 0, None, closed="left")
 FRACTION = Interval(Real, 0, 1, closed="right")
 #: a share in (0, 1)
 OPEN_FRACTION = Interval(Real, 0, 1, closed="neither")
-
-
-def store_init_params(estimator, params: dict) -> None:
-    """The scikit-learn ``__init__`` convention in one place: every constructor argument stored
-    unchanged under its own name (call as ``store_init_params(self, locals())``); no validation
-    here -- ``fit`` checks the constraint table."""
-    for name, value in params.items():
-        if name not in ("self", "__class__"):
-            setattr(estimator, name, value)

@@ -56,13 +56,15 @@ also accepts any margin loss of :mod:`privrec.convex.losses` (``derivative(z, y)
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import dp_accounting
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from .._constraints import store_init_params
+from .._constraints import DELTA, NON_NEGATIVE, POSITIVE, POSITIVE_INT, POSITIVE_OR_INF, StrOptions
+from .._params import Hyperparameters, param
 from .._validation import check_delta, check_finite_array, check_int, check_positive
 from ..privacy import PrivacyLedger, check_noise_random_state, epsilon_of_event, laplace_event, laplace_noise, make_rng
 
@@ -145,7 +147,7 @@ def ridge_objective(theta, X, y, sigma: float) -> np.ndarray:
     return 0.5 * sigma * np.sum(theta * theta, axis=-1) + yy - 2.0 * theta @ c + quad
 
 
-class AsyncDPLearner(BaseEstimator):
+class AsyncDPLearner(Hyperparameters, BaseEstimator):
     """Asynchronous learner with per-owner Laplace budgets (Farokhi et al., Algorithm 1).
 
     Parameters
@@ -165,25 +167,21 @@ class AsyncDPLearner(BaseEstimator):
         at fit time (``sklearn.clone`` would give every clone the same noise).
     """
 
-    def __init__(
-        self,
-        *,
-        epsilon=1.0,
-        n_steps: int = 1000,
-        rho: float = 1.0,
-        sigma: float = 1e-5,
-        theta_max: float = 1e5,
-        grad_bound: float = 1.0,
-        l1_mode: str = "clip_l1",
-        coefficient: str = "proof",
-        loss=None,
-        delta: float = 1e-6,
-        random_state=None,
-    ):
-        store_init_params(self, locals())
+    epsilon: Any = param(default=1.0)  # a number or one per owner: checked in _prepare
+    n_steps: int = param(POSITIVE_INT, default=1000)
+    rho: float = param(NON_NEGATIVE, default=1.0)
+    sigma: float = param(POSITIVE, default=1e-5)
+    theta_max: float = param(POSITIVE_OR_INF, default=1e5)
+    grad_bound: float = param(POSITIVE, default=1.0)
+    l1_mode: str = param(StrOptions(set(L1_MODES)), default="clip_l1")
+    coefficient: str = param(StrOptions(set(COEFFICIENTS)), default="proof")
+    loss: Any = param(default=None)  # None = squared loss; checked in _prepare
+    delta: float = param(DELTA, default=1e-6)
+    random_state: Any = param(default=None)  # check_noise_random_state
 
     # ------------------------------------------------------------------------------------------
     def _prepare(self, X, y, owner):
+        self._validate_params()
         check_noise_random_state(self.random_state, type(self).__name__)
         if self.l1_mode not in L1_MODES:
             raise ValueError(f"l1_mode must be one of {L1_MODES}, got {self.l1_mode!r}")

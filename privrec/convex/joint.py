@@ -93,7 +93,7 @@ import collections
 import functools
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any
 
 import dp_accounting
 import numpy as np
@@ -101,16 +101,8 @@ from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import HasMethods
 from sklearn.utils.validation import check_is_fitted
 
-from .._constraints import (
-    DELTA,
-    EPSILON,
-    NON_NEGATIVE,
-    POSITIVE,
-    POSITIVE_INT,
-    POSITIVE_OR_INF,
-    StrOptions,
-    store_init_params,
-)
+from .._constraints import DELTA, EPSILON, NON_NEGATIVE, POSITIVE, POSITIVE_INT, POSITIVE_OR_INF, StrOptions
+from .._params import Hyperparameters, param
 from .._validation import check_delta, check_epsilon, check_finite_array, check_int, check_positive
 from ..pipeline import check_ledger
 from ..privacy import (
@@ -312,7 +304,7 @@ class JointFitInfo:
     owners_per_step: int
 
 
-class JointDPSGD(BaseEstimator):
+class JointDPSGD(Hyperparameters, BaseEstimator):
     """Joint-DP noisy SGD with a personal block per owner and a shared block (Huang et al., Algorithm 1).
 
     Parameters
@@ -344,43 +336,22 @@ class JointDPSGD(BaseEstimator):
         draw identical noise).
     """
 
-    def __init__(
-        self,
-        model,
-        *,
-        regime: str = "joint",
-        epsilon: float | None = 1.0,
-        delta: float = 1e-5,
-        n_steps: int = 1000,
-        owners_per_step: int = 1,
-        records_per_owner: int = 1,
-        clip_norm: float = 1.0,
-        personal_radius: float = math.inf,
-        shared_radius: float = math.inf,
-        learning_rate="auto",
-        noise_multiplier: float | None = None,
-        average: bool = True,
-        random_state=None,
-    ):
-        store_init_params(self, locals())
+    model: Any = param(HasMethods(["gradient_parts", "check_labels"]), kw_only=False)
+    regime: str = param(StrOptions(set(REGIMES)), default="joint")
+    epsilon: float | None = param(EPSILON, None, default=1.0)
+    delta: float = param(DELTA, default=1e-5)
+    n_steps: int = param(POSITIVE_INT, default=1000)
+    owners_per_step: int = param(POSITIVE_INT, default=1)
+    records_per_owner: int = param(POSITIVE_INT, default=1)
+    clip_norm: float = param(POSITIVE, default=1.0)
+    personal_radius: float = param(POSITIVE_OR_INF, default=math.inf)
+    shared_radius: float = param(POSITIVE_OR_INF, default=math.inf)
+    learning_rate: float | str = param(StrOptions({"auto"}), POSITIVE, default="auto")
+    noise_multiplier: float | None = param(NON_NEGATIVE, None, default=None)
+    average: bool = param("boolean", default=True)
+    random_state: Any = param(default=None)  # check_noise_random_state
 
     # -- validation ---------------------------------------------------------------------------
-    _parameter_constraints: ClassVar[dict] = {
-        "model": [HasMethods(["gradient_parts", "check_labels"])],
-        "regime": [StrOptions(set(REGIMES))],
-        "epsilon": [EPSILON, None],
-        "delta": [DELTA],
-        "n_steps": [POSITIVE_INT],
-        "owners_per_step": [POSITIVE_INT],
-        "records_per_owner": [POSITIVE_INT],
-        "clip_norm": [POSITIVE],
-        "personal_radius": [POSITIVE_OR_INF],
-        "shared_radius": [POSITIVE_OR_INF],
-        "learning_rate": [StrOptions({"auto"}), POSITIVE],
-        "noise_multiplier": [NON_NEGATIVE, None],
-        "average": ["boolean"],
-        "random_state": "no_validation",  # check_noise_random_state
-    }
 
     def _validate(self):
         """Constraint table (scikit-learn style), then the resolved values used by the fit."""

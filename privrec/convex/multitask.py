@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 from numbers import Real
-from typing import ClassVar
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -63,16 +63,8 @@ from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
-from .._constraints import (
-    DELTA,
-    EPSILON,
-    NON_NEGATIVE,
-    OPEN_FRACTION,
-    POSITIVE,
-    POSITIVE_INT,
-    StrOptions,
-    store_init_params,
-)
+from .._constraints import DELTA, EPSILON, NON_NEGATIVE, OPEN_FRACTION, POSITIVE, POSITIVE_INT, StrOptions
+from .._params import Hyperparameters, param
 from .._validation import check_delta, check_epsilon, check_finite_array, check_int, check_positive
 from ..allocation import adaptive_task_weights
 from ..pipeline import PrivatePipeline
@@ -253,25 +245,24 @@ def _public_solver_info(info: dict, budget: float) -> dict:
 
 
 #: constraints shared by both multi-task estimators (scikit-learn style; see privrec._constraints)
-_COMMON_CONSTRAINTS: dict = {
-    "epsilon": [EPSILON],
-    "delta": [DELTA],
-    "weight_exponent": [Interval(Real, 0, 1, closed="both")],
-    "budget": [POSITIVE],
-    "weight_mode": [StrOptions({"global", "per_user"})],
-    "n_users": [POSITIVE_INT, None],
-    "task_counts": [StrOptions({"private"}), "array-like"],
-    "count_fraction": [OPEN_FRACTION, None],
-    "count_sample": [POSITIVE_INT],
-    "max_norm": [POSITIVE],
-    "iterations": [POSITIVE_INT],
-    "radius": [POSITIVE],
-    "random_state": "no_validation",  # check_noise_random_state
-}
+class _MultiTaskDPBase(Hyperparameters, BaseEstimator):
+    """Shared pipeline: counts -> weights -> calibrated private solve (see module docstring).
 
+    The parameters both estimators take (documented on :class:`MultiTaskDPRegressor`).
+    """
 
-class _MultiTaskDPBase(BaseEstimator):
-    """Shared pipeline: counts -> weights -> calibrated private solve (see module docstring)."""
+    epsilon: float = param(EPSILON, default=1.0)
+    delta: float = param(DELTA, default=1e-5)
+    weight_exponent: float = param(Interval(Real, 0, 1, closed="both"), default=0.5)
+    budget: float = param(POSITIVE, default=1.0)
+    weight_mode: str = param(StrOptions({"global", "per_user"}), default="per_user")
+    n_users: int | None = param(POSITIVE_INT, None, default=None)
+    task_counts: Any = param(StrOptions({"private"}), "array-like", default="private")
+    count_fraction: float | None = param(OPEN_FRACTION, None, default=None)
+    count_sample: int = param(POSITIVE_INT, default=32)
+    max_norm: float = param(POSITIVE, default=1.0)
+    iterations: int = param(POSITIVE_INT, default=50)
+    random_state: Any = param(default=None)  # check_noise_random_state
 
     def _validate_common(self):
         """The constraint table, then the resolved (public) values every fit uses."""
@@ -298,6 +289,13 @@ class _MultiTaskDPBase(BaseEstimator):
 
     def _make_solver(self, z: float) -> PrivateSolver:
         raise NotImplementedError  # each estimator builds its solver at noise multiplier z
+
+    def _solver(self, name: str, z: float, **settings) -> PrivateSolver:
+        """The registered solver ``name`` at noise multiplier z, with the fitted budget and this
+        estimator's feature clip; ``settings`` are the estimator-specific ones."""
+        return make_solver(
+            name, noise_multiplier=z, budget=self.budget_, max_norm=float(self.max_norm), dtype=np.float64, **settings
+        )
 
     def _fit_pipeline(self, problem: MultiTaskProblem, prepare_solver=None):
         """The shared private pipeline (:class:`privrec.pipeline.PrivatePipeline`): counts ->
@@ -407,66 +405,22 @@ class MultiTaskDPRegressor(_MultiTaskDPBase):
     Fitted attributes: see the module docstring (``weights_`` is a private diagnostic).
     """
 
-    _parameter_constraints: ClassVar[dict] = {
-        **_COMMON_CONSTRAINTS,
-        "solver": [StrOptions({"ssp", "noisy_gd"})],
-        "label_bound": [POSITIVE],
-        "reg": [NON_NEGATIVE],
-        "schedule": [StrOptions({"convex", "strongly_convex"}), POSITIVE, callable],
-        "strong_convexity": [NON_NEGATIVE],
-    }
-
-    def __init__(
-        self,
-        *,
-        solver: str = "ssp",
-        epsilon: float = 1.0,
-        delta: float = 1e-5,
-        weight_exponent: float = 0.5,
-        budget: float = 1.0,
-        weight_mode: str = "per_user",
-        n_users: int | None = None,
-        task_counts="private",
-        count_fraction: float | None = None,
-        count_sample: int = 32,
-        max_norm: float = 1.0,
-        label_bound: float = 1.0,
-        reg: float = 1.0,
-        iterations: int = 50,
-        radius: float = 2.0,
-        schedule="strongly_convex",
-        strong_convexity: float = 0.1,
-        random_state=None,
-    ):
-        store_init_params(self, locals())
+    solver: str = param(StrOptions({"ssp", "noisy_gd"}), default="ssp")
+    label_bound: float = param(POSITIVE, default=1.0)
+    reg: float = param(NON_NEGATIVE, default=1.0)
+    radius: float = param(POSITIVE, default=2.0)
+    schedule: Any = param(StrOptions({"convex", "strongly_convex"}), POSITIVE, callable, default="strongly_convex")
+    strong_convexity: float = param(NON_NEGATIVE, default=0.1)
 
     def _needs_counts(self) -> bool:
         return self.solver == "noisy_gd" or float(self.weight_exponent) > 0 or self.weight_mode == "global"
 
     def _make_solver(self, z: float) -> PrivateSolver:
+        clip = {"label_bound": float(self.label_bound), "reg": float(self.reg)}
         if self.solver == "ssp":
-            return make_solver(
-                "ssp",
-                noise_multiplier=z,
-                budget=self.budget_,
-                max_norm=self.max_norm,
-                label_bound=self.label_bound,
-                reg=self.reg,
-                dtype=np.float64,
-            )
-        return make_solver(
-            "noisy_gd",
-            noise_multiplier=z,
-            iterations=self.iterations,
-            budget=self.budget_,
-            max_norm=self.max_norm,
-            label_bound=self.label_bound,
-            radius=self.radius,
-            reg=self.reg,
-            schedule=self.schedule,
-            strong_convexity=self.strong_convexity,
-            dtype=np.float64,
-        )
+            return self._solver("ssp", z, **clip)
+        gd = {"radius": self.radius, "schedule": self.schedule, "strong_convexity": self.strong_convexity}
+        return self._solver("noisy_gd", z, iterations=self.iterations, **clip, **gd)
 
     def fit(self, X=None, y=None, tasks=None, users=None, problem: MultiTaskProblem | None = None):
         """Fit on per-example features ``X``, labels ``y``, ``tasks`` and ``users`` (or a ``problem``)."""
@@ -499,48 +453,14 @@ class MultiTaskDPClassifier(_MultiTaskDPBase):
     diagnostic) as :class:`MultiTaskDPRegressor`.
     """
 
-    _parameter_constraints: ClassVar[dict] = {
-        **_COMMON_CONSTRAINTS,
-        "reg": [NON_NEGATIVE],
-        "learning_rate": [POSITIVE],
-    }
-
-    def __init__(
-        self,
-        *,
-        epsilon: float = 1.0,
-        delta: float = 1e-5,
-        weight_exponent: float = 0.5,
-        budget: float = 1.0,
-        weight_mode: str = "per_user",
-        n_users: int | None = None,
-        task_counts="private",
-        count_fraction: float | None = None,
-        count_sample: int = 32,
-        max_norm: float = 1.0,
-        reg: float = 1e-2,
-        iterations: int = 50,
-        radius: float = 10.0,
-        learning_rate: float = 1.0,
-        random_state=None,
-    ):
-        store_init_params(self, locals())
+    reg: float = param(NON_NEGATIVE, default=1e-2)
+    radius: float = param(POSITIVE, default=10.0)
+    learning_rate: float = param(POSITIVE, default=1.0)
 
     def _make_solver(self, z: float) -> PrivateSolver:
-        """Algorithm 2 with the logistic loss, on the shared noisy-GD solver."""
-        return make_solver(
-            "noisy_gd",
-            noise_multiplier=z,
-            iterations=int(self.iterations),
-            budget=self.budget_,
-            max_norm=float(self.max_norm),
-            label_bound=1.0,
-            radius=float(self.radius),
-            reg=float(self.reg),
-            schedule=1.0,
-            loss=LogisticLoss(),
-            dtype=np.float64,
-        )
+        """Algorithm 2 with the logistic loss (labels in {0, 1}), on the shared noisy-GD solver."""
+        steps = {"iterations": int(self.iterations), "radius": float(self.radius), "schedule": 1.0}
+        return self._solver("noisy_gd", z, label_bound=1.0, reg=float(self.reg), loss=LogisticLoss(), **steps)
 
     def fit(self, X=None, y=None, tasks=None, users=None, problem: MultiTaskProblem | None = None):
         """Fit on per-example features, 0/1 labels, ``tasks`` and ``users`` (or a ``problem``)."""

@@ -5,7 +5,15 @@ See CONTRIBUTING.md ("privrec.data.Interactions") and Krichene et al. (ICML 2023
 for the datasets and protocols.
 """
 
-from privrec.data.frames import ITEM_COL, RATING_COL, USER_COL, RatingSplitCV, from_pandas, from_parquet
+from privrec.data.frames import (
+    ITEM_COL,
+    RATING_COL,
+    USER_COL,
+    RatingSplitCV,
+    ReaderOptions,
+    from_pandas,
+    from_parquet,
+)
 from privrec.data.interactions import DUPLICATE_POLICIES, Interactions
 from privrec.data.loaders import (
     DatasetNotFoundError,
@@ -52,6 +60,7 @@ __all__ = [
     "random_split",
     "dataset_stats",
     "top_share",
+    "ReaderOptions",
     "from_pandas",
     "from_parquet",
     "RatingSplitCV",

@@ -27,13 +27,17 @@ from __future__ import annotations
 
 import hashlib
 import numbers
-from collections.abc import Hashable
-from typing import Any
+from collections.abc import Collection, Hashable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 import pandas as pd
 
 from privrec.data.interactions import DUPLICATE_POLICIES, Interactions
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11+; only the type checker needs it
+    from typing import Unpack
 
 #: default column names of a long-format rating table (module-level, estimator-independent)
 USER_COL = "user"
@@ -97,51 +101,14 @@ def vocabulary_fingerprint(ids) -> str:
     return h.hexdigest()
 
 
-def _build(
-    ucodes, icodes, values, user_vocab, item_vocab, user_given, item_given, duplicates, timestamps, name, source
-) -> Interactions:
-    """Interactions from integer codes (0..len(vocab)-1) and their vocabularies."""
-    if duplicates not in DUPLICATE_POLICIES:
-        raise ValueError(f"duplicates must be one of {DUPLICATE_POLICIES}, got {duplicates!r}")
-    info = {
-        "source": source,
-        "user_vocabulary": "given" if user_given else "data",
-        "item_vocabulary": "given" if item_given else "data",
-    }
-    if item_given:
-        info["item_vocabulary_sha256"] = vocabulary_fingerprint(item_vocab)
-    try:
-        # integer codes with a fixed vocabulary 0..n-1: the matrix has exactly len(vocab) rows/columns
-        inter = Interactions.from_arrays(
-            ucodes,
-            icodes,
-            values,
-            timestamps=timestamps,
-            duplicates=duplicates,
-            name=name,
-            user_ids=np.arange(len(user_vocab)),
-            item_ids=np.arange(len(item_vocab)),
-            info=info,
-        )
-    except ValueError as exc:
-        msg = str(exc)
-        if duplicates == "error" and "duplicate" in msg:
-            n_dup = msg.split()[0]
-            raise ValueError(
-                f"{n_dup} duplicate (user, item) row(s) in the rating table: privrec rejects "
-                f"duplicates; pass duplicates='sum' (add them, e.g. play counts) or "
-                f"duplicates='last' (keep the last row)"
-            ) from None
-        raise
-    inter.user_ids = user_vocab  # codes were the identity: swap in the real ids (lookups not built yet)
-    inter.item_ids = item_vocab
-    return inter
+def _missing_column(what: str, col, columns, where: str = "the table") -> ValueError:
+    hint = " (pass rating_col=None for implicit feedback: every row counts 1)" if what == "rating_col" else ""
+    return ValueError(f"{what}={col!r} is not a column of {where}; columns are {list(columns)[:20]}{hint}")
 
 
 def _column(df: pd.DataFrame, col, what: str):
     if col not in df.columns:
-        hint = " (pass rating_col=None for implicit feedback: every row counts 1)" if what == "rating_col" else ""
-        raise ValueError(f"{what}={col!r} is not a column of the table; columns are {list(df.columns)[:20]}{hint}")
+        raise _missing_column(what, col, df.columns)
     return df[col]
 
 
@@ -155,68 +122,149 @@ def _rating_values(series, name: str) -> np.ndarray:
     return vals.astype(np.float32, copy=False)
 
 
+def _epoch_seconds(values) -> np.ndarray:
+    """Timestamps as given; datetimes become int64 seconds since the epoch."""
+    ts = np.asarray(values)
+    return ts.astype("datetime64[s]").astype(np.int64) if ts.dtype.kind == "M" else ts
+
+
+# ---------------------------------------------------------------------- reader options
+
+
+class ReaderOptions(TypedDict, total=False):
+    """The keyword options shared by :func:`from_pandas` and :func:`from_parquet` (``**options``),
+    declared once: ``duplicates``, ``user_ids``, ``item_ids``, ``timestamp_col`` and ``name``, as
+    documented in :func:`from_pandas`. Any other keyword is a ``TypeError``, as for a signature."""
+
+    duplicates: str
+    user_ids: Collection[Hashable] | None
+    item_ids: Collection[Hashable] | None
+    timestamp_col: Hashable | None
+    name: str
+
+
+@dataclass(frozen=True)
+class _TableRequest:
+    """What a reader is asked for: the columns of the table and the :class:`ReaderOptions`, with
+    their defaults, checked before any data is read."""
+
+    user_col: Hashable
+    item_col: Hashable
+    rating_col: Hashable | None
+    duplicates: str = "error"
+    user_ids: Collection[Hashable] | None = None
+    item_ids: Collection[Hashable] | None = None
+    timestamp_col: Hashable | None = None
+    name: str = ""
+
+    @classmethod
+    def of(cls, reader: str, user_col, item_col, rating_col, options: ReaderOptions) -> _TableRequest:
+        """The request of ``reader(..., user_col, item_col, rating_col, **options)``."""
+        for key in options:
+            if key not in ReaderOptions.__optional_keys__:
+                raise TypeError(f"{reader}() got an unexpected keyword argument {key!r}")
+        request = cls(user_col, item_col, rating_col, **options)
+        if request.duplicates not in DUPLICATE_POLICIES:
+            raise ValueError(f"duplicates must be one of {DUPLICATE_POLICIES}, got {request.duplicates!r}")
+        return request
+
+    @property
+    def columns(self) -> dict[str, Hashable]:
+        """The columns to read, by argument name (the optional ones only when given)."""
+        wanted = {"user_col": self.user_col, "item_col": self.item_col}
+        for what, col in (("rating_col", self.rating_col), ("timestamp_col", self.timestamp_col)):
+            if col is not None:
+                wanted[what] = col
+        return wanted
+
+    def check_columns(self, available, where: str = "the table") -> None:
+        """``ValueError`` naming the first requested column missing from ``available``."""
+        for what, col in self.columns.items():
+            if col not in available:
+                raise _missing_column(what, col, available, where)
+
+    def interactions(self, ucodes, icodes, values, user_vocab, item_vocab, timestamps, source: str) -> Interactions:
+        """Interactions from integer codes (0..len(vocab)-1) and their vocabularies."""
+        user_given, item_given = self.user_ids is not None, self.item_ids is not None
+        info = {
+            "source": source,
+            "user_vocabulary": "given" if user_given else "data",
+            "item_vocabulary": "given" if item_given else "data",
+        }
+        if item_given:
+            info["item_vocabulary_sha256"] = vocabulary_fingerprint(item_vocab)
+        try:
+            # integer codes with a fixed vocabulary 0..n-1: the matrix has exactly len(vocab) rows/columns
+            inter = Interactions.from_arrays(
+                ucodes,
+                icodes,
+                values,
+                timestamps=timestamps,
+                duplicates=self.duplicates,
+                name=self.name,
+                user_ids=np.arange(len(user_vocab)),
+                item_ids=np.arange(len(item_vocab)),
+                info=info,
+            )
+        except ValueError as exc:
+            msg = str(exc)
+            if self.duplicates == "error" and "duplicate" in msg:
+                n_dup = msg.split()[0]
+                raise ValueError(
+                    f"{n_dup} duplicate (user, item) row(s) in the rating table: privrec rejects "
+                    f"duplicates; pass duplicates='sum' (add them, e.g. play counts) or "
+                    f"duplicates='last' (keep the last row)"
+                ) from None
+            raise
+        inter.user_ids = user_vocab  # codes were the identity: swap in the real ids (lookups not built yet)
+        inter.item_ids = item_vocab
+        return inter
+
+
 # ---------------------------------------------------------------------- readers
+
+
+def _encode_ids(values, vocabulary, what: str, col) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, vocabulary)`` of one id column: in the given vocabulary, else the data's sorted ids."""
+    if vocabulary is None:
+        return _factorize_ids(values, f"{what} column {col!r}")
+    return _codes_in_vocabulary(values, vocabulary, what)
 
 
 def from_pandas(
     df: pd.DataFrame,
-    user_col=USER_COL,
-    item_col=ITEM_COL,
-    rating_col=RATING_COL,
-    *,
-    duplicates: str = "error",
-    user_ids=None,
-    item_ids=None,
-    timestamp_col=None,
-    name: str = "",
+    user_col: Hashable = USER_COL,
+    item_col: Hashable = ITEM_COL,
+    rating_col: Hashable | None = RATING_COL,
+    **options: Unpack[ReaderOptions],
 ) -> Interactions:
     """An :class:`Interactions` from a long-format DataFrame (one row per rating).
 
     ``user_col`` / ``item_col`` hold ids of any hashable type; ``rating_col`` the ratings
-    (``None``: implicit feedback, every row counts 1). ``user_ids`` / ``item_ids``, when given, fix
-    the vocabularies (every id must be in them; the matrix gets one row / column per vocabulary
-    entry, in that order) -- e.g. a public item catalogue, which a private model may then save with
-    its release. Without them, ids are sorted (first-appearance order when they are not mutually
-    comparable). ``duplicates``: ``"error"`` (default: ``ValueError`` naming how many duplicate
-    (user, item) rows there are), ``"sum"``, ``"last"``, ``"first"`` or ``"max"``.
+    (``None``: implicit feedback, every row counts 1). Keyword options (:class:`ReaderOptions`,
+    the same for :func:`from_parquet`):
+
+    * ``duplicates``: ``"error"`` (default: ``ValueError`` naming how many duplicate (user, item)
+      rows there are), ``"sum"``, ``"last"``, ``"first"`` or ``"max"``;
+    * ``user_ids`` / ``item_ids``: when given, fix the vocabularies (every id must be in them; the
+      matrix gets one row / column per vocabulary entry, in that order) -- e.g. a public item
+      catalogue, which a private model may then save with its release. Without them, ids are
+      sorted (first-appearance order when they are not mutually comparable);
+    * ``timestamp_col``: a column of integer or datetime timestamps (datetimes are stored as
+      seconds since the epoch), default none;
+    * ``name``: the name of the result.
     """
+    table = _TableRequest.of("from_pandas", user_col, item_col, rating_col, options)
     if not isinstance(df, pd.DataFrame):
         raise ValueError(f"from_pandas expects a pandas DataFrame, got {type(df).__name__}")
     if len(df) == 0:
         raise ValueError("the rating table is empty (no rows)")
-    users = _column(df, user_col, "user_col")
-    items = _column(df, item_col, "item_col")
-    values = (
-        None
-        if rating_col is None
-        else _rating_values(_column(df, rating_col, "rating_col"), f"rating column {rating_col!r}")
-    )
-    ts = None
-    if timestamp_col is not None:
-        ts = np.asarray(_column(df, timestamp_col, "timestamp_col"))
-        if ts.dtype.kind == "M":
-            ts = ts.astype("datetime64[s]").astype(np.int64)
-    if user_ids is None:
-        ucodes, uvocab = _factorize_ids(users, f"user column {user_col!r}")
-    else:
-        ucodes, uvocab = _codes_in_vocabulary(users, user_ids, "user")
-    if item_ids is None:
-        icodes, ivocab = _factorize_ids(items, f"item column {item_col!r}")
-    else:
-        icodes, ivocab = _codes_in_vocabulary(items, item_ids, "item")
-    return _build(
-        ucodes,
-        icodes,
-        values,
-        uvocab,
-        ivocab,
-        user_ids is not None,
-        item_ids is not None,
-        duplicates,
-        ts,
-        name,
-        "pandas",
-    )
+    table.check_columns(df.columns)
+    values = None if rating_col is None else _rating_values(df[rating_col], f"rating column {rating_col!r}")
+    ts = None if table.timestamp_col is None else _epoch_seconds(df[table.timestamp_col])
+    ucodes, uvocab = _encode_ids(df[user_col], table.user_ids, "user", user_col)
+    icodes, ivocab = _encode_ids(df[item_col], table.item_ids, "item", item_col)
+    return table.interactions(ucodes, icodes, values, uvocab, ivocab, ts, "pandas")
 
 
 class _Vocabulary:
@@ -257,41 +305,29 @@ class _Vocabulary:
 
 def from_parquet(
     path,
-    user_col=USER_COL,
-    item_col=ITEM_COL,
-    rating_col=RATING_COL,
+    user_col: Hashable = USER_COL,
+    item_col: Hashable = ITEM_COL,
+    rating_col: Hashable | None = RATING_COL,
     *,
-    duplicates: str = "error",
-    user_ids=None,
-    item_ids=None,
-    timestamp_col=None,
     batch_size: int = 1 << 20,
-    name: str = "",
+    **options: Unpack[ReaderOptions],
 ) -> Interactions:
     """An :class:`Interactions` from a long-format Parquet file, read in chunks with pyarrow.
 
     Only the needed columns are read, ``batch_size`` rows at a time; ids (any Arrow type:
     strings, integers, dictionary-encoded) are mapped to codes chunk by chunk, so the string
-    columns are never materialised whole. Arguments and result as :func:`from_pandas` (same id
-    order, same duplicate policy).
+    columns are never materialised whole. Columns, keyword options (:class:`ReaderOptions`) and
+    result as :func:`from_pandas` (same id order, same duplicate policy).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    table = _TableRequest.of("from_parquet", user_col, item_col, rating_col, options)
     if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     pf = pq.ParquetFile(path)
-    names = pf.schema_arrow.names
-    wanted = [c for c in (user_col, item_col, rating_col, timestamp_col) if c is not None]
-    for what, col in (
-        ("user_col", user_col),
-        ("item_col", item_col),
-        ("rating_col", rating_col),
-        ("timestamp_col", timestamp_col),
-    ):
-        if col is not None and col not in names:
-            hint = " (pass rating_col=None for implicit feedback)" if what == "rating_col" else ""
-            raise ValueError(f"{what}={col!r} is not a column of {path}; columns are {names[:20]}{hint}")
+    table.check_columns(pf.schema_arrow.names, str(path))
+    user_ids, item_ids, timestamp_col = table.user_ids, table.item_ids, table.timestamp_col
     fixed_users = None if user_ids is None else pd.Index(np.asarray(user_ids))
     fixed_items = None if item_ids is None else pd.Index(np.asarray(item_ids))
     uvoc, ivoc = _Vocabulary(f"user column {user_col!r}"), _Vocabulary(f"item column {item_col!r}")
@@ -314,7 +350,7 @@ def from_parquet(
             )
         return codes.astype(np.int64)
 
-    for batch in pf.iter_batches(batch_size=batch_size, columns=list(dict.fromkeys(wanted))):
+    for batch in pf.iter_batches(batch_size=batch_size, columns=list(dict.fromkeys(table.columns.values()))):
         u = to_series(batch.column(user_col))
         i = to_series(batch.column(item_col))
         ucodes.append(uvoc.encode(u) if fixed_users is None else encode_fixed(fixed_users, u, "user"))
@@ -322,10 +358,7 @@ def from_parquet(
         if rating_col is not None:
             vals.append(_rating_values(to_series(batch.column(rating_col)), f"rating column {rating_col!r}"))
         if timestamp_col is not None:
-            ts = np.asarray(to_series(batch.column(timestamp_col)))
-            if ts.dtype.kind == "M":
-                ts = ts.astype("datetime64[s]").astype(np.int64)
-            stamps.append(ts)
+            stamps.append(_epoch_seconds(to_series(batch.column(timestamp_col))))
     if not ucodes or sum(len(c) for c in ucodes) == 0:
         raise ValueError(f"{path}: the rating table is empty (no rows)")
     uc, ic = np.concatenate(ucodes), np.concatenate(icodes)
@@ -339,9 +372,7 @@ def from_parquet(
         ivocab = _codes_in_vocabulary(np.zeros(0), item_ids, "item")[1]
     values = np.concatenate(vals) if rating_col is not None else None
     ts = np.concatenate(stamps) if timestamp_col is not None else None
-    return _build(
-        uc, ic, values, uvocab, ivocab, user_ids is not None, item_ids is not None, duplicates, ts, name, "parquet"
-    )
+    return table.interactions(uc, ic, values, uvocab, ivocab, ts, "parquet")
 
 
 # ---------------------------------------------------------------------- inputs of fit / score
@@ -460,6 +491,7 @@ __all__ = [
     "RATING_COL",
     "from_pandas",
     "from_parquet",
+    "ReaderOptions",
     "RatingSplitCV",
     "interactions_from_frame",
     "frame_triples",

@@ -30,6 +30,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from privrec._validation import check_csr_structure, sparse_to_csr
+from privrec.data._matrix_facts import MatrixShapeFacts
 
 DUPLICATE_POLICIES = ("last", "first", "sum", "max", "error")
 
@@ -71,7 +72,7 @@ def _factorize(ids: np.ndarray, vocabulary, name: str) -> tuple[np.ndarray, np.n
     return codes.astype(np.int64, copy=False), vocab
 
 
-class Interactions:
+class Interactions(MatrixShapeFacts):
     """Users x items interaction matrix with original-id maps (see module docstring).
 
     Build it with :meth:`from_arrays` (raw ids, any order, duplicates resolved by an explicit
@@ -79,6 +80,9 @@ class Interactions:
     matrix is checked once by :func:`privrec._validation.check_csr_structure` (index bounds,
     ``indptr`` consistency, finite values) and **duplicate entries in a matrix are rejected**
     (never summed), the same policy as the models' ``fit``.
+
+    Sizes: ``n_users``, ``n_items``, ``nnz`` and ``shape`` (of ``matrix``, as ints; see
+    :class:`~privrec.data._matrix_facts.MatrixShapeFacts`), ``density``.
     """
 
     def __init__(
@@ -251,22 +255,7 @@ class Interactions:
         return cls(matrix, uid, iid, timestamps=out_ts, item_metadata=item_metadata, name=name, info=info)
 
     # ------------------------------------------------------------------ basic facts
-    @property
-    def n_users(self) -> int:
-        return int(self.matrix.shape[0])
-
-    @property
-    def n_items(self) -> int:
-        return int(self.matrix.shape[1])
-
-    @property
-    def nnz(self) -> int:
-        return int(self.matrix.nnz)
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return self.n_users, self.n_items
-
+    # n_users, n_items, nnz and shape: from MatrixShapeFacts
     @property
     def density(self) -> float:
         return self.nnz / (self.n_users * self.n_items)

@@ -327,22 +327,17 @@ def _als_proxy(als):
     """The exact, non-private DPALS path with ALS's settings (see :func:`fit`)."""
     from ..models import DPALS
 
+    same = ("factors", "biases", "center", "unobserved_weight", "init_scale", "dtype", "num_threads")
     return DPALS(
         method="ada-dpals",
         epsilon=math.inf,
-        factors=als.factors,
         iterations=max(1, int(als.iterations)),
         regularization=als.regularization,
         reg_exponent=als.reg_exponent,
         user_regularization=als.regularization,
         user_reg_exponent=als.reg_exponent,
-        biases=als.biases,
-        center=als.center,
-        unobserved_weight=als.unobserved_weight,
         item_frac=1.0,
-        init_scale=als.init_scale,
-        dtype=als.dtype,
-        num_threads=als.num_threads,
+        **{name: getattr(als, name) for name in same},
     )
 
 

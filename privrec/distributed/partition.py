@@ -41,6 +41,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from privrec.data._matrix_facts import MatrixShapeFacts
+
 from ._client import get_client, is_serial
 
 #: key of pandas' SipHash for string / object ids (exactly 16 characters; changing it re-partitions every user)
@@ -127,7 +129,7 @@ def _check_partitions(n) -> int:
 
 
 @dataclass
-class PartitionBlock:
+class PartitionBlock(MatrixShapeFacts):
     """One user partition, as held in a worker's memory.
 
     ``matrix``: local users x ``n_items`` CSR (``float32`` data, ``int32`` sorted column indices);
@@ -137,7 +139,8 @@ class PartitionBlock:
     ``user_ids``: the partition's users, sorted. ``problems``: validation counts (empty when valid).
     ``item_order``: entry permutation from ``matrix`` order to ``item_major`` order
     (:meth:`to_item_major`), so per-entry arrays (labels, weights) computed per user are regrouped
-    by item without another sort.
+    by item without another sort. ``n_users`` (local users), ``n_items``, ``nnz``, ``shape``: of
+    ``matrix``.
     """
 
     index: int
@@ -146,14 +149,6 @@ class PartitionBlock:
     item_major: sp.csr_matrix
     problems: dict = field(default_factory=dict)
     item_order: np.ndarray | None = None
-
-    @property
-    def n_users(self) -> int:
-        return int(self.matrix.shape[0])
-
-    @property
-    def nnz(self) -> int:
-        return int(self.matrix.nnz)
 
     def item_block(self, items: slice) -> sp.csr_matrix:
         """Entries of the items ``items.start:items.stop`` as an (items x local users) CSR, in
@@ -307,8 +302,9 @@ class PartitionedInteractions:
 
     Attributes: ``client``, ``blocks`` (one future of a :class:`PartitionBlock` per partition, in
     partition order), ``item_ids`` (the item axis), ``partition_sizes`` (users per partition),
-    ``partition_nnz``, ``info``. Rows of the global matrix are the partitions in order, each
-    sorted by user id (:meth:`user_ids`, :attr:`offsets`).
+    ``partition_nnz``, ``info``, and the sizes ``n_partitions``, ``n_users``, ``n_items``, ``nnz``
+    and ``shape`` (ints, fixed at construction). Rows of the global matrix are the partitions in
+    order, each sorted by user id (:meth:`user_ids`, :attr:`offsets`).
     """
 
     def __init__(self, client, blocks, item_ids, partition_sizes, partition_nnz, info=None) -> None:
@@ -318,27 +314,12 @@ class PartitionedInteractions:
         self.partition_sizes = np.asarray(partition_sizes, dtype=np.int64)
         self.partition_nnz = np.asarray(partition_nnz, dtype=np.int64)
         self.info: dict[str, Any] = dict(info or {})
-
-    # ------------------------------------------------------------------ facts
-    @property
-    def n_partitions(self) -> int:
-        return len(self.blocks)
-
-    @property
-    def n_users(self) -> int:
-        return int(self.partition_sizes.sum())
-
-    @property
-    def n_items(self) -> int:
-        return len(self.item_ids)
-
-    @property
-    def nnz(self) -> int:
-        return int(self.partition_nnz.sum())
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return self.n_users, self.n_items
+        # facts of the layout, fixed at construction (release() frees the blocks, not the layout)
+        self.n_partitions: int = len(self.blocks)
+        self.n_users: int = int(self.partition_sizes.sum())
+        self.n_items: int = len(self.item_ids)
+        self.nnz: int = int(self.partition_nnz.sum())
+        self.shape: tuple[int, int] = (self.n_users, self.n_items)
 
     @property
     def offsets(self) -> np.ndarray:

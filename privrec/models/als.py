@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import math
 import time
-from typing import ClassVar
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from .._constraints import FINITE, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, StrOptions, store_init_params
+from .._constraints import FINITE, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, StrOptions
+from .._params import Hyperparameters, param
 from .._validation import check_memory, check_random_state_seed
 from ..privacy import make_rng
 from ..solvers.ridge import _blas_single_thread, frequency_regularization, solve_rows
@@ -99,7 +100,7 @@ def half_step(
     return sol, None
 
 
-class ALS(FactorizationModel):
+class ALS(Hyperparameters, FactorizationModel):
     """Explicit-rating alternating least squares (non-private baseline of Krichene et al., ICML 2023, App. D.1).
 
     Parameters
@@ -144,42 +145,20 @@ class ALS(FactorizationModel):
         "item_reg_norm_",
     )
 
-    _parameter_constraints: ClassVar[dict] = {
-        "factors": [POSITIVE_INT],
-        "regularization": [NON_NEGATIVE],
-        "reg_exponent": [FINITE],
-        "unobserved_weight": [NON_NEGATIVE],
-        "iterations": [NON_NEGATIVE_INT],
-        "biases": ["boolean"],
-        "center": ["boolean"],
-        "solver": [StrOptions(set(_SOLVERS))],
-        "cg_steps": [POSITIVE_INT],
-        "init_scale": [NON_NEGATIVE],
-        "dtype": "no_validation",  # float32 / float64, checked in _validate
-        "random_state": "no_validation",  # check_random_state_seed
-        "num_threads": [POSITIVE_INT, None],
-        "rating_range": "no_validation",  # check_rating_range (a finite (low, high) pair)
-    }
-
-    def __init__(
-        self,
-        *,
-        factors: int = 32,
-        regularization: float = 20.0,
-        reg_exponent: float = 1.0,
-        unobserved_weight: float = 0.0,
-        iterations: int = 15,
-        biases: bool = True,
-        center: bool = True,
-        solver: str = "cg",
-        cg_steps: int = 3,
-        init_scale: float = 0.1,
-        dtype=np.float32,
-        random_state=None,
-        num_threads: int | None = None,
-        rating_range=None,
-    ):
-        store_init_params(self, locals())
+    factors: int = param(POSITIVE_INT, default=32)
+    regularization: float = param(NON_NEGATIVE, default=20.0)
+    reg_exponent: float = param(FINITE, default=1.0)
+    unobserved_weight: float = param(NON_NEGATIVE, default=0.0)
+    iterations: int = param(NON_NEGATIVE_INT, default=15)
+    biases: bool = param("boolean", default=True)
+    center: bool = param("boolean", default=True)
+    solver: str = param(StrOptions(set(_SOLVERS)), default="cg")
+    cg_steps: int = param(POSITIVE_INT, default=3)
+    init_scale: float = param(NON_NEGATIVE, default=0.1)
+    dtype: Any = param(default=np.float32)  # float32 / float64, checked in _validate
+    random_state: Any = param(default=None)  # check_random_state_seed
+    num_threads: int | None = param(POSITIVE_INT, None, default=None)
+    rating_range: tuple[float, float] | None = param(default=None)  # check_rating_range (finite low < high)
 
     # ------------------------------------------------------------------ validation
     def _validate(self):
@@ -265,26 +244,21 @@ class ALS(FactorizationModel):
         self.item_reg_norm_ = np.asarray(norm_i, dtype=np.float64)
         return self
 
-    def _project_users(self, rows: sp.csr_matrix):
+    def _exact_rows(self, rows: sp.csr_matrix, fixed: np.ndarray, fixed_bias, norm) -> tuple:
+        """Exact solves of ``rows`` against the fitted ``fixed`` side: ``(factors, bias)``, with
+        the frequency ridge normalised by ``norm``, the fit's normaliser of the rows' side."""
         counts = np.diff(rows.indptr).astype(np.float64)
         e = self.reg_exponent
         reg = (
-            self.regularization * ((counts + 1.0) ** e) * float(self.user_reg_norm_)
+            self.regularization * ((counts + 1.0) ** e) * float(norm)
             if e
             else np.full(counts.shape, self.regularization)
         )
-        V = self.item_factors_
-        return half_step(
-            rows,
-            V,
-            self._item_bias(),
-            self._global(),
-            reg,
-            self.unobserved_weight,
-            self.biases,
-            "cholesky",
-            num_threads=self.num_threads,
-        )
+        mean, alpha0 = self._global(), self.unobserved_weight
+        return half_step(rows, fixed, fixed_bias, mean, reg, alpha0, self.biases, num_threads=self.num_threads)
+
+    def _project_users(self, rows: sp.csr_matrix):
+        return self._exact_rows(rows, self.item_factors_, self._item_bias(), self.user_reg_norm_)
 
     def _solve_items(self, rows: sp.csr_matrix):
         """Exact item step (items x users ``rows``) on the fitted user side: ``(factors, item_bias)``.
@@ -292,32 +266,15 @@ class ALS(FactorizationModel):
         With the training column of an item this reproduces its fitted factor (the last half-sweep
         of ``fit`` is this solve)."""
         norm = getattr(self, "item_reg_norm_", None)
-        e = self.reg_exponent
-        if e and norm is None:
+        if self.reg_exponent and norm is None:
             raise ValueError("this ALS model file predates item_reg_norm_ (needed for the item ridge): refit it")
-        counts = np.diff(rows.indptr).astype(np.float64)
-        reg = (
-            self.regularization * ((counts + 1.0) ** e) * float(norm)
-            if e and norm is not None
-            else np.full(counts.shape, self.regularization)
-        )
         U = np.asarray(self.user_factors_)
         if U.shape[0] != rows.shape[1]:
             raise ValueError(f"item_users has {rows.shape[1]} user columns, but the model has {U.shape[0]} users")
-        return half_step(
-            rows,
-            U,
-            self._user_bias(),
-            self._global(),
-            reg,
-            self.unobserved_weight,
-            self.biases,
-            "cholesky",
-            num_threads=self.num_threads,
-        )
+        return self._exact_rows(rows, U, self._user_bias(), 1.0 if norm is None else norm)
 
 
-class ImplicitALS(FactorizationModel):
+class ImplicitALS(Hyperparameters, FactorizationModel):
     """Thin wrapper around ``implicit.cpu.als.AlternatingLeastSquares`` with privrec's API.
 
     Implicit-feedback ALS (confidence 1 + alpha * r). Parameters mirror implicit's;
@@ -326,30 +283,14 @@ class ImplicitALS(FactorizationModel):
 
     _saved_arrays = ("item_factors_", "user_factors_")
 
-    _parameter_constraints: ClassVar[dict] = {
-        "factors": [POSITIVE_INT],
-        "regularization": [NON_NEGATIVE],
-        "alpha": [POSITIVE],
-        "iterations": [NON_NEGATIVE_INT],
-        "use_cg": ["boolean"],
-        "num_threads": [NON_NEGATIVE_INT],
-        "dtype": "no_validation",  # implicit checks it
-        "random_state": "no_validation",  # implicit checks it
-    }
-
-    def __init__(
-        self,
-        *,
-        factors: int = 64,
-        regularization: float = 0.01,
-        alpha: float = 1.0,
-        iterations: int = 15,
-        use_cg: bool = True,
-        num_threads: int = 0,
-        dtype=np.float32,
-        random_state=None,
-    ):
-        store_init_params(self, locals())
+    factors: int = param(POSITIVE_INT, default=64)
+    regularization: float = param(NON_NEGATIVE, default=0.01)
+    alpha: float = param(POSITIVE, default=1.0)
+    iterations: int = param(NON_NEGATIVE_INT, default=15)
+    use_cg: bool = param("boolean", default=True)
+    num_threads: int = param(NON_NEGATIVE_INT, default=0)
+    dtype: Any = param(default=np.float32)  # implicit checks it
+    random_state: Any = param(default=None)  # implicit checks it
 
     def _make_inner(self):
         from implicit.cpu.als import AlternatingLeastSquares

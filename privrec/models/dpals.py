@@ -35,9 +35,10 @@ import dataclasses
 import math
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from numbers import Real
-from typing import ClassVar
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -55,9 +56,9 @@ from .._constraints import (
     POSITIVE,
     POSITIVE_INT,
     StrOptions,
-    store_init_params,
 )
 from .._io import progress_steps
+from .._params import Hyperparameters, param
 from .._validation import check_delta, check_epsilon, check_memory
 from ..pipeline import Plan, PrivatePipeline
 from ..privacy import check_noise_random_state, clip_labels, clip_rows, default_count_fraction, make_rng
@@ -142,7 +143,7 @@ class DPALSConfig:
         return out
 
 
-class DPALS(FactorizationModel):
+class DPALS(Hyperparameters, FactorizationModel):
     """User-level DP alternating least squares (AdaDPALS / DPALS / AM-DPSGD; Krichene et al., ICML 2023, Alg. 3).
 
     Parameters
@@ -216,76 +217,37 @@ class DPALS(FactorizationModel):
 
     _saved_arrays = ("item_factors_", "item_bias_", "global_mean_")
 
-    _parameter_constraints: ClassVar[dict] = {
-        "method": [StrOptions(set(METHODS))],
-        "epsilon": [EPSILON],
-        "delta": [DELTA],
-        "factors": [NON_NEGATIVE_INT, None],
-        "iterations": [POSITIVE_INT, None],
-        "budget": [POSITIVE, None],
-        "mu": [Interval(Real, 0, 1, closed="both"), None],
-        "biases": ["boolean"],
-        "bias_scale": [POSITIVE],
-        "regularization": [NON_NEGATIVE, None],
-        "reg_exponent": [FINITE],
-        "user_regularization": [NON_NEGATIVE, None],
-        "user_reg_exponent": [FINITE, None],
-        "unobserved_weight": [NON_NEGATIVE],
-        "max_norm": [POSITIVE, None],
-        "center": ["boolean", None],
-        "feedback": [StrOptions({"explicit", "implicit"})],
-        "rating_bound": [POSITIVE],
-        "rating_range": "no_validation",  # _rating_range (a finite (low, high) pair)
-        "label_bound": [POSITIVE, None],
-        "item_frac": [FRACTION, None],
-        "count_fraction": [OPEN_FRACTION, None],
-        "count_sample": [POSITIVE_INT, None],
-        "gramian_ratio": [POSITIVE, None],
-        "global_ratio": [POSITIVE],
-        "gd_iterations": [POSITIVE_INT],
-        "init_scale": [NON_NEGATIVE],
-        "accountant": [StrOptions({"pld", "rdp"})],
-        "dtype": "no_validation",  # float32 / float64, checked in _resolve_config
-        "random_state": "no_validation",  # checked by check_noise_random_state
-        "num_threads": [POSITIVE_INT, None],
-    }
-
-    def __init__(
-        self,
-        *,
-        method: str = "ada-dpals",
-        epsilon: float = 5.0,
-        delta: float = 1e-5,
-        factors: int | None = None,
-        iterations: int | None = None,
-        budget: float | None = None,
-        mu: float | None = None,
-        biases: bool = True,
-        bias_scale: float = 1.0,
-        regularization: float | None = None,
-        reg_exponent: float = 0.0,
-        user_regularization: float | None = None,
-        user_reg_exponent: float | None = None,
-        unobserved_weight: float = 0.0,
-        max_norm: float | None = None,
-        center: bool | None = None,
-        feedback: str = "explicit",
-        rating_bound: float = 5.0,
-        rating_range: tuple[float, float] | None = None,
-        label_bound: float | None = None,
-        item_frac: float | None = None,
-        count_fraction: float | None = None,
-        count_sample: int | None = None,
-        gramian_ratio: float | None = None,
-        global_ratio: float = 1.0,
-        gd_iterations: int = 10,
-        init_scale: float = 0.1,
-        accountant: str = "pld",
-        dtype=np.float32,
-        random_state=None,
-        num_threads: int | None = None,
-    ):
-        store_init_params(self, locals())
+    method: str = param(StrOptions(set(METHODS)), default="ada-dpals")
+    epsilon: float = param(EPSILON, default=5.0)
+    delta: float = param(DELTA, default=1e-5)
+    factors: int | None = param(NON_NEGATIVE_INT, None, default=None)
+    iterations: int | None = param(POSITIVE_INT, None, default=None)
+    budget: float | None = param(POSITIVE, None, default=None)
+    mu: float | None = param(Interval(Real, 0, 1, closed="both"), None, default=None)
+    biases: bool = param("boolean", default=True)
+    bias_scale: float = param(POSITIVE, default=1.0)
+    regularization: float | None = param(NON_NEGATIVE, None, default=None)
+    reg_exponent: float = param(FINITE, default=0.0)
+    user_regularization: float | None = param(NON_NEGATIVE, None, default=None)
+    user_reg_exponent: float | None = param(FINITE, None, default=None)
+    unobserved_weight: float = param(NON_NEGATIVE, default=0.0)
+    max_norm: float | None = param(POSITIVE, None, default=None)
+    center: bool | None = param("boolean", None, default=None)
+    feedback: str = param(StrOptions({"explicit", "implicit"}), default="explicit")
+    rating_bound: float = param(POSITIVE, default=5.0)
+    rating_range: tuple[float, float] | None = param(default=None)  # _rating_range (a finite (low, high) pair)
+    label_bound: float | None = param(POSITIVE, None, default=None)
+    item_frac: float | None = param(FRACTION, None, default=None)
+    count_fraction: float | None = param(OPEN_FRACTION, None, default=None)
+    count_sample: int | None = param(POSITIVE_INT, None, default=None)
+    gramian_ratio: float | None = param(POSITIVE, None, default=None)
+    global_ratio: float = param(POSITIVE, default=1.0)
+    gd_iterations: int = param(POSITIVE_INT, default=10)
+    init_scale: float = param(NON_NEGATIVE, default=0.1)
+    accountant: str = param(StrOptions({"pld", "rdp"}), default="pld")
+    dtype: Any = param(default=np.float32)  # float32 / float64, checked in _resolve_config
+    random_state: Any = param(default=None)  # checked by check_noise_random_state
+    num_threads: int | None = param(POSITIVE_INT, None, default=None)
 
     # ------------------------------------------------------------------ resolved settings
     def _resolve_config(self, shape: tuple[int, int] | None = None) -> DPALSConfig:
@@ -295,89 +257,76 @@ class DPALS(FactorizationModel):
         values are those of a 10,000 x 1,000 problem (enough for validation and planning tests).
         """
         self._validate_params()
-        eps = check_epsilon(self.epsilon)
-        delta = check_delta(self.delta)
         check_noise_random_state(self.random_state, "DPALS")
+        eps, delta = check_epsilon(self.epsilon), check_delta(self.delta)
+        private = not math.isinf(eps)
         solver, alloc = METHODS[self.method]
         implicit = self.feedback == "implicit"
         center = (not implicit) if self.center is None else bool(self.center)
         if implicit and center:
             raise ValueError("implicit feedback is binarised, not centred: use center=False (or None)")
-        n_users, n_items = shape if shape is not None else (10_000, 1_000)
+        dt = np.dtype(self.dtype)
+        if dt not in (np.float32, np.float64):
+            raise ValueError(f"dtype must be float32 or float64, got {dt}")
         rating_range = self._rating_range()
         rating_bound = max(abs(rating_range[0]), abs(rating_range[1])) if rating_range else float(self.rating_bound)
+        n_users, n_items = shape if shape is not None else (10_000, 1_000)
         auto = auto_config(n_users, n_items, eps, delta, rating_bound, implicit=implicit)
-        factors = auto["factors"] if self.factors is None else int(self.factors)
+
+        def chosen(name: str, cast: Callable = float):
+            """The parameter ``name`` as given, or its automatic value when it is None."""
+            value = getattr(self, name)
+            return auto[name] if value is None else cast(value)
+
+        # each resolved setting goes into the config as it is decided (field meanings: DPALSConfig)
+        cfg: dict[str, Any] = {"epsilon": eps, "delta": delta, "solver": solver, "allocation": alloc, "dtype": dt}
+        cfg.update(implicit=implicit, center=center, rating_range=rating_range, rating_bound=rating_bound)
+        factors = cfg["factors"] = chosen("factors", int)
         if factors == 0 and not self.biases:
             raise ValueError("factors = 0 needs biases=True (otherwise there is nothing to fit)")
-        iters = auto["iterations"] if self.iterations is None else int(self.iterations)
-        budget = auto["budget"] if self.budget is None else float(self.budget)
+        # implicit feedback without factors: the release is the popularity prior alone
+        cfg["iterations"] = 0 if implicit and factors == 0 else chosen("iterations", int)
+        budget = cfg["budget"] = chosen("budget")
         if alloc != "adaptive" and budget != int(budget):
             raise ValueError(
                 f"budget is the number of sampled items k for {self.method}; must be an integer, got {budget!r}"
             )
-        mu = (0.1 if factors == 0 else 0.25) if self.mu is None else float(self.mu)
-        reg = auto["regularization"] if self.regularization is None else float(self.regularization)
-        private = not math.isinf(eps)
-        if implicit and factors == 0:
-            iters = 0  # the release is the popularity prior alone
-        if self.user_regularization is not None:
-            user_reg = float(self.user_regularization)
-        else:  # epsilon = inf: one ridge for both sides, as ALS
-            user_reg = auto["user_regularization"] if private else reg
-        if self.user_reg_exponent is None:
-            user_reg_exponent = 0.0 if private else float(self.reg_exponent)
-        else:
-            user_reg_exponent = check_exponent(self.user_reg_exponent, "user_reg_exponent")
-        max_norm = auto["max_norm"] if self.max_norm is None else float(self.max_norm)
-        if self.label_bound is not None:
-            label_bound = float(self.label_bound)
-        elif implicit:
-            label_bound = 1.0
-        elif rating_range is not None and center:
-            label_bound = (rating_range[1] - rating_range[0]) / 2.0
-        else:
-            label_bound = rating_bound / 2.0 if center else rating_bound
-        item_frac = auto["item_frac"] if self.item_frac is None else float(self.item_frac)
-        dt = np.dtype(self.dtype)
-        if dt not in (np.float32, np.float64):
-            raise ValueError(f"dtype must be float32 or float64, got {dt}")
+        cfg["count_sample"] = max(1, int(math.ceil(budget)) if self.count_sample is None else int(self.count_sample))
+        cfg["mu"] = (0.1 if factors == 0 else 0.25) if self.mu is None else float(self.mu)
+        reg = cfg["reg"] = chosen("regularization")
+        cfg["reg_exponent"] = check_exponent(self.reg_exponent)
+        # epsilon = inf: one ridge for both sides, as ALS
+        default_user_reg = auto["user_regularization"] if private else reg
+        user_reg = self.user_regularization
+        cfg["user_reg"] = default_user_reg if user_reg is None else float(user_reg)
+        user_exponent = self.user_reg_exponent
+        default_user_exponent = 0.0 if private else float(self.reg_exponent)
+        cfg["user_reg_exponent"] = (
+            default_user_exponent if user_exponent is None else check_exponent(user_exponent, "user_reg_exponent")
+        )
+        max_norm = cfg["max_norm"] = chosen("max_norm")
+        cfg["label_bound"] = self._label_bound(implicit, center, rating_range, rating_bound)
+        item_frac = chosen("item_frac")
+        cfg["item_frac"] = None if item_frac >= 1.0 else item_frac
         # constant feature of the item bias: inside the clip ball in a private fit, 1 otherwise
         fit_biases = bool(self.biases) and not implicit
-        bias_feature = (float(self.bias_scale) * max_norm if private else 1.0) if fit_biases else 0.0
-        return DPALSConfig(
-            epsilon=eps,
-            delta=delta,
-            solver=solver,
-            allocation=alloc,
-            factors=factors,
-            iterations=iters,
-            budget=budget,
-            mu=mu,
-            reg=reg,
-            reg_exponent=check_exponent(self.reg_exponent),
-            user_reg=user_reg,
-            user_reg_exponent=user_reg_exponent,
-            biases=fit_biases,
-            popularity_prior=bool(self.biases) and implicit,
-            bias_feature=bias_feature,
-            implicit=implicit,
-            center=center,
-            unobserved_weight=float(self.unobserved_weight),
-            max_norm=max_norm,
-            rating_bound=rating_bound,
-            rating_range=rating_range,
-            label_bound=label_bound,
-            item_frac=None if item_frac >= 1.0 else item_frac,
-            count_fraction=auto["count_fraction"] if self.count_fraction is None else float(self.count_fraction),
-            count_sample=max(1, int(math.ceil(budget)) if self.count_sample is None else int(self.count_sample)),
-            gramian_ratio=auto["gramian_ratio"] if self.gramian_ratio is None else float(self.gramian_ratio),
-            global_ratio=float(self.global_ratio),
-            gd_iterations=int(self.gd_iterations),
-            init_scale=float(self.init_scale),
-            dtype=dt,
-            accountant=self.accountant,
-        )
+        cfg["biases"], cfg["popularity_prior"] = fit_biases, bool(self.biases) and implicit
+        cfg["bias_feature"] = (float(self.bias_scale) * max_norm if private else 1.0) if fit_biases else 0.0
+        cfg["count_fraction"], cfg["gramian_ratio"] = chosen("count_fraction"), chosen("gramian_ratio")
+        cfg["global_ratio"], cfg["unobserved_weight"] = float(self.global_ratio), float(self.unobserved_weight)
+        cfg["gd_iterations"], cfg["init_scale"] = int(self.gd_iterations), float(self.init_scale)
+        return DPALSConfig(accountant=self.accountant, **cfg)
+
+    def _label_bound(self, implicit: bool, center: bool, rating_range, rating_bound: float) -> float:
+        """The clip of the (centred) labels: given, 1 for implicit feedback, else half the public
+        rating span when centring (the whole bound when not)."""
+        if self.label_bound is not None:
+            return float(self.label_bound)
+        if implicit:
+            return 1.0
+        if rating_range is not None and center:
+            return (rating_range[1] - rating_range[0]) / 2.0
+        return rating_bound / 2.0 if center else rating_bound
 
     def _rating_range(self) -> tuple[float, float] | None:
         if self.rating_range is None:

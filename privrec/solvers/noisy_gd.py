@@ -263,13 +263,19 @@ class NoisyGDSolver(NoisySolverBase):
         r = np.asarray(reg, dtype=dtype)[:, None]
         for t in range(self.iterations):
             g = np.matmul(G, theta[:, :, None])[:, :, 0] - b
-            if std > 0:
-                g += gaussian_noise(g.shape, std, stream, dtype)
-            g += r * theta
-            if gram is not None:
-                g += theta @ gram
-            theta = project_ball(theta - steps[t, :, None] * g, self.radius, inplace=True)
+            theta = self._noisy_step(theta, g, std, stream, r, gram, steps[t])
         return theta
+
+    def _noisy_step(self, theta, g, std: float, stream, r, gram, step) -> np.ndarray:
+        """One projected step from the stacked clipped data gradient ``g`` (modified in place):
+        Gaussian noise N(0, std^2) on ``g`` only, then the public ridge ``r * theta`` and gravity
+        ``theta @ gram`` terms, then the step ``step`` (one per task) and the projection."""
+        if std > 0:
+            g += gaussian_noise(g.shape, std, stream, theta.dtype)
+        g += r * theta
+        if gram is not None:
+            g += theta @ gram
+        return project_ball(theta - step[:, None] * g, self.radius, inplace=True)
 
     def _run_loss_block(self, batch, x, y, t0, t1, theta, reg, gram, steps, seed):
         """Noisy GD on the block of tasks t0:t1 with a general margin loss: per-example gradients
@@ -289,10 +295,5 @@ class NoisyGDSolver(NoisySolverBase):
         for t in range(self.iterations):
             deriv = self.loss.derivative(np.einsum("ij,ij->i", X, theta[task]), yc)
             g = np.asarray(S @ (deriv[:, None] * X), dtype=dtype)
-            if std > 0:
-                g += gaussian_noise(g.shape, std, stream, dtype)
-            g += r * theta
-            if gram is not None:
-                g += theta @ gram
-            theta = project_ball(theta - steps[t, :, None] * g, self.radius, inplace=True)
+            theta = self._noisy_step(theta, g, std, stream, r, gram, steps[t])
         return theta

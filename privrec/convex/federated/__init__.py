@@ -11,7 +11,7 @@ relation of ISRL-DP; results carry one JSON report per silo, recomputable with
 :func:`report_epsilon` (plain dp_accounting, with the accountant the report names).
 """
 
-from ._common import FederatedResult, federated_objective, project_ball
+from ._common import FederatedResult, ISRLRunOptions, RunOptions, federated_objective, project_ball
 from .accelerated import (
     accelerated_mb_sgd,
     acsa_step,
@@ -44,6 +44,7 @@ from .shuffle import (
 from .silos import Availability, Silo, SiloSet
 from .srgd import (
     SingleEpochResult,
+    SRGDOptions,
     SRGDParams,
     accelerated_dp_srgd,
     dp_ftrl_single_epoch,
@@ -54,6 +55,7 @@ from .srgd import (
     general_preset,
     interior_preset,
     recursive_gradients,
+    srgd_params,
     tau,
     zero_out_epsilon,
 )
@@ -65,7 +67,10 @@ __all__ = [
     "FederatedDPRegressor",
     "FederatedResult",
     "HingeLoss",
+    "ISRLRunOptions",
     "MoreauEnvelope",
+    "RunOptions",
+    "SRGDOptions",
     "SRGDParams",
     "Silo",
     "SiloChannel",
@@ -105,6 +110,7 @@ __all__ = [
     "report_epsilon",
     "shuffle_guarantee",
     "shuffled_mb_sgd",
+    "srgd_params",
     "tau",
     "zero_out_epsilon",
 ]

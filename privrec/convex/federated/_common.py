@@ -1,19 +1,118 @@
-"""Shared pieces of the federated algorithms: result container, projection, objectives, set-up."""
+"""Shared pieces of the federated algorithms: run options, result container, projection, objectives, set-up."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..._validation import check_int, check_positive
 from ...privacy import make_rng
 from ...privacy.clipping import project_ball as clip_project_ball
 from .channel import SiloChannel
 from .silos import Availability, Silo, SiloSet
+
+
+class RunOptions(TypedDict, total=False):
+    """Keyword options every federated run accepts (all optional), documented once here.
+
+    :func:`mb_sgd`, :func:`local_sgd`, :func:`accelerated_mb_sgd`, :func:`multistage_accelerated`
+    take these and those of :class:`ISRLRunOptions`; :func:`shuffled_mb_sgd` takes these only.
+
+    Parameters
+    ----------
+    radius : W = {||w|| <= radius} (Frobenius for matrices); ``None`` (default) = unconstrained.
+    n_available : M (fixed), ``(lo, hi)`` (random M_r), an :class:`Availability`, or ``None``
+        (default: all N silos every round).
+    theta0 : starting point (default zeros, shape ``(d,)`` or ``(d, n_classes)``).
+    random_state : ``None`` (default) draws the noise from OS entropy; a fixed seed is for
+        experiments only and voids the guarantee for anyone who knows it.
+    trace : record ``(round, objective)`` pairs in :attr:`FederatedResult.history` (default
+        ``False``; the exact objective, a non-private diagnostic).
+    """
+
+    radius: float | None
+    n_available: int | tuple[int, int] | Availability | None
+    theta0: ArrayLike | None
+    random_state: int | np.random.Generator | None
+    trace: bool
+
+
+class ISRLRunOptions(RunOptions, total=False):
+    """:class:`RunOptions` plus the options of the ISRL-DP algorithms whose silos answer through a
+    :class:`SiloChannel` (:func:`mb_sgd`, :func:`local_sgd`, :func:`accelerated_mb_sgd`,
+    :func:`multistage_accelerated`).
+
+    Parameters
+    ----------
+    clip : per-example gradient clip L (required when private; default ``None``).
+    sampling : ``"poisson"`` (default, PLD accountant) or ``"without_replacement"`` (RDP
+        accountant); both are calibrated and reported under replace-one (Lowy & Razaviyayn's
+        ISRL-DP relation). The one-pass accelerated variant always uses disjoint batches.
+    noise : ``"accountant"`` (default) or ``"paper"``: the larger of the accountant's sigma and
+        the closed form the paper's experiments use for that algorithm (see each function).
+    private : ``False`` gives the non-private baseline (no clipping without ``clip``, no noise,
+        epsilon = inf); default ``True``.
+    """
+
+    clip: float | None
+    sampling: str
+    noise: str
+    private: bool
+
+
+_NOISE = ("accountant", "paper")
+
+
+def check_options(caller: str, options: Mapping[str, Any], accepted: type) -> None:
+    """A ``TypeError`` (as for any unexpected keyword argument of ``caller``) for a key of
+    ``options`` that the TypedDict ``accepted`` does not declare."""
+    keys = accepted.__required_keys__ | accepted.__optional_keys__  # type: ignore[attr-defined]
+    unknown = sorted(set(options) - keys)
+    if unknown:
+        raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The options of one federated run with their defaults filled in and checked
+    (:class:`RunOptions`, :class:`ISRLRunOptions`; build it with :meth:`resolve`)."""
+
+    radius: float | None = None
+    n_available: int | tuple[int, int] | Availability | None = None
+    theta0: ArrayLike | None = None
+    random_state: int | np.random.Generator | None = None
+    trace: bool = False
+    clip: float | None = None
+    sampling: str = "poisson"
+    noise: str = "accountant"
+    private: bool = True
+
+    @classmethod
+    def resolve(cls, caller: str, options: Mapping[str, Any], accepted: type = ISRLRunOptions) -> RunSettings:
+        """``options`` (the keyword arguments ``caller`` received) over the defaults.
+
+        A key that ``accepted`` (a :class:`RunOptions` TypedDict) does not declare is a
+        ``TypeError``, as for any unexpected keyword argument.
+        """
+        check_options(caller, options, accepted)
+        run = cls(**options)
+        if run.noise not in _NOISE:
+            raise ValueError(f"noise must be one of {_NOISE}, got {run.noise!r}")
+        return run
+
+    def with_sampling(self, sampling: str) -> RunSettings:
+        return dataclasses.replace(self, sampling=sampling)
+
+    def record(self, history: list[tuple[int, float]], round_: int, loss, theta, silos: SiloSet) -> None:
+        """Append ``(round_, objective at theta)`` to ``history`` when a trace was requested."""
+        if self.trace:
+            history.append((round_, federated_objective(loss, theta, silos)))
 
 
 @dataclass
@@ -88,20 +187,25 @@ def batch_sizes(silos: SiloSet, batch_size) -> list[int]:
 def make_channels(
     silos: SiloSet,
     loss,
-    clip,
+    run: RunSettings,
     batch: list[int],
     max_messages: int,
-    sampling: str,
     rng: np.random.Generator,
-    paper_sigma: Callable[[Silo, int], float] | None = None,
-    private: bool = True,
+    paper_variance: Callable[[float, Silo, int], float],
 ) -> list[SiloChannel]:
+    """One :class:`SiloChannel` per silo (``run``'s clip, sampling, privacy) for ``max_messages``.
+
+    ``paper_variance(clip, silo, K)`` is the paper's closed-form sigma^2 of the algorithm, used
+    with ``noise="paper"`` (as a lower bound on the accountant's noise).
+    """
     chans = []
     for s, K in zip(silos, batch):
-        if not private:
+        if not run.private:
             s = Silo(s.X, s.y, math.inf, s.delta, s.name)
-        ps = paper_sigma(s, K) if (paper_sigma is not None and s.private) else None
-        chans.append(SiloChannel(s, loss, clip, K, max_messages, sampling, ps, rng))
+        ps = None
+        if run.noise == "paper" and s.private:
+            ps = math.sqrt(paper_variance(private_clip(run.clip, s), s, K))
+        chans.append(SiloChannel(s, loss, run.clip, K, max_messages, run.sampling, ps, rng))
     return chans
 
 
@@ -116,11 +220,13 @@ def finish(
     return FederatedResult(theta, reports, eps, history or [], info)
 
 
-def setup(silos, loss, theta0, random_state, n_available):
+def setup(silos, loss, run: RunSettings):
+    """The silo set, the run's generator, its :class:`Availability` and the starting point."""
     silos = as_silo_set(silos)
-    rng = make_rng(random_state)
+    rng = make_rng(run.random_state)
+    n_available = run.n_available
     avail = n_available if isinstance(n_available, Availability) else Availability(len(silos), n_available)
     if avail.n_silos != len(silos):
         raise ValueError(f"availability is for {avail.n_silos} silos, the federation has {len(silos)}")
-    theta = initial_theta(loss, silos.n_features, theta0)
+    theta = initial_theta(loss, silos.n_features, run.theta0)
     return silos, rng, avail, theta

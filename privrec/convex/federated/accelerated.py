@@ -29,21 +29,18 @@ it sets every step size, so a value read off the private data would leak through
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..._validation import check_int, check_positive
-from ._common import (
-    batch_sizes,
-    federated_objective,
-    finish,
-    make_channels,
-    private_clip,
-    project_ball,
-    setup,
-)
+from ._common import FederatedResult, RunSettings, batch_sizes, finish, make_channels, project_ball, setup
 from .calibration import paper_moments_sigma2, paper_one_pass_sigma2
-from .mbsgd import _check_noise
+
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from ._common import ISRLRunOptions
 
 
 def md_weights(alpha: float, eta: float, mu: float) -> tuple[float, float]:
@@ -62,9 +59,7 @@ def acsa_step(w_prev, w_ag, grad_at, alpha: float, eta: float, mu: float, radius
     return w, alpha * w + (1.0 - alpha) * w_ag, w_md
 
 
-def _run_stage(
-    theta, R, alpha_fn, eta_fn, mu, chans, avail, rng, radius, loss, silos, lam, center, history, offset, trace
-):
+def _run_stage(theta, R, alpha_fn, eta_fn, mu, chans, avail, rng, run, loss, silos, lam, center, history, offset):
     l2 = getattr(loss, "l2", 0.0)
     w_prev = theta.copy()
     w_ag = theta.copy()
@@ -77,9 +72,8 @@ def _run_stage(
         return g
 
     for r in range(1, R + 1):
-        w_prev, w_ag, _ = acsa_step(w_prev, w_ag, grad_at, alpha_fn(r), eta_fn(r), mu, radius)
-        if trace:
-            history.append((offset + r, federated_objective(loss, w_ag, silos)))
+        w_prev, w_ag, _ = acsa_step(w_prev, w_ag, grad_at, alpha_fn(r), eta_fn(r), mu, run.radius)
+        run.record(history, offset + r, loss, w_ag, silos)
     return w_ag
 
 
@@ -89,7 +83,6 @@ def accelerated_mb_sgd(
     *,
     batch_size,
     smoothness: float,
-    clip: float | None = None,
     rounds: int | None = None,
     mode: str = "erm",
     strong_convexity: float = 0.0,
@@ -97,42 +90,35 @@ def accelerated_mb_sgd(
     alpha=None,
     eta=None,
     prox_center_l2: float = 0.0,
-    radius: float | None = None,
-    n_available=None,
-    sampling: str = "poisson",
-    noise: str = "accountant",
-    private: bool = True,
-    theta0=None,
-    random_state=None,
-    trace: bool = False,
-):
+    **options: Unpack[ISRLRunOptions],
+) -> FederatedResult:
     """ISRL-DP accelerated MB-SGD (Algorithm 1), ``mode="one_pass"`` or ``"erm"``.
 
     ``smoothness`` is beta of the loss on the clipped domain; ``v`` defaults to ``2 beta``;
     ``alpha`` / ``eta`` may be callables ``r -> value`` (r = 1..R) replacing the schedules;
     ``strong_convexity`` mu adds to the loss's ridge ``l2`` (and ``prox_center_l2``).
     ``rounds`` defaults to ``min_i floor(n_i / K_i)`` for one pass and is required for ERM.
-    ``random_state``: ``None`` draws the noise from OS entropy; a fixed seed is for experiments
-    only and voids the guarantee for anyone who knows it.
+    ``options``: the run options of :class:`ISRLRunOptions` (one pass always samples disjoint
+    batches, whatever ``sampling`` says).
     """
-    silos, rng, avail, theta = setup(silos, loss, theta0, random_state, n_available)
-    _check_noise(noise)
+    run = RunSettings.resolve("accelerated_mb_sgd", options)
+    silos, rng, avail, theta = setup(silos, loss, run)
     if mode not in ("one_pass", "erm"):
         raise ValueError(f"mode must be 'one_pass' or 'erm', got {mode!r}")
     Ks = batch_sizes(silos, batch_size)
     if mode == "one_pass":
-        sampling = "disjoint"
+        run = run.with_sampling("disjoint")
         max_r = min(s.n // K for s, K in zip(silos, Ks))
         R = max_r if rounds is None else check_int(rounds, "rounds", minimum=1)
         if max_r < R or R < 1:
             raise ValueError(f"one pass allows at most {max_r} rounds at these batch sizes, got {R}")
-        paper = lambda s, K: math.sqrt(paper_one_pass_sigma2(private_clip(clip, s), K, s.epsilon, s.delta))
+        paper = lambda L, s, K: paper_one_pass_sigma2(L, K, s.epsilon, s.delta)
     else:
         if rounds is None:
             raise ValueError("rounds is required for the ERM variant")
         R = check_int(rounds, "rounds", minimum=1)
-        paper = lambda s, K: math.sqrt(paper_moments_sigma2(private_clip(clip, s), s.n, R, s.epsilon, s.delta))
-    chans = make_channels(silos, loss, clip, Ks, R, sampling, rng, paper if noise == "paper" else None, private)
+        paper = lambda L, s, K: paper_moments_sigma2(L, s.n, R, s.epsilon, s.delta)
+    chans = make_channels(silos, loss, run, Ks, R, rng, paper)
     beta = check_positive(smoothness, "smoothness")
     lam = check_positive(prox_center_l2, "prox_center_l2", allow_zero=True)
     mu = check_positive(strong_convexity, "strong_convexity", allow_zero=True) + getattr(loss, "l2", 0.0) + lam
@@ -141,10 +127,8 @@ def accelerated_mb_sgd(
     eta_fn = eta if eta is not None else (lambda r: 4.0 * vv / (r * (r + 1)))
     history: list[tuple[int, float]] = []  # (round, federated objective)
     center = theta.copy()
-    out = _run_stage(
-        theta, R, alpha_fn, eta_fn, mu, chans, avail, rng, radius, loss, silos, lam, center, history, 0, trace
-    )
-    label = f"ISRL-DP accelerated MB-SGD ({mode})" if private else f"accelerated MB-SGD ({mode}, non-private)"
+    out = _run_stage(theta, R, alpha_fn, eta_fn, mu, chans, avail, rng, run, loss, silos, lam, center, history, 0)
+    label = f"ISRL-DP accelerated MB-SGD ({mode})" if run.private else f"accelerated MB-SGD ({mode}, non-private)"
     return finish(out, chans, label, history, algorithm="accelerated_mb_sgd", mode=mode, rounds=R, batch_sizes=Ks)
 
 
@@ -182,60 +166,39 @@ def multistage_accelerated(
     strong_convexity: float,
     gap: float,
     n_stages: int,
-    clip: float | None = None,
     variance: float | None = None,
     max_rounds_per_stage: int | None = None,
-    radius: float | None = None,
-    n_available=None,
-    sampling: str = "poisson",
-    noise: str = "accountant",
-    private: bool = True,
-    theta0=None,
-    random_state=None,
-    trace: bool = False,
-):
+    **options: Unpack[ISRLRunOptions],
+) -> FederatedResult:
     """Multi-stage accelerated MB-SGD for mu-strongly convex losses (A4), ERM sampling.
 
     Stage k restarts AC-SA from the previous stage's output with alpha_r = 2/(r+1),
     eta_r = 4 v_k / (r(r+1)). ``gap`` is the bound Delta on the initial suboptimality and
     ``variance`` V^2 on the gradient estimate's variance (default ``clip^2 / min K_i``: the
     sampling part only; pass a larger value to account for the privacy noise). Every silo's
-    noise is calibrated for the total number of rounds of all stages. ``random_state``: ``None``
-    (OS entropy) or a seed for experiments only (a known seed voids the guarantee).
+    noise is calibrated for the total number of rounds of all stages. ``options``: the run
+    options of :class:`ISRLRunOptions`.
     """
-    silos, rng, avail, theta = setup(silos, loss, theta0, random_state, n_available)
-    _check_noise(noise)
+    run = RunSettings.resolve("multistage_accelerated", options)
+    silos, rng, avail, theta = setup(silos, loss, run)
     Ks = batch_sizes(silos, batch_size)
     mu_total = check_positive(strong_convexity, "strong_convexity") + getattr(loss, "l2", 0.0)
     if variance is None:
-        if clip is None:
+        if run.clip is None:
             raise ValueError("variance is required when clip is not given")
-        variance = clip**2 / min(Ks)
+        variance = run.clip**2 / min(Ks)
     plan = multistage_schedule(smoothness, mu_total, variance, gap, n_stages, max_rounds_per_stage)
     R = sum(r for r, _ in plan)
-    paper = lambda s, K: math.sqrt(paper_moments_sigma2(private_clip(clip, s), s.n, R, s.epsilon, s.delta))
-    chans = make_channels(silos, loss, clip, Ks, R, sampling, rng, paper if noise == "paper" else None, private)
+    paper = lambda L, s, K: paper_moments_sigma2(L, s.n, R, s.epsilon, s.delta)
+    chans = make_channels(silos, loss, run, Ks, R, rng, paper)
     history: list[tuple[int, float]] = []  # (round, federated objective)
     offset = 0
     for Rk, vk in plan:
+        alpha_fn = lambda r: 2.0 / (r + 1)
+        eta_fn = lambda r, vk=vk: 4.0 * vk / (r * (r + 1))
         theta = _run_stage(
-            theta,
-            Rk,
-            lambda r: 2.0 / (r + 1),
-            lambda r, vk=vk: 4.0 * vk / (r * (r + 1)),
-            mu_total,
-            chans,
-            avail,
-            rng,
-            radius,
-            loss,
-            silos,
-            0.0,
-            theta,
-            history,
-            offset,
-            trace,
+            theta, Rk, alpha_fn, eta_fn, mu_total, chans, avail, rng, run, loss, silos, 0.0, theta, history, offset
         )
         offset += Rk
-    label = "ISRL-DP multi-stage accelerated MB-SGD" if private else "multi-stage accelerated MB-SGD (non-private)"
+    label = "ISRL-DP multi-stage accelerated MB-SGD" if run.private else "multi-stage accelerated MB-SGD (non-private)"
     return finish(theta, chans, label, history, algorithm="multistage_accelerated", stages=plan, rounds=R)

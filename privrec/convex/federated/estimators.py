@@ -33,42 +33,40 @@ non-private baselines.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 
-from ..._constraints import store_init_params
+from ..._constraints import DELTA, EPSILON, NON_NEGATIVE, POSITIVE, POSITIVE_INT, POSITIVE_OR_INF, StrOptions
+from ..._params import Hyperparameters, param
 from ...privacy import check_noise_random_state, clip_rows
 from ..losses import LogisticLoss, SoftmaxLoss, SquaredLoss
 from .accelerated import accelerated_mb_sgd
+from .calibration import SAMPLING_SCHEMES
 from .mbsgd import local_sgd, mb_sgd
 from .silos import SiloSet
 
 ALGORITHMS = ("mb_sgd", "accelerated", "accelerated_one_pass", "local_sgd")
 
 
-class _FederatedDP(BaseEstimator):
-    def __init__(
-        self,
-        *,
-        algorithm: str = "mb_sgd",
-        epsilon: float = 1.0,
-        delta: float | None = None,
-        rounds: int = 35,
-        batch_size=0.1,
-        step_size: float = 0.1,
-        clip: float = 1.0,
-        radius: float | None = None,
-        n_available=None,
-        local_steps: int = 10,
-        feature_bound: float | None = None,
-        l2: float = 0.0,
-        fit_intercept: bool = True,
-        sampling: str = "poisson",
-        noise: str = "accountant",
-        random_state=None,
-    ):
-        store_init_params(self, locals())
+class _FederatedDP(Hyperparameters, BaseEstimator):
+    algorithm: str = param(StrOptions({*ALGORITHMS, *(a + "_nonprivate" for a in ALGORITHMS)}), default="mb_sgd")
+    epsilon: float = param(EPSILON, default=1.0)
+    delta: float | None = param(DELTA, None, default=None)  # None: 1 / n_i^2 per silo
+    rounds: int = param(POSITIVE_INT, default=35)
+    batch_size: float = param(POSITIVE, default=0.1)  # a share of the silo (<= 1) or a count
+    step_size: float = param(POSITIVE, default=0.1)
+    clip: float = param(POSITIVE, default=1.0)
+    radius: float | None = param(POSITIVE_OR_INF, None, default=None)
+    n_available: Any = param(default=None)  # checked by the silo availability model
+    local_steps: int = param(POSITIVE_INT, default=10)
+    feature_bound: float | None = param(POSITIVE, None, default=None)
+    l2: float = param(NON_NEGATIVE, default=0.0)
+    fit_intercept: bool = param("boolean", default=True)
+    sampling: str = param(StrOptions(set(SAMPLING_SCHEMES)), default="poisson")
+    noise: str = param(StrOptions({"accountant", "paper"}), default="accountant")
+    random_state: Any = param(default=None)  # check_noise_random_state
 
     def _design(self, X):
         X = np.asarray(X, dtype=np.float64)
@@ -81,6 +79,7 @@ class _FederatedDP(BaseEstimator):
         return X
 
     def _fit(self, X, y, silos, loss):
+        self._validate_params()
         check_noise_random_state(self.random_state, type(self).__name__)
         algo = self.algorithm
         private = not algo.endswith("_nonprivate") and math.isfinite(self.epsilon)

@@ -52,14 +52,18 @@ un-amplified ISRL-DP guarantee of its transcript, replace-one, RDP accountant; m
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.stats import norm
 
 from ..._validation import check_delta, check_epsilon, check_int, check_positive
-from ._common import federated_objective, finish, project_ball, setup, step_schedule
+from ._common import FederatedResult, RunOptions, RunSettings, finish, project_ball, setup, step_schedule
 from .channel import SiloChannel
 from .silos import Silo
+
+if TYPE_CHECKING:
+    from typing import Unpack
 
 SHUFFLE_BOUND = (
     "FMT21 Thm 3.1 (closed form of the authors' reference implementation) with the approximate-DP "
@@ -176,19 +180,16 @@ def shuffled_mb_sgd(
     clip: float,
     epsilon: float,
     delta: float,
-    n_available: int | None = None,
-    radius: float | None = None,
-    theta0=None,
-    random_state=None,
-    trace: bool = False,
-):
+    **options: Unpack[RunOptions],
+) -> FederatedResult:
     """Shuffled MB-SGD: K = 1 record per available silo per round, M_r = M fixed, Gaussian local noise.
 
-    ``(epsilon, delta)`` is the shuffle-model target (record-level, for the whole federation).
-    ``random_state``: ``None`` draws the noise (and the shuffle) from OS entropy; a fixed seed is for
-    experiments only and voids the guarantee for anyone who knows it.
+    ``(epsilon, delta)`` is the shuffle-model target (record-level, for the whole federation);
+    ``clip`` the per-example gradient clip L. ``options``: the run options of :class:`RunOptions`
+    (``n_available`` must be a fixed M; ``random_state`` also drives the shuffle).
     """
-    silos, rng, avail, theta = setup(silos, loss, theta0, random_state, n_available)
+    run = RunSettings.resolve("shuffled_mb_sgd", options, RunOptions)
+    silos, rng, avail, theta = setup(silos, loss, run)
     if not avail.fixed:
         raise ValueError("shuffled MB-SGD needs a fixed number of available silos M")
     R = check_int(rounds, "rounds", minimum=1)
@@ -202,16 +203,15 @@ def shuffled_mb_sgd(
         chans.append(SiloChannel(local, loss, clip, 1, R, "without_replacement", rng=rng, noise_multiplier=z))
     eta = step_schedule(step_size)
     l2 = getattr(loss, "l2", 0.0)
-    history = []
+    history: list[tuple[int, float]] = []
     avg = np.zeros_like(theta)
     for r in range(R):
         S = avail.draw(rng)
         msgs = [chans[i].gradient(theta) for i in S]
         rng.shuffle(msgs)  # the server only sees the shuffled multiset
-        theta = project_ball(theta - eta(r) * (np.mean(msgs, axis=0) + l2 * theta), radius)
+        theta = project_ball(theta - eta(r) * (np.mean(msgs, axis=0) + l2 * theta), run.radius)
         avg += (theta - avg) / (r + 1)
-        if trace:
-            history.append((r + 1, federated_objective(loss, avg, silos)))
+        run.record(history, r + 1, loss, avg, silos)
     guarantee = shuffle_guarantee(z, M, R, eps, delta)
     return finish(
         avg,

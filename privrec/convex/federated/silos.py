@@ -13,7 +13,7 @@ mechanism and records the event in that silo's own :class:`~privrec.privacy.Priv
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -25,7 +25,9 @@ class Silo:
     """One data owner: features ``X`` (n_i, d), labels ``y`` (n_i,), budget ``(epsilon, delta)``.
 
     ``epsilon = inf`` marks a silo without privacy (non-private baselines). ``delta`` defaults to
-    ``1 / n_i^2`` as in the paper's experiments (needs ``n_i >= 2``).
+    ``1 / n_i^2`` as in the paper's experiments (needs ``n_i >= 2``). The records and budget are
+    validated once, at construction; ``n`` (records n_i) and ``n_features`` (d) are set from ``X``
+    then.
     """
 
     X: np.ndarray
@@ -33,6 +35,8 @@ class Silo:
     epsilon: float = math.inf
     delta: float | None = None
     name: str = ""
+    n: int = field(init=False, repr=False, compare=False)
+    n_features: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         label = self.name or "silo"
@@ -46,6 +50,7 @@ class Silo:
             raise ValueError(f"{label}: y must have shape ({X.shape[0]},), got {y.shape}")
         self.X = X if X.dtype.kind == "f" else X.astype(np.float64)
         self.y = y
+        self.n, self.n_features = int(X.shape[0]), int(X.shape[1])
         self.epsilon = check_epsilon(self.epsilon, f"{label}: epsilon")
         if self.delta is None:
             if X.shape[0] < 2:
@@ -54,15 +59,8 @@ class Silo:
         self.delta = check_delta(self.delta, f"{label}: delta")
 
     @property
-    def n(self) -> int:
-        return int(self.X.shape[0])
-
-    @property
-    def n_features(self) -> int:
-        return int(self.X.shape[1])
-
-    @property
     def private(self) -> bool:
+        """``True`` when the silo's budget is finite (``epsilon = inf`` marks a non-private silo)."""
         return math.isfinite(self.epsilon)
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypedDict
 
 import dp_accounting
 import numpy as np
@@ -59,7 +60,10 @@ from ...privacy import (
     node_multiplier_for,
 )
 from ..losses import clip_gradients
-from ._common import project_ball
+from ._common import check_options, project_ball
+
+if TYPE_CHECKING:
+    from typing import Unpack
 
 # ------------------------------------------------------------------------------------------
 # Schedules and the stochastic recursive gradient (facts 1-2)
@@ -99,12 +103,12 @@ def recursive_gradients(deltas) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SRGDParams:
-    """Steps T, batch B, smoothness parameter beta >= M, clip norm C."""
+    """Steps T, batch B, smoothness parameter beta >= M, clip norm C (``None``: no clipping, eps = inf only)."""
 
     steps: int
     batch_size: int
     beta: float
-    clip: float
+    clip: float | None
 
 
 def general_preset(
@@ -230,54 +234,86 @@ def _finish(coef, iterates, ledger, delta, **info):
     return SingleEpochResult(coef, iterates, ledger, report, ledger.epsilon(delta), info)
 
 
-def accelerated_dp_srgd(
-    X,
-    y,
-    loss,
-    *,
-    epsilon: float,
-    delta: float,
-    radius: float,
-    steps: int | None = None,
-    batch_size: int | None = None,
-    beta: float | None = None,
-    clip: float | None = None,
-    preset: str = "general",
-    lipschitz: float | None = None,
-    c_m: float = 1.0,
-    z_step: float = 1.0,
-    noise_rule: str = "max",
-    theta0=None,
-    random_state=None,
-) -> SingleEpochResult:
-    """Accelerated-DP-SRGD (Choquette-Choo et al., ALT 2025, Algorithm 1) on one pass over ``(X, y)``.
+class SRGDOptions(TypedDict, total=False):
+    """Optional keywords of :func:`accelerated_dp_srgd`.
 
-    ``preset`` (``"general"`` or ``"interior"``) fills T, B, beta, C from ``lipschitz`` (L) and
-    ``radius`` (R); every explicitly passed value overrides the preset. ``epsilon=inf`` runs
-    without noise (and ``clip=None`` then disables clipping). ``z_step`` scales the z update.
+    Parameters
+    ----------
+    steps, batch_size, beta, clip : T, B, beta and C; each one passed overrides the preset's
+        value (with ``epsilon=inf``, ``clip=None`` disables clipping).
+    preset : ``"general"`` (default, :func:`general_preset`) or ``"interior"``
+        (:func:`interior_preset`; its B is ``n // T``), filling the fields not passed.
+    lipschitz : L, required when the preset has a field to fill.
+    c_m : the general preset's constant c_M (default 1).
+    z_step : scales the z update (default 1).
+    noise_rule : ``"max"`` (default) or ``"accountant"`` (see :func:`event_multiplier`).
+    theta0 : starting point (default zeros).
+    random_state : ``None`` (default, OS entropy) or a seed for experiments only (a known seed
+        voids the guarantee).
     """
-    n = np.asarray(X).shape[0]
-    eps = check_epsilon(epsilon)
+
+    steps: int | None
+    batch_size: int | None
+    beta: float | None
+    clip: float | None
+    preset: str
+    lipschitz: float | None
+    c_m: float
+    z_step: float
+    noise_rule: str
+    theta0: np.ndarray | None
+    random_state: int | np.random.Generator | None
+
+
+def srgd_params(
+    shape: tuple[int, ...], epsilon: float, delta: float, radius: float, options: SRGDOptions
+) -> SRGDParams:
+    """The T, B, beta, C of an :func:`accelerated_dp_srgd` run on data of ``shape`` (n, p): the
+    values of ``options``, the rest from its preset."""
+    n, dim = shape
+    steps, batch_size = options.get("steps"), options.get("batch_size")
+    beta, clip = options.get("beta"), options.get("clip")
+    preset = options.get("preset", "general")
     if preset not in ("general", "interior"):
         raise ValueError(f"preset must be 'general' or 'interior', got {preset!r}")
-    if steps is None or batch_size is None or beta is None or (clip is None and math.isfinite(eps)):
+    private = math.isfinite(epsilon)
+    if steps is None or batch_size is None or beta is None or (clip is None and private):
+        lipschitz = options.get("lipschitz")
         L = check_positive(lipschitz if lipschitz is not None else math.nan, "lipschitz (needed by the preset)")
         if preset == "general":
-            p = general_preset(n, L, radius, c_m, batch_size)
+            p = general_preset(n, L, radius, options.get("c_m", 1.0), batch_size)
         else:
-            p = interior_preset(n, L, radius, np.asarray(X).shape[1], eps, delta, steps)
+            p = interior_preset(n, L, radius, dim, epsilon, delta, steps)
         steps = p.steps if steps is None else steps
         batch_size = (n // steps if preset == "interior" else p.batch_size) if batch_size is None else batch_size
         beta = p.beta if beta is None else beta
-        clip = p.clip if (clip is None and math.isfinite(eps)) else clip
-    X, y, T, B, rng, perm = _prepare(X, y, steps, batch_size, random_state)
-    beta = check_positive(beta, "beta")
+        clip = p.clip if (clip is None and private) else clip
+    return SRGDParams(steps, batch_size, beta, clip)
+
+
+def accelerated_dp_srgd(
+    X, y, loss, *, epsilon: float, delta: float, radius: float, **options: Unpack[SRGDOptions]
+) -> SingleEpochResult:
+    """Accelerated-DP-SRGD (Choquette-Choo et al., ALT 2025, Algorithm 1) on one pass over ``(X, y)``.
+
+    The domain is the ball of radius ``radius`` (R). T, B, beta, C are the :class:`SRGDOptions`
+    passed, the others come from its ``preset`` (``"general"`` or ``"interior"``, from
+    ``lipschitz`` L and R; :func:`srgd_params`). ``epsilon=inf`` runs without noise (and
+    ``clip=None`` then disables clipping).
+    """
+    check_options("accelerated_dp_srgd", options, SRGDOptions)
+    eps = check_epsilon(epsilon)
+    params = srgd_params(np.asarray(X).shape, eps, delta, radius, options)
+    clip = params.clip
+    X, y, T, B, rng, perm = _prepare(X, y, params.steps, params.batch_size, options.get("random_state"))
+    beta = check_positive(params.beta, "beta")
     Rad = check_positive(radius, "radius")
-    x = _theta0(loss, X.shape[1], theta0)
+    x = _theta0(loss, X.shape[1], options.get("theta0"))
     z = x.copy()
     y_out = x.copy()
     x_prev = None
-    z_ev = event_multiplier(eps, delta, noise_rule)
+    z_ev = event_multiplier(eps, delta, options.get("noise_rule", "max"))
+    z_step = options.get("z_step", 1.0)
     sens = REPLACE_FACTOR * (clip if clip is not None else 1.0) / (B * beta)  # replace-one leaf sensitivity
     tree = TreeAggregator(x.shape, T, sens, node_multiplier_for(z_ev, T), rng, dtype=np.float64)
     l2 = getattr(loss, "l2", 0.0)
