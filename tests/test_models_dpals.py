@@ -332,3 +332,12 @@ def test_bias_model_refuses_item_similarity_with_a_reason():
     assert m.item_factors_.shape[1] == 0
     with pytest.raises(ValueError, match="no item factors"):
         m.similar_items(0)
+
+
+def test_fit_timings_split_each_step_into_user_and_item_parts():
+    model = DPALS(epsilon=3.0, factors=4, iterations=3, random_state=0).fit(_skewed_ratings(), show_progress=False)
+    timings = model.fit_timings_
+    assert len(timings["steps"]) == len(timings["user_steps"]) == 3
+    for step, user in zip(timings["steps"], timings["user_steps"], strict=True):
+        assert 0.0 <= user <= step  # the user step is part of its ALS step
+    assert timings["preprocess"] >= 0.0 and timings["projection"] >= 0.0

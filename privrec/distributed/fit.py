@@ -395,7 +395,8 @@ def fit(
     Released attributes equal the local fit's (factors to float tolerance; ledger, noise scales,
     configuration and trained items identical); ``user_factors_`` / ``user_bias_`` are ``None``
     (not gathered: use ``transform``, ``partial_fit_users`` or ``recommend(userid, user_items)``)
-    and ``user_ids_`` is ``None`` (no user factors to index), ``fit_timings_["projection"]`` is 0.
+    and ``user_ids_`` is ``None`` (no user factors to index), ``fit_timings_["projection"]`` is 0
+    and ``fit_timings_`` has no ``user_steps`` (the user steps run on the workers).
     The per-task solves use ``model.num_threads`` threads (default 1: parallelism comes from the
     partitions, so use at least as many partitions as worker threads).
 

@@ -212,7 +212,8 @@ class DPALS(Hyperparameters, FactorizationModel):
 
     Attributes: ``item_factors_`` (the release), ``global_mean_`` (noisy when centering),
     ``ledger_``, ``noise_scales_``, ``trained_items_``, ``user_factors_`` (projection, not
-    released), ``fit_timings_`` (seconds: ``preprocess``, per-step ``steps``, ``projection``).
+    released), ``fit_timings_`` (seconds: ``preprocess``, per-step ``steps`` and the user step's share of
+    each, ``user_steps``, and ``projection``).
     """
 
     _saved_arrays = ("item_factors_", "item_bias_", "global_mean_")
@@ -485,11 +486,13 @@ class DPALS(Hyperparameters, FactorizationModel):
         b_items = np.zeros(head.size, dtype=dtype) if cfg.biases else None
         c = dtype.type(cfg.bias_feature)
         step_times: list[float] = []
+        user_times: list[float] = []  # the (non-private) user step's share of each step
         batch0 = order = None
         t_pre = time.perf_counter() - t_start
         for t in progress_steps(cfg.iterations, show_progress, "DPALS"):
             t_step = time.perf_counter()
             U, b_users = self._user_step(cfg, centered, V, b_items, reg_users)
+            user_times.append(time.perf_counter() - t_step)
             labels = centered.copy()
             if b_users is not None:
                 labels.data -= b_users[rows]
@@ -527,7 +530,12 @@ class DPALS(Hyperparameters, FactorizationModel):
         self._release_item_side(cfg, head, counts, V, b_items, mu, norm_u, n_users, n_items)
         t_proj = time.perf_counter()
         self.user_factors_, self.user_bias_ = self._project_users(R_full)
-        self.fit_timings_ = {"preprocess": t_pre, "steps": step_times, "projection": time.perf_counter() - t_proj}
+        self.fit_timings_ = {
+            "preprocess": t_pre,
+            "steps": step_times,
+            "user_steps": user_times,
+            "projection": time.perf_counter() - t_proj,
+        }
         return self
 
     def _release_item_side(self, cfg: DPALSConfig, head, counts, V, b_items, mu, norm_u, n_users, n_items) -> None:
