@@ -70,7 +70,7 @@ from ..privacy import clip_labels, make_rng
 from ..privacy.mechanisms import Release
 from ..solvers import TaskBatch, make_solver
 from ..solvers._linalg import as_task_array, chunk_statistics, prepared_inputs, single_threaded_blas, spd_solve
-from ..solvers.ridge import frequency_regularization
+from ..solvers.ridge import frequency_regularization, scaled_regularization
 from ..solvers.ssp import NOISE_BLOCK
 from ._client import get_client
 from .partition import PartitionBlock, PartitionedInteractions, _release_freed_memory, partition_interactions
@@ -223,8 +223,7 @@ def _user_count_sums(state: PartitionState, exponent: float) -> tuple[float, flo
 
 def _with_user_reg(state: PartitionState, reg: float, exponent: float, norm: float) -> PartitionState:
     """``frequency_regularization`` with the global normaliser (non-private fits)."""
-    c = np.asarray(state.user_counts, dtype=np.float64)
-    return dataclasses.replace(state, reg_users=reg * (c + 1.0) ** exponent * norm)
+    return dataclasses.replace(state, reg_users=scaled_regularization(state.user_counts, reg, exponent, norm))
 
 
 def _user_step(state: PartitionState, side, proxy, cfg, max_norm: float | None, gravity: str | None) -> StepData:

@@ -29,7 +29,7 @@ from .._constraints import FINITE, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POS
 from .._params import Hyperparameters, param
 from .._validation import check_memory, check_random_state_seed
 from ..privacy import make_rng
-from ..solvers.ridge import _blas_single_thread, frequency_regularization, solve_rows
+from ..solvers.ridge import _blas_single_thread, frequency_regularization, scaled_regularization, solve_rows
 from ._base import FactorizationModel, check_fit_matrix, check_rating_range
 
 _SOLVERS = ("cholesky", "cg")
@@ -247,13 +247,7 @@ class ALS(Hyperparameters, FactorizationModel):
     def _exact_rows(self, rows: sp.csr_matrix, fixed: np.ndarray, fixed_bias, norm) -> tuple:
         """Exact solves of ``rows`` against the fitted ``fixed`` side: ``(factors, bias)``, with
         the frequency ridge normalised by ``norm``, the fit's normaliser of the rows' side."""
-        counts = np.diff(rows.indptr).astype(np.float64)
-        e = self.reg_exponent
-        reg = (
-            self.regularization * ((counts + 1.0) ** e) * float(norm)
-            if e
-            else np.full(counts.shape, self.regularization)
-        )
+        reg = scaled_regularization(np.diff(rows.indptr), self.regularization, self.reg_exponent, norm)
         mean, alpha0 = self._global(), self.unobserved_weight
         return half_step(rows, fixed, fixed_bias, mean, reg, alpha0, self.biases, num_threads=self.num_threads)
 

@@ -63,7 +63,7 @@ from .._validation import check_delta, check_epsilon, check_memory
 from ..pipeline import Plan, PrivatePipeline
 from ..privacy import check_noise_random_state, clip_labels, clip_rows, default_count_fraction, make_rng
 from ..solvers import PrivateSolver, TaskBatch, make_solver
-from ..solvers.ridge import frequency_regularization
+from ..solvers.ridge import frequency_regularization, scaled_regularization
 from ._base import FactorizationModel, check_fit_matrix
 from .als import check_exponent, half_step
 
@@ -571,9 +571,7 @@ class DPALS(Hyperparameters, FactorizationModel):
         projection uses after loading); ``epsilon = inf`` keeps the normalisation of :class:`ALS`.
         """
         if cfg.private:
-            counts = np.asarray(user_counts, dtype=np.float64)
-            e = cfg.user_reg_exponent
-            return cfg.user_reg * (counts + 1.0) ** e if e else np.full(counts.shape, cfg.user_reg), 1.0
+            return scaled_regularization(user_counts, cfg.user_reg, cfg.user_reg_exponent), 1.0
         return frequency_regularization(user_counts, cfg.user_reg, cfg.user_reg_exponent)
 
     def _user_step(self, cfg: DPALSConfig, centered: sp.csr_matrix, V: np.ndarray, b_items, reg_users: np.ndarray):
@@ -635,11 +633,9 @@ class DPALS(Hyperparameters, FactorizationModel):
         ratings on the released item side (factors and biases); returns ``(user_factors, user_bias)``."""
         if self.feedback == "implicit":
             rows = _binarised(rows)
-        counts = np.diff(rows.indptr).astype(np.float64)
         e = float(self.config_["user_reg_exponent"])
         norm = float(getattr(self, "user_reg_norm_", 1.0))
-        lam = float(self.user_regularization_)
-        reg = lam * ((counts + 1.0) ** e) * norm if e else np.full(counts.shape, lam)
+        reg = scaled_regularization(np.diff(rows.indptr), float(self.user_regularization_), e, norm)
         with_bias = self._item_bias() is not None and self.feedback != "implicit"
         if not with_bias and self.item_factors_.shape[1] == 0:  # popularity prior only: nothing per user
             return np.zeros((rows.shape[0], 0), dtype=self.item_factors_.dtype), None

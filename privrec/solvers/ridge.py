@@ -65,11 +65,20 @@ def frequency_regularization(counts: np.ndarray, reg: float, exponent: float) ->
     """
     counts = np.asarray(counts, dtype=np.float64)
     if exponent == 0:
-        return np.full(counts.shape, reg, dtype=np.float64), 1.0
-    w = (counts + 1.0) ** exponent
-    denom = float(np.dot(counts, w))
+        return scaled_regularization(counts, reg, 0.0), 1.0
+    denom = float(np.dot(counts, (counts + 1.0) ** exponent))
     norm = float(counts.sum()) / denom if denom > 0 else 1.0
-    return reg * w * norm, norm
+    return scaled_regularization(counts, reg, exponent, norm), norm
+
+
+def scaled_regularization(counts: np.ndarray, reg: float, exponent: float, norm: float = 1.0) -> np.ndarray:
+    """Per-row ridge reg * (count + 1)^exponent * norm with a given normaliser (float64); a
+    constant ``reg`` when ``exponent = 0``. :func:`frequency_regularization` with the fit's
+    ``norm`` reproduces its rows; private fits use ``norm = 1`` (no data-dependent normaliser)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    if exponent == 0:
+        return np.full(counts.shape, reg, dtype=np.float64)
+    return reg * (counts + 1.0) ** exponent * float(norm)
 
 
 def row_chunks(counts: np.ndarray, max_slots: int = DEFAULT_CHUNK_SLOTS):
