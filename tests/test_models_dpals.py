@@ -38,12 +38,15 @@ def test_epsilon_inf_equals_non_private_als():
         random_state=11,
     )
     als = ALS(biases=False, center=True, solver="cholesky", **kw).fit(R)
-    dp = DPALS(method="ada-dpals", epsilon=math.inf, center=True, biases=False, **kw).fit(R)
+    dp = DPALS(method="ada-dpals", epsilon=math.inf, center=True, biases=False, user_solver="cholesky", **kw).fit(R)
     np.testing.assert_allclose(dp.item_factors_, als.item_factors_, rtol=1e-9, atol=1e-11)
     np.testing.assert_allclose(dp.user_factors_, als.transform(R), rtol=1e-9, atol=1e-11)
     assert float(dp.global_mean_) == pytest.approx(float(als.global_mean_))
     rep = dp.privacy_report()
     assert rep["epsilon"] == "inf"  # non-private events: the accountant reports infinity
+    # the default CG user step: d = 5 warm-started CG steps solve a 5-dim system (up to rounding)
+    cg = DPALS(method="ada-dpals", epsilon=math.inf, center=True, biases=False, cg_steps=5, **kw).fit(R)
+    np.testing.assert_allclose(cg.item_factors_, als.item_factors_, rtol=1e-6, atol=1e-8)
 
 
 def test_epsilon_inf_with_biases_equals_als_with_biases():
@@ -51,7 +54,7 @@ def test_epsilon_inf_with_biases_equals_als_with_biases():
     R = _skewed_ratings()
     kw = dict(factors=4, iterations=3, regularization=2.0, reg_exponent=1.0, dtype=np.float64, random_state=5)
     als = ALS(biases=True, center=True, solver="cholesky", **kw).fit(R)
-    dp = DPALS(method="dpals-tail", epsilon=math.inf, center=True, biases=True, **kw).fit(R)
+    dp = DPALS(method="dpals-tail", epsilon=math.inf, center=True, biases=True, user_solver="cholesky", **kw).fit(R)
     np.testing.assert_allclose(dp.item_factors_, als.item_factors_, rtol=1e-9, atol=1e-11)
     np.testing.assert_allclose(dp.item_bias_, als.item_bias_, rtol=1e-9, atol=1e-11)
     u, b = als._project_users(R)
@@ -232,12 +235,47 @@ def test_private_user_step_of_other_users_ignores_a_removed_user(reg_exponent):
     reg1, norm1 = model._user_regularization(cfg, np.diff(R.indptr))
     reg2, norm2 = model._user_regularization(cfg, np.diff(R[keep].indptr))
     b_items = np.random.default_rng(1).standard_normal(R.shape[1])
-    U1, bu1 = model._user_step(cfg, R, V, b_items, reg1)
-    U2, bu2 = model._user_step(cfg, R[keep], V, b_items, reg2)
+    U1, bu1, warm1 = model._user_step(cfg, R, V, b_items, reg1)
+    U2, bu2, warm2 = model._user_step(cfg, R[keep], V, b_items, reg2)
     np.testing.assert_array_equal(U2, U1[keep])
     np.testing.assert_array_equal(bu2, bu1[keep])
     assert norm1 == norm2  # the projection's normaliser (saved with the model) is data-independent
     assert np.linalg.norm(U1, axis=1).max() <= cfg.max_norm * (1 + 1e-12)
+    # the next (CG, warm-started) user step: each row starts from that user's own previous solution
+    assert cfg.user_solver == "cg"
+    V2 = np.random.default_rng(2).standard_normal(V.shape)
+    C1, cb1, _ = model._user_step(cfg, R, V2, b_items, reg1, warm1)
+    C2, cb2, _ = model._user_step(cfg, R[keep], V2, b_items, reg2, warm2)
+    np.testing.assert_allclose(C2, C1[keep], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(cb2, cb1[keep], rtol=1e-10, atol=1e-12)
+    assert not np.allclose(C1, U1)  # it did solve against the new item side
+
+
+def test_cg_user_step_warm_starts_and_converges_to_the_exact_solve():
+    """user_solver="cg": the first user step is exact; later ones run cg_steps CG steps from the
+    previous solution, which reach the exact solve as cg_steps grows (d + 1 steps are exact in
+    exact arithmetic), and the unclipped solution is what is passed on."""
+    R = _skewed_ratings(n_users=60, n_items=25, seed=3)
+    exact = DPALS(epsilon=5.0, factors=4, user_solver="cholesky", dtype=np.float64)
+    cfg_exact = exact._resolve_config()
+    rng = np.random.default_rng(4)
+    V0, V1 = rng.standard_normal((2, R.shape[1], 4))
+    b_items = rng.standard_normal(R.shape[1])
+    reg, _ = exact._user_regularization(cfg_exact, np.diff(R.indptr))
+    U0, _, warm = exact._user_step(cfg_exact, R, V0, b_items, reg)
+    assert warm.shape == (R.shape[0], 5)  # factors + the user bias, unclipped
+    assert np.linalg.norm(warm[:, :4], axis=1).max() > cfg_exact.max_norm >= np.linalg.norm(U0, axis=1).max() - 1e-12
+    target, target_b, _ = exact._user_step(cfg_exact, R, V1, b_items, reg, warm)  # cholesky ignores warm
+    errors = []
+    for steps in (1, 3, 6):
+        model = DPALS(epsilon=5.0, factors=4, cg_steps=steps, dtype=np.float64)
+        cfg = model._resolve_config()
+        first, _, _ = model._user_step(cfg, R, V0, b_items, reg)  # no warm start: exact
+        np.testing.assert_array_equal(first, U0)
+        U, b, _ = model._user_step(cfg, R, V1, b_items, reg, warm)
+        errors.append(np.abs(U - target).max() + np.abs(b - target_b).max())
+    assert errors[0] > errors[1] > errors[2]
+    assert errors[2] < 1e-6
 
 
 def test_auto_config_uses_public_quantities_only_and_degrades_to_bias_model():

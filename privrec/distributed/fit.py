@@ -16,7 +16,7 @@ What runs where (one sweep = user step, then item step):
   partition's global row offset (counter-based sampling: the same entries as on the whole
   matrix), head restriction, centering, the per-user allocation (uniform / tail with the
   driver's key, adaptive), the per-user ridge, the item-major batch structure, and per step the
-  exact user step (``DPALS._user_step``), labels (minus the user bias, clipped when private),
+  user step (``DPALS._user_step``, warm-started CG by default), labels (minus the user bias, clipped when private),
   features ``[U, c]`` and the unit spend;
 * **reduction** (:func:`~privrec.distributed.reduce_item_blocks`) -- per public block of
   ``block_tasks`` items (a multiple of ``NOISE_BLOCK``): each partition's exact statistics
@@ -109,13 +109,15 @@ class PartitionState:
 @dataclass
 class StepData:
     """One partition's item-step input of one ALS step: the batch (labels, weights, features), the
-    features as the solver sees them (``x``, clipped for SSP), the partition's largest unit spend
-    and its partial global Gramian (``None`` without gravity)."""
+    features as the solver sees them (``x``, clipped for SSP), the partition's largest unit spend,
+    its partial global Gramian (``None`` without gravity) and the users' unclipped solution (the
+    warm start of the next CG user step, ``DPALS._user_step``)."""
 
     batch: TaskBatch
     x: np.ndarray
     spend: float
     gram: np.ndarray | None
+    warm: np.ndarray
 
 
 # ---------------------------------------------------------------------- task bodies (pure, picklable)
@@ -226,11 +228,14 @@ def _with_user_reg(state: PartitionState, reg: float, exponent: float, norm: flo
     return dataclasses.replace(state, reg_users=scaled_regularization(state.user_counts, reg, exponent, norm))
 
 
-def _user_step(state: PartitionState, side, proxy, cfg, max_norm: float | None, gravity: str | None) -> StepData:
-    """Exact user step of the partition's users, then its item-step batch (as in ``DPALS.fit``)."""
+def _user_step(
+    state: PartitionState, side, proxy, cfg, max_norm: float | None, gravity: str | None, warm=None
+) -> StepData:
+    """User step of the partition's users (warm-started at their previous solution ``warm``, as
+    in ``DPALS.fit``), then its item-step batch."""
     V, b_items = side["V"], side["b"]
     dtype = cfg.dtype
-    U, b_users = proxy._user_step(cfg, state.centered, V, b_items, state.reg_users)
+    U, b_users, solution = proxy._user_step(cfg, state.centered, V, b_items, state.reg_users, warm)
     labels = state.centered.data.copy()
     if b_users is not None:
         labels -= b_users[state.rows]
@@ -248,11 +253,15 @@ def _user_step(state: PartitionState, side, proxy, cfg, max_norm: float | None, 
         elif gravity == "factors":  # ALS: alpha * U^T U in float64, the bias coordinate without gravity
             u64 = np.asarray(U, dtype=np.float64)
             gram = u64.T @ u64
-    return StepData(batch, x, spend, gram)
+    return StepData(batch, x, spend, gram, solution)
 
 
 def _spend(step: StepData) -> float:
     return step.spend
+
+
+def _warm(step: StepData) -> np.ndarray:
+    return step.warm
 
 
 def _gram(step: StepData) -> np.ndarray | None:
@@ -331,6 +340,7 @@ def _als_proxy(als):
         method="ada-dpals",
         epsilon=math.inf,
         iterations=max(1, int(als.iterations)),
+        user_solver="cholesky",
         regularization=als.regularization,
         reg_exponent=als.reg_exponent,
         user_regularization=als.regularization,
@@ -591,6 +601,7 @@ class _Driver:
         blocks = item_blocks(m, self.block_tasks)
         per_block = self.block_tasks // NOISE_BLOCK
         step_times: list[float] = []
+        warms: list = [None] * len(states)  # per partition: the users' previous solution (CG warm start)
         t_pre = time.perf_counter() - t_start
 
         # 3. alternating steps ---------------------------------------------------------------------
@@ -614,9 +625,12 @@ class _Driver:
                 max_norm = None
                 gravity = None if cfg.unobserved_weight == 0 else ("factors" if self.als else "features")
             step_futs = [
-                client.submit(_user_step, s, side, task_model, cfg, max_norm, gravity, key=self.key("user", t, p))
+                client.submit(
+                    _user_step, s, side, task_model, cfg, max_norm, gravity, warms[p], key=self.key("user", t, p)
+                )
                 for p, s in enumerate(states)
             ]
+            warms = [client.submit(_warm, f, key=self.key("warm", t, p)) for p, f in enumerate(step_futs)]
             gram = None
             if cfg.private:  # SSPSolver.solve: budget check, released global Gramian, noise seeds
                 spends = client.gather(
@@ -701,7 +715,7 @@ class _Driver:
             del step_futs, side
             step_times.append(time.perf_counter() - t_step)
         ledger = pipe.finish()
-        del states
+        del states, warms
         self._release(cfg, cal, ledger, head, counts, V, b_items, mu, norm_u, norm_i, n_users, n_items)
         model.fit_timings_ = {"preprocess": t_pre, "steps": step_times, "projection": 0.0}
 
