@@ -114,3 +114,18 @@ def test_trivial_baselines_quick(tmp_path):
     assert saved["synthetic-skew-rmse"]["global_mean_rmse"] == pytest.approx(
         res["synthetic-skew-rmse"]["global_mean_rmse"]
     )
+
+
+def test_quick_user_solver_bench_compares_exact_and_cg_on_validation(tmp_path):
+    """bench_user_solver --quick: both user steps fitted with the same noise seeds on a factor model
+    with several ALS steps; the warm-started CG step's validation RMSE stays within noise of the exact one."""
+    import bench_user_solver as U
+
+    res = U.main(["--quick", "--out", str(tmp_path), "--quiet"])
+    row = res["results"][0]
+    assert row["metric"] == "rmse" and row["config"]["factors"] == 8 and row["config"]["iterations"] == 3
+    exact, cg = row["variants"]["exact"], row["variants"]["cg"]
+    assert len(exact["values"]) == len(cg["values"]) == 2
+    assert exact["values"] != cg["values"]  # the CG user step did run (a different solve)
+    assert abs(cg["mean"] - exact["mean"]) < 0.01
+    assert (tmp_path / "user_solver_quick.md").exists() and (tmp_path / "user_solver_quick.json").exists()
