@@ -8,8 +8,8 @@ Pipeline of :meth:`DPALS.fit` (every noisy release is recorded in ``ledger_``):
    the per-user allocation (uniform sampling, tail sampling, or adaptive weights with exponent
    ``mu``), which enforces ``sum_i w_ij^2 <= budget`` for every user;
 2. ``iterations`` ALS steps: non-private user step (``user_solver``: exact, then warm-started CG),
-   user embeddings clipped to ``max_norm``, then the private item step with :mod:`privrec.solvers` (SSP, Algorithm 1, for
-   ``dpals-*`` / ``ada-dpals``; full-batch noisy GD, Algorithm 2, for ``dpsgd-*`` / ``ada-dpsgd``);
+   user embeddings clipped to ``max_norm``, then the private item step with
+   :mod:`privrec.solvers` (SSP, Algorithm 1, for ``dpals-*`` / ``ada-dpals``; full-batch noisy GD, Algorithm 2, for ``dpsgd-*`` / ``ada-dpsgd``);
 3. release of the item factors only. ``user_factors_`` is the billboard projection (Krichene et al.,
    Remark D.1) of the training users onto the released item factors, kept for evaluation
    convenience; it is not part of the release and :meth:`save` does not write it.
@@ -207,7 +207,7 @@ class DPALS(Hyperparameters, FactorizationModel):
         the right-hand sides (the sigma ratios s1/s2, s0/s2 of the authors' reference implementation).
     gd_iterations : inner steps of noisy GD per ALS step (``dpsgd-*``).
     init_scale : std of the random (data-independent) initial item factors.
-    user_solver, cg_steps : the (exact, non-private) user step. ``"cg"`` (default): from the second
+    user_solver, cg_steps : the non-private user step. ``"cg"`` (default): from the second
         ALS step on, ``cg_steps`` conjugate-gradient steps warm-started at each user's previous
         solution (as ``implicit``'s CG solver and :class:`ALS` do; about 4x cheaper than forming and
         factoring every user's Gramian); the first user step has no previous solution and is
