@@ -9,7 +9,8 @@ Pipeline of :meth:`DPALS.fit` (every noisy release is recorded in ``ledger_``):
    ``mu``), which enforces ``sum_i w_ij^2 <= budget`` for every user;
 2. ``iterations`` ALS steps: non-private user step (``user_solver``: exact, then warm-started CG),
    user embeddings clipped to ``max_norm``, then the private item step with
-   :mod:`privrec.solvers` (SSP, Algorithm 1, for ``dpals-*`` / ``ada-dpals``; full-batch noisy GD, Algorithm 2, for ``dpsgd-*`` / ``ada-dpsgd``);
+   :mod:`privrec.solvers` (SSP, Algorithm 1, for ``dpals-*`` / ``ada-dpals``; full-batch noisy
+   GD, Algorithm 2, for ``dpsgd-*`` / ``ada-dpsgd``);
 3. release of the item factors only. ``user_factors_`` is the billboard projection (Krichene et al.,
    Remark D.1) of the training users onto the released item factors, kept for evaluation
    convenience; it is not part of the release and :meth:`save` does not write it.
