@@ -122,3 +122,43 @@ def test_projected_ridge_solve_workspace_and_eigensolver_fallback(monkeypatch):
     failing = types.SimpleNamespace(dsytrd=real.dsytrd, dstevd=lambda d, e: (d * 0, np.zeros((d.size, d.size)), 1))
     monkeypatch.setattr(la, "lapack", failing)
     np.testing.assert_allclose(projected_ridge_solve(G, b, 0.7), ref, rtol=1e-9, atol=1e-11)
+
+
+def test_map_chunks_cost_order_changes_only_the_schedule():
+    import threading
+
+    from privrec.solvers._linalg import chunk_costs, map_chunks
+
+    chunks = [(0, 3), (3, 4), (4, 9), (9, 10)]
+    indptr = np.array([0, 1, 2, 3, 500, 501, 502, 503, 504, 505, 9000])
+    costs = chunk_costs(indptr, chunks, lambda c: c)
+    # examples + 1200 per task: the last chunk (one task with 8495 examples) is the most costly
+    assert costs == [3 + 3600, 497 + 1200, 5 + 6000, 8495 + 1200]
+    started = []
+    lock = threading.Lock()
+    first_two = threading.Barrier(2)
+
+    def fn(i, c):
+        with lock:
+            started.append(i)
+            n = len(started)
+        if threading.current_thread() is not threading.main_thread() and n <= 2:
+            first_two.wait(timeout=30)  # neither worker takes a third chunk before both started one
+        return (i, c[1] - c[0])
+
+    expected = [(i, c[1] - c[0]) for i, c in enumerate(chunks)]
+    assert map_chunks(fn, chunks, 2, costs) == expected  # results in the chunks' order
+    assert set(started[:2]) == {3, 2}  # the two most costly chunks were started first
+    started.clear()
+    assert map_chunks(fn, chunks, 1, costs) == expected and started == [0, 1, 2, 3]
+    first_two.reset()
+    started.clear()
+    assert map_chunks(fn, chunks, 2) == expected and set(started[:2]) == {0, 1}
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_seeded_ssp_solve_does_not_depend_on_threads_or_schedule(threads):
+    b = _batch(seed=6, n_users=60, n_items=700)
+    ref = SSPSolver(noise_multiplier=0.8, budget=3.0, reg=0.3, num_threads=1, chunk_tasks=256).solve(b, rng=5).params
+    got = SSPSolver(noise_multiplier=0.8, budget=3.0, reg=0.3, num_threads=threads, chunk_tasks=256)
+    np.testing.assert_array_equal(got.solve(b, rng=5).params, ref)

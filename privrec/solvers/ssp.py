@@ -51,6 +51,7 @@ from ..privacy.mechanisms import add_symmetric_gaussian_noise, gaussian_noise
 from ._base import NOISE_BLOCK, NoisySolverBase
 from ._linalg import (
     as_task_array,
+    chunk_costs,
     chunk_statistics,
     global_gramian,
     map_chunks,
@@ -161,7 +162,11 @@ class SSPSolver(NoisySolverBase):
                 n_bad += bad
             return out, n_bad
 
-        results = map_chunks(solve_chunk, chunks, self.num_threads)
+        def bounds(c):
+            return c[0] * NOISE_BLOCK, min(c[1] * NOISE_BLOCK, m)
+
+        costs = chunk_costs(batch.indptr, chunks, bounds)
+        results = map_chunks(solve_chunk, chunks, self.num_threads, costs)
         params = np.concatenate([r[0] for r in results]) if results else np.zeros((0, d), dtype=dtype)
         n_projected = sum(r[1] for r in results)
         info = {"solver": "ssp", "unit_budget": beta, "projected_tasks": n_projected}
