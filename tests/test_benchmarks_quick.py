@@ -129,3 +129,15 @@ def test_quick_user_solver_bench_compares_exact_and_cg_on_validation(tmp_path):
     assert exact["values"] != cg["values"]  # the CG user step did run (a different solve)
     assert abs(cg["mean"] - exact["mean"]) < 0.01
     assert (tmp_path / "user_solver_quick.md").exists() and (tmp_path / "user_solver_quick.json").exists()
+
+
+def test_quick_projection_bench_times_every_eigensolver_route(tmp_path):
+    """bench_projection --quick: every LAPACK route runs on noisy Gramians that need the projection
+    and is reported (no timing is asserted: speed lives in the benchmark's output)."""
+    import bench_projection as P
+
+    res = P.main(["--quick", "--out", str(tmp_path), "--quiet", "--repeats", "1"])
+    t = res["microseconds_per_matrix"]
+    assert res["share_with_negative_eigenvalues"] > 0.9
+    assert len(t) == 10 and all(v > 0 for v in t.values())
+    assert (tmp_path / "projection_quick.md").exists() and (tmp_path / "projection_quick.json").exists()

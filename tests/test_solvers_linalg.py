@@ -131,7 +131,7 @@ def test_map_chunks_cost_order_changes_only_the_schedule():
 
     chunks = [(0, 3), (3, 4), (4, 9), (9, 10)]
     indptr = np.array([0, 1, 2, 3, 500, 501, 502, 503, 504, 505, 9000])
-    costs = chunk_costs(indptr, chunks, lambda c: c)
+    costs = chunk_costs(indptr, chunks)
     # examples + 1200 per task: the last chunk (one task with 8495 examples) is the most costly
     assert costs == [3 + 3600, 497 + 1200, 5 + 6000, 8495 + 1200]
     started = []

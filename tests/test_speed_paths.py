@@ -21,6 +21,7 @@ from privrec.privacy import make_rng, symmetric_gaussian_noise
 from privrec.privacy.mechanisms import gaussian_noise
 from privrec.solvers import SSPSolver, TaskBatch, psd_project
 from privrec.solvers import ridge as S
+from privrec.solvers._base import NOISE_BLOCK
 from privrec.solvers._linalg import (
     chunk_statistics,
     positive_definite_mask,
@@ -28,7 +29,6 @@ from privrec.solvers._linalg import (
     projected_ridge_solve,
     spd_solve,
 )
-from privrec.solvers.ssp import NOISE_BLOCK
 
 
 def _skewed_batch(

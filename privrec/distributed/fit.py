@@ -69,9 +69,9 @@ from ..allocation import (
 from ..privacy import clip_labels, make_rng
 from ..privacy.mechanisms import Release
 from ..solvers import TaskBatch, make_solver
+from ..solvers._base import NOISE_BLOCK
 from ..solvers._linalg import as_task_array, chunk_statistics, prepared_inputs, single_threaded_blas, spd_solve
 from ..solvers.ridge import frequency_regularization, scaled_regularization
-from ..solvers.ssp import NOISE_BLOCK
 from ._client import get_client
 from .partition import PartitionBlock, PartitionedInteractions, _release_freed_memory, partition_interactions
 from .reduce import DEFAULT_FAN_IN, item_blocks, reduce_item_blocks, tree_sum
@@ -290,7 +290,7 @@ def _release_blocks(total, k: int, seeds, solver, reg: np.ndarray, gram, block_t
     n_bad = 0
     with single_threaded_blas():
         for j, seed in enumerate(seeds):
-            s0, s1 = j * NOISE_BLOCK, min((j + 1) * NOISE_BLOCK, len(b))
+            s0, s1 = solver.block_tasks(j, j + 1, len(b))
             lo, hi = t0 + s0, t0 + s1
             if gd is None:
                 out[s0:s1], bad = solver.release_block(G[s0:s1], b[s0:s1], reg[lo:hi], gram, seed)

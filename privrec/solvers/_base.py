@@ -83,6 +83,11 @@ class NoisySolverBase:
         per_chunk = max(1, self.chunk_tasks // NOISE_BLOCK)
         return [(int(b0), int(b1)) for b0, b1 in task_chunks(block_indptr, per_chunk, self.chunk_examples)]
 
+    @staticmethod
+    def block_tasks(b0: int, b1: int, n_tasks: int) -> tuple[int, int]:
+        """The task range ``[t0, t1)`` of the noise blocks ``[b0, b1)``."""
+        return b0 * NOISE_BLOCK, min(b1 * NOISE_BLOCK, n_tasks)
+
     def release_global_gramian(self, exact_gramian: np.ndarray, rng) -> np.ndarray:
         """alpha_0 * PSD(G_glob + symmetric noise): the released gravity term (its own Gaussian event,
         multiplier ``global_ratio`` x z, sensitivity ``max_norm^2``)."""

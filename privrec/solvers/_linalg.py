@@ -171,14 +171,10 @@ def map_chunks(fn, chunks: list, num_threads, costs=None) -> list:
 SOLVE_COST_IN_EXAMPLES = 1200
 
 
-def chunk_costs(indptr: np.ndarray, chunks: list, task_bounds) -> list[float]:
-    """Estimated cost of each chunk for :func:`map_chunks`' scheduling: examples plus
-    :data:`SOLVE_COST_IN_EXAMPLES` per task. ``task_bounds(chunk) -> (t0, t1)``."""
-    out = []
-    for c in chunks:
-        t0, t1 = task_bounds(c)
-        out.append(float(indptr[t1] - indptr[t0]) + SOLVE_COST_IN_EXAMPLES * (t1 - t0))
-    return out
+def chunk_costs(indptr: np.ndarray, task_ranges: list) -> list[float]:
+    """Estimated cost of each task range ``(t0, t1)`` for :func:`map_chunks`' scheduling: its
+    examples plus :data:`SOLVE_COST_IN_EXAMPLES` per task."""
+    return [float(indptr[t1] - indptr[t0]) + SOLVE_COST_IN_EXAMPLES * (t1 - t0) for t0, t1 in task_ranges]
 
 
 def positive_definite_mask(M: np.ndarray, floor: float = 0.0) -> np.ndarray:

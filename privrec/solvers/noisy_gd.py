@@ -39,7 +39,7 @@ from .._validation import check_int, check_positive
 from ..privacy import gaussian_event, make_rng
 from ..privacy.clipping import project_ball
 from ..privacy.mechanisms import gaussian_noise
-from ._base import NOISE_BLOCK, NoisySolverBase
+from ._base import NoisySolverBase
 from ._linalg import (
     as_task_array,
     chunk_statistics,
@@ -223,13 +223,13 @@ class NoisyGDSolver(NoisySolverBase):
 
         def run_chunk(c, bounds):
             b0, b1 = bounds
-            t0, t1 = b0 * NOISE_BLOCK, min(b1 * NOISE_BLOCK, m)
+            t0, t1 = self.block_tasks(b0, b1, m)
             G = b = None
             if self.loss is None:
                 G, b = chunk_statistics(batch, x, y, t0, t1)
             out = np.empty((t1 - t0, d), dtype=dtype)
             for k in range(b0, b1):
-                s0, s1 = k * NOISE_BLOCK, min((k + 1) * NOISE_BLOCK, m)
+                s0, s1 = self.block_tasks(k, k + 1, m)
                 theta0, steps_k = theta_all[s0:s1], eta[:, s0:s1]
                 if self.loss is not None:
                     out[s0 - t0 : s1 - t0] = self._run_loss_block(

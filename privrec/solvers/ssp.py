@@ -48,7 +48,7 @@ import numpy as np
 from .._validation import check_positive
 from ..privacy import gaussian_event, make_rng
 from ..privacy.mechanisms import add_symmetric_gaussian_noise, gaussian_noise
-from ._base import NOISE_BLOCK, NoisySolverBase
+from ._base import NoisySolverBase
 from ._linalg import (
     as_task_array,
     chunk_costs,
@@ -152,20 +152,17 @@ class SSPSolver(NoisySolverBase):
 
         def solve_chunk(c, bounds):
             b0, b1 = bounds
-            t0, t1 = b0 * NOISE_BLOCK, min(b1 * NOISE_BLOCK, m)
+            t0, t1 = self.block_tasks(b0, b1, m)
             G, b = chunk_statistics(batch, x, batch.labels, t0, t1, label_bound=self.label_bound)
             out = np.empty((t1 - t0, d), dtype=dtype)
             n_bad = 0
             for k in range(b0, b1):
-                s0, s1 = k * NOISE_BLOCK - t0, min((k + 1) * NOISE_BLOCK, m) - t0
+                s0, s1 = (t - t0 for t in self.block_tasks(k, k + 1, m))
                 out[s0:s1], bad = self.release_block(G[s0:s1], b[s0:s1], reg[t0 + s0 : t0 + s1], gram, seeds[k])
                 n_bad += bad
             return out, n_bad
 
-        def bounds(c):
-            return c[0] * NOISE_BLOCK, min(c[1] * NOISE_BLOCK, m)
-
-        costs = chunk_costs(batch.indptr, chunks, bounds)
+        costs = chunk_costs(batch.indptr, [self.block_tasks(b0, b1, m) for b0, b1 in chunks])
         results = map_chunks(solve_chunk, chunks, self.num_threads, costs)
         params = np.concatenate([r[0] for r in results]) if results else np.zeros((0, d), dtype=dtype)
         n_projected = sum(r[1] for r in results)
