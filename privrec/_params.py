@@ -12,7 +12,10 @@ From these declarations the class gets
 - a keyword-only ``__init__`` that stores every argument unchanged (the scikit-learn convention:
   no validation in ``__init__``, so ``get_params`` / ``set_params`` / ``clone`` work), generated
   by :mod:`dataclasses` and visible to type checkers (PEP 681 ``dataclass_transform``);
-- the scikit-learn ``_parameter_constraints`` table, so ``fit`` calls ``self._validate_params()``.
+- the scikit-learn ``_parameter_constraints`` table, checked by ``self._validate_params()`` (first
+  thing in ``fit``) with :func:`privrec._constraints.validate_parameter_constraints`: an
+  :class:`~privrec._constraints.InvalidParameterError` names the parameter, the allowed values and
+  the value given. No private scikit-learn module is involved.
 
 Subclasses inherit and may redeclare parameters (e.g. another default). Cross-parameter rules
 (e.g. an integer budget for sampling methods) stay in the estimator's ``fit``.
@@ -23,6 +26,8 @@ from __future__ import annotations
 import dataclasses
 import sys
 from typing import Any, ClassVar, TypeVar, overload
+
+from ._constraints import validate_parameter_constraints
 
 if sys.version_info >= (3, 11):
     from typing import dataclass_transform
@@ -71,3 +76,14 @@ class Hyperparameters:
         cls._parameter_constraints = {
             f.name: f.metadata.get("constraints", NO_VALIDATION) for f in dataclasses.fields(cls)
         }
+
+    def _validate_params(self) -> None:
+        """Check every constructor parameter against its declared constraints (any one must hold);
+        :class:`privrec._constraints.InvalidParameterError` for the first that fails. Replaces
+        scikit-learn's ``BaseEstimator._validate_params`` (same rule, same message) without its
+        private validation module."""
+        validate_parameter_constraints(
+            self._parameter_constraints,
+            {name: getattr(self, name) for name in sorted(f.name for f in dataclasses.fields(self))},
+            caller_name=type(self).__name__,
+        )

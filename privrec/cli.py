@@ -5,7 +5,9 @@ module that fails to import is a broken installation, not a user error: the CLI 
 traceback and exit status 1 instead of silently dropping the command.
 
 User errors (bad arguments, missing data, invalid input) print one line to stderr and exit with
-status 2 (1 for operating-system I/O failures), without a traceback. A closed output pipe
+status 2 (1 for operating-system I/O failures), without a traceback. A release refused by its
+lifetime privacy budget (:class:`privrec.privacy.BudgetExceededError`, e.g. ``privrec fit
+--budget-file``) prints one line ``privrec <command>: refused: ...`` and exits with status 3. A closed output pipe
 (``privrec fit | head``) ends the program quietly, as the Python documentation recommends for
 ``BrokenPipeError``.
 """
@@ -20,6 +22,10 @@ import traceback
 
 from privrec import __version__
 from privrec.commands import COMMAND_MODULES
+from privrec.privacy.budget import BudgetExceededError
+
+#: exit status of a release refused by its privacy budget
+EXIT_REFUSED = 3
 
 DESCRIPTION = """\
 Recommender systems and multi-task learning under user-level differential privacy.
@@ -32,6 +38,7 @@ except with probability delta. User embeddings are never released.
 Start with:
   privrec fit                      private model on a small generated dataset
   privrec fit --method als         the non-private reference
+  privrec fit --budget-file F      charge refits of the same users to one lifetime budget
   privrec datasets list            datasets privrec knows about
   privrec COMMAND --help           options of one command
 """
@@ -108,6 +115,9 @@ def _main(argv) -> int:
     except KeyboardInterrupt:
         print("privrec: interrupted", file=sys.stderr)
         return 130
+    except BudgetExceededError as exc:
+        print(f"privrec {args.command}: refused: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_REFUSED
     except (ValueError, FileNotFoundError) as exc:
         print(f"privrec {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2

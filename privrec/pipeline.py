@@ -19,6 +19,11 @@ order data flows through them:
 
 With ``epsilon = inf`` the pipeline is exact: counts and mean are computed without noise or
 sampling, weights are all ones, and nothing is recorded except the non-private solver events.
+
+Every per-user sample (counts, mean, uniform / tail allocation) is drawn with a secret key from
+``rng`` and the user's stable identity (``user_keys``: :func:`privrec.allocation.stable_user_keys`
+of the users' ids; the row index for a bare matrix, whose row index is the id), so removing one
+user changes no other user's sample.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ class PrivatePipeline:
         count_fraction: float,
         accountant: str = "rdp",
         rng: np.random.Generator,
+        mean_ratio: float = 1.0,
     ):
         self.epsilon = float(epsilon)
         self.delta = float(delta)
@@ -74,6 +80,9 @@ class PrivatePipeline:
         self.count_fraction = float(count_fraction)
         self.accountant = accountant
         self.rng = rng
+        #: noise multiplier of the global-mean releases relative to the counts' (> 1: the scalar
+        #: mean needs far less precision than the per-item counts, so it takes a smaller share)
+        self.mean_ratio = float(mean_ratio)
         self.private = not math.isinf(self.epsilon)
         self.ledger = PrivacyLedger()
         self.count_scale = 0.0
@@ -82,8 +91,12 @@ class PrivatePipeline:
     # ------------------------------------------------------------------ 1. plan
     def planned_events(self, count_scale: float, train_scale: float) -> Plan:
         """The fit's events at the two scales (pre-processing first, then training)."""
-        pre = [(label, gaussian_event(count_scale)) for label in self.pre_labels]
+        pre = [(label, gaussian_event(count_scale * self._pre_ratio(label))) for label in self.pre_labels]
         return pre + list(self.train_plan(train_scale))
+
+    def _pre_ratio(self, label: str) -> float:
+        """Multiplier of a pre-processing release relative to the count scale."""
+        return self.mean_ratio if label.startswith("global mean") else 1.0
 
     def calibrate(self) -> SplitCalibration:
         """Noise scales meeting (epsilon, delta) over exactly the planned events (0 and 0 when not private)."""
@@ -91,7 +104,7 @@ class PrivatePipeline:
             return SplitCalibration(0.0, 0.0, self.count_fraction, math.inf, self.delta)
 
         def build_count(c: float) -> dp_accounting.DpEvent:
-            return compose(gaussian_event(c) for _ in self.pre_labels)
+            return compose(gaussian_event(c * self._pre_ratio(label)) for label in self.pre_labels)
 
         def build_train(s: float) -> dp_accounting.DpEvent:
             return compose(ev for _, ev in self.train_plan(s))
@@ -110,12 +123,24 @@ class PrivatePipeline:
         return cal
 
     # ------------------------------------------------------------------ 2. counts, centering
-    def release_counts(self, user_items: sp.csr_matrix, count_sample: int, label: str = "item counts") -> np.ndarray:
-        """Per-column user counts: noisy and sampled when private (App. D.1), exact otherwise."""
+    def release_counts(
+        self,
+        user_items: sp.csr_matrix,
+        count_sample: int,
+        label: str = "item counts",
+        user_keys: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Per-column user counts: noisy and sampled when private (App. D.1), exact otherwise.
+
+        ``user_keys``: one stable sampling key per row (:func:`privrec.allocation.stable_user_keys`
+        of the users' ids), so each user's sample is independent of the other users; ``None``: the
+        row index (the id of a bare matrix)."""
         if not self.private:
             return np.diff(user_items.tocsc().indptr).astype(np.float64)
         return self.release_sampled_counts(
-            lambda key: allocation.sampled_item_counts(user_items, count_sample, key), count_sample, label
+            lambda key: allocation.sampled_item_counts(user_items, count_sample, key, user_keys=user_keys),
+            count_sample,
+            label,
         )
 
     def release_sampled_counts(
@@ -135,8 +160,10 @@ class PrivatePipeline:
         rating_bound: float,
         rating_range: tuple[float, float] | None = None,
         label: str = "global mean",
+        user_keys: np.ndarray | None = None,
     ) -> float:
-        """Global mean rating: noisy (two Gaussian events) when private, exact otherwise."""
+        """Global mean rating: noisy (two Gaussian events) when private, exact otherwise
+        (``user_keys`` as :meth:`release_counts`)."""
         if not self.private:
             return float(user_items.data.mean(dtype=np.float64)) if user_items.nnz else 0.0
 
@@ -148,7 +175,7 @@ class PrivatePipeline:
                     (user_items.data - mid, user_items.indices, user_items.indptr), shape=user_items.shape
                 )
             )
-            return allocation.sampled_rating_sum(shifted, count_sample, key, half)
+            return allocation.sampled_rating_sum(shifted, count_sample, key, half, user_keys=user_keys)
 
         return self.release_sampled_mean(sampled_sum, count_sample, rating_bound, rating_range, label)
 
@@ -169,7 +196,8 @@ class PrivatePipeline:
         else:
             mid, half = 0.0, rating_bound
         total, n = sampled_sum(allocation.sampling_key(self.rng), half, mid)
-        stat = allocation.release_global_mean(total, n, count_sample, self.count_scale, half, self.rng, label=label)
+        scale = self.count_scale * self._pre_ratio(label)
+        stat = allocation.release_global_mean(total, n, count_sample, scale, half, self.rng, label=label)
         self.record(stat)
         return float(stat.value) + mid
 
@@ -189,6 +217,7 @@ class PrivatePipeline:
         budget: float,
         mu: float = 0.0,
         dtype=np.float32,
+        user_keys: np.ndarray | None = None,
         **adaptive_options,
     ) -> sp.csr_matrix:
         """Per-entry weights aligned with ``user_items`` with every row's sum of squares <= budget.
@@ -196,6 +225,7 @@ class PrivatePipeline:
         ``kind``: ``"uniform"`` / ``"tail"`` (sample ``int(budget)`` entries per row),
         ``"adaptive"`` (weights ∝ count^-mu, Krichene et al. Sec. 4; ``adaptive_options`` are
         passed on, e.g. ``mode`` / ``n_users``) or ``"full"`` (all ones: only for a non-private fit).
+        ``user_keys`` (sampled allocations): as :meth:`release_counts`.
         """
         if kind not in ALLOCATIONS:
             raise ValueError(f"allocation must be one of {ALLOCATIONS}, got {kind!r}")
@@ -207,14 +237,14 @@ class PrivatePipeline:
             )
         key = self.allocation_key(kind)
         if kind == "uniform":
-            return allocation.uniform_weights(user_items, int(budget), dtype=dtype, key=key)
+            return allocation.uniform_weights(user_items, int(budget), dtype=dtype, key=key, user_keys=user_keys)
         if kind == "tail":
-            return allocation.tail_weights(user_items, counts, int(budget), dtype=dtype, key=key)
+            return allocation.tail_weights(user_items, counts, int(budget), dtype=dtype, key=key, user_keys=user_keys)
         return allocation.adaptive_weights(user_items, counts, mu, budget, dtype=dtype, **adaptive_options)
 
     def allocation_key(self, kind: str) -> int | None:
         """The sampling key of a ``uniform`` / ``tail`` allocation (drawn here, in the pipeline's
-        order), ``None`` for the deterministic ones; blocks of users pass it with their row offset."""
+        order), ``None`` for the deterministic ones; blocks of users pass it with their users' keys."""
         return allocation.sampling_key(self.rng) if self.private and kind in ("uniform", "tail") else None
 
     # ------------------------------------------------------------------ 4-5. record, check

@@ -15,6 +15,7 @@ from privrec.evaluation import (
     rmse,
     topk_indices,
 )
+from privrec.evaluation.metrics import map_at_k, precision_at_k
 
 
 def csr(rows, n_items):
@@ -130,3 +131,87 @@ def test_catalogue_coverage():
     assert catalogue_coverage([[0, 1], [1, -1]], 4) == 0.5
     with pytest.raises(ValueError, match="out of range"):
         catalogue_coverage([5], 4)
+
+
+def test_precision_and_map_hand_computed():
+    S = [
+        [6, 5, 4, 3, 2, 1],  # top3 = 0,1,2; targets {1, 2, 5}: hits at ranks 2, 3
+        [6, 5, 4, 3, 2, 1],  # history {0}: top3 = 1,2,3; target {3}: hit at rank 3
+        [1, 2, 3, 4, 5, 6],  # top3 = 5,4,3; targets {0, 1}: no hit
+        [0, 0, 0, 0, 0, 9],  # no targets: dropped
+    ]
+    U, V = scores_as_factors(S)
+    targets = csr([[1, 2, 5], [3], [0, 1], []], 6)
+    history = csr([[], [0], [], []], 6)
+    m = ranking_metrics(U, V, targets, history, ks=(1, 3))
+    assert m["precision@3"] == pytest.approx((2 / 3 + 1 / 3 + 0) / 3)
+    assert precision_at_k(U, V, targets, history, k=3) == pytest.approx(m["precision@3"])
+    # AP: user 0 (1/2 + 2/3) / min(3, 3); user 1 (1/3) / min(3, 1); user 2: 0
+    assert m["map@3"] == pytest.approx(((1 / 2 + 2 / 3) / 3 + 1 / 3 + 0) / 3)
+    assert map_at_k(U, V, targets, history, k=3) == pytest.approx(m["map@3"])
+    assert m["precision@1"] == 0.0 and m["map@1"] == 0.0  # no first slot is a hit
+    perfect = csr([[0, 3], [1], [2, 4]], 5)
+    best = ranking_metrics(perfect.toarray().astype(np.float32), np.eye(5, dtype=np.float32), perfect, ks=(2,))
+    assert best["map@2"] == pytest.approx(1.0)
+    assert best["precision@2"] == pytest.approx((1 + 0.5 + 1) / 3)  # one target only: at most 1/2
+    assert math.isnan(precision_at_k(U, V, csr([[]] * 4, 6), k=2)) and math.isnan(map_at_k(U, V, csr([[]] * 4, 6)))
+
+
+class _FixedLists:
+    """An ``implicit``-style model whose ``recommend`` returns fixed top-k lists (int32, as implicit's)."""
+
+    def __init__(self, top):
+        self.top = np.asarray(top, dtype=np.int32)
+
+    def recommend(self, userid, user_items, N=10, **kwargs):
+        rows = self.top[np.asarray(userid)][:, :N]
+        return rows, np.zeros(rows.shape, dtype=np.float32)
+
+
+@pytest.mark.parametrize("k", [1, 5, 10])
+def test_precision_and_map_agree_with_implicit_on_the_same_lists(k):
+    evaluation = pytest.importorskip("implicit.evaluation")
+    rng = np.random.default_rng(k)
+    n_users, n_items = 60, 40
+    U = rng.normal(size=(n_users, 3)).astype(np.float32)
+    V = rng.normal(size=(n_items, 3)).astype(np.float32)
+    history = sp.random(n_users, n_items, density=0.15, random_state=1, format="csr", dtype=np.float32)
+    history.data[:] = 1
+    # targets: k or more held-out items per user (where Precision@k and implicit's "precision" coincide),
+    # disjoint from the history; some users have none (both libraries skip them)
+    rows = []
+    for u in range(n_users):
+        free = np.setdiff1d(np.arange(n_items), history[u].indices)
+        size = 0 if u % 7 == 0 else int(rng.integers(k, k + 6))
+        rows.append(rng.choice(free, size=size, replace=False))
+    targets = csr(rows, n_items)
+    scores = U @ V.T
+    scores[history.nonzero()] = -np.inf
+    model = _FixedLists(topk_indices(scores, k))
+    theirs = evaluation.ranking_metrics_at_k(model, history, targets, K=k, show_progress=False)
+    ours = ranking_metrics(U, V, targets, history, ks=(k,))
+    assert ours["precision@" + str(k)] == pytest.approx(theirs["precision"], rel=1e-9)
+    assert ours["map@" + str(k)] == pytest.approx(theirs["map"], rel=1e-9)
+    assert ours["ndcg@" + str(k)] == pytest.approx(theirs["ndcg"], rel=1e-9)
+    assert evaluation.precision_at_k(model, history, targets, K=k, show_progress=False) == pytest.approx(
+        precision_at_k(U, V, targets, history, k=k), rel=1e-9
+    )
+    assert evaluation.mean_average_precision_at_k(model, history, targets, K=k, show_progress=False) == pytest.approx(
+        map_at_k(U, V, targets, history, k=k), rel=1e-9
+    )
+
+
+def test_map_agrees_with_implicit_when_users_have_fewer_targets_than_k():
+    # MAP normalises by min(k, |T|) in both libraries; implicit's "precision" then divides the hits by
+    # sum_j min(k, |T_j|) instead of k per user, so only MAP (and NDCG) are compared here
+    evaluation = pytest.importorskip("implicit.evaluation")
+    U, V = scores_as_factors([[6, 5, 4, 3, 2, 1], [1, 2, 3, 4, 5, 6], [6, 1, 5, 2, 4, 3]])
+    targets = csr([[1], [0, 4], [2, 3]], 6)
+    history = csr([[], [5], []], 6)
+    top = topk_indices(np.where(history.toarray() > 0, -np.inf, U @ V.T), 4)
+    theirs = evaluation.ranking_metrics_at_k(_FixedLists(top), history, targets, K=4, show_progress=False)
+    ours = ranking_metrics(U, V, targets, history, ks=(4,))
+    assert ours["map@4"] == pytest.approx(theirs["map"]) and ours["ndcg@4"] == pytest.approx(theirs["ndcg"])
+    hits = [1, 1, 1]  # user 0: item 1 at rank 2; user 1: item 4 at rank 1; user 2: item 2 at rank 2
+    assert theirs["precision"] == pytest.approx(sum(hits) / (1 + 2 + 2))
+    assert ours["precision@4"] == pytest.approx(sum(h / 4 for h in hits) / 3)

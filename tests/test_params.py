@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from sklearn.base import BaseEstimator, clone
-from sklearn.utils._param_validation import InvalidParameterError
 
-from privrec._constraints import POSITIVE, POSITIVE_INT, StrOptions
+from privrec import _constraints
+from privrec._constraints import POSITIVE, POSITIVE_INT, InvalidParameterError, StrOptions
 from privrec._params import NO_VALIDATION, Hyperparameters, param
 from privrec.convex import AsyncDPLearner, JointDPSGD, MultiTaskDPClassifier, MultiTaskDPRegressor
 from privrec.convex.federated import FederatedDPClassifier, FederatedDPRegressor, SiloSet, mb_sgd
@@ -129,3 +129,99 @@ def test_shared_option_keywords_behave_like_a_signature():
     assert res.coef.shape == (2,)
     with pytest.raises(TypeError, match="unexpected keyword argument 'tracee'"):
         mb_sgd(silos, SquaredLoss(), rounds=2, batch_size=5, step_size=0.1, tracee=True)
+
+
+def test_privrec_modules_import_no_private_scikit_learn_module():
+    import pathlib
+    import re
+
+    root = pathlib.Path(_constraints.__file__).parent
+    private = re.compile(r"^\s*(from|import)\s+sklearn(\.\w+)*\._", re.MULTILINE)
+    offenders = [str(p.relative_to(root)) for p in root.rglob("*.py") if private.search(p.read_text(encoding="utf-8"))]
+    assert not offenders
+
+
+def test_invalid_parameter_error_is_value_and_type_error_with_the_full_message():
+    assert issubclass(InvalidParameterError, ValueError) and issubclass(InvalidParameterError, TypeError)
+    with pytest.raises(
+        InvalidParameterError,
+        match=r"^The 'factors' parameter of ALS must be an int in the range \[1, inf\)\. Got 0 instead\.$",
+    ):
+        ALS(factors=0).fit(np.ones((3, 3)))
+    with pytest.raises(
+        ValueError, match=r"'biases' parameter of DPALS must be an instance of 'bool' or an instance of"
+    ):
+        DPALS(biases="yes").fit(np.ones((3, 3)))
+    with pytest.raises(TypeError, match=r"'epsilon' parameter of DPALS must be a float in the range \(0\.0, inf\]"):
+        DPALS(epsilon=-1.0).fit(np.ones((3, 3)))
+
+
+_VALUES = [0, 1, -1, 0.5, 2.0, float("inf"), float("-inf"), float("nan"), True, np.bool_(False), None, "a", "x",
+           "private", [1, 2], np.arange(3), np.float32(0.5), np.int64(3), len, (1,)]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "constraints",
+    [
+        [_constraints.EPSILON],
+        [_constraints.DELTA],
+        [_constraints.POSITIVE_INT, None],
+        [_constraints.NON_NEGATIVE_INT],
+        [_constraints.FINITE],
+        [_constraints.FRACTION, None],
+        ["boolean"],
+        ["boolean", None],
+        [StrOptions({"a"}), _constraints.POSITIVE],
+        [StrOptions({"private"}), "array-like"],
+        [StrOptions({"x"}), _constraints.POSITIVE, callable],
+        [_constraints.HasMethods(["fit", "predict"])],
+        [_constraints.HasMethods("fit")],
+        [int],
+    ],
+    ids=str,
+)
+def test_same_verdicts_and_messages_as_scikit_learn(constraints):
+    # privrec's constraints replace scikit-learn's private ones: same rule, same message (when the
+    # private module is still there to compare with)
+    sk = pytest.importorskip("sklearn.utils._param_validation")
+
+    def as_sklearn(c):
+        if isinstance(c, _constraints.Interval):
+            return sk.Interval(c.type, c.left, c.right, closed=c.closed)
+        if isinstance(c, StrOptions):
+            return sk.StrOptions(c.options)
+        if isinstance(c, _constraints.HasMethods):
+            return sk.HasMethods(c.methods)
+        return c
+
+    def outcome(module, declared, value):
+        try:
+            module.validate_parameter_constraints({"p": declared}, {"p": value}, caller_name="Est")
+        except module.InvalidParameterError as exc:
+            return str(exc)
+        return None
+
+    for value in _VALUES:
+        ours = outcome(_constraints, constraints, value)
+        theirs = outcome(sk, [as_sklearn(c) for c in constraints], value)
+        assert ours == theirs, value
+
+
+def test_constraint_objects_reject_malformed_declarations():
+    from numbers import Integral, Real
+
+    with pytest.raises(ValueError, match="type must be"):
+        _constraints.Interval(float, 0, 1, closed="both")
+    with pytest.raises(ValueError, match="closed must be"):
+        _constraints.Interval(Real, 0, 1, closed="open")
+    with pytest.raises(ValueError, match="can't be None"):
+        _constraints.Interval(Integral, None, 3, closed="both")
+    with pytest.raises(TypeError, match="Expecting left to be an int"):
+        _constraints.Interval(Integral, 0.5, 3, closed="neither")
+    with pytest.raises(ValueError, match="less than left"):
+        _constraints.Interval(Real, 1, 0, closed="neither")
+    with pytest.raises(TypeError, match="methods must be"):
+        _constraints.HasMethods(3)
+    with pytest.raises(ValueError, match="Unknown constraint type"):
+        _constraints.make_constraint("sparse-ish")
+    assert "Interval: an int in the range [1, inf)" in repr(_constraints.POSITIVE_INT)

@@ -35,6 +35,17 @@ EXPECTED_FAILED_CHECKS = {
     "check_fit_idempotent": _ENTRY_PREDICT + " (it predicts on a matrix of held-out users)",
 }
 
+# checks that fail for one estimator only, by design
+ESTIMATOR_FAILED_CHECKS = {
+    "DPALS-private": {
+        "check_estimators_pickle": (
+            "pickling a fitted private model drops the training users' factors (not covered by its privacy "
+            "guarantee; see FactorizationModel.__getstate__), so predict(X) of the training users needs the "
+            "unpickled model to project them first; recommend / transform from the users' rows are unchanged"
+        )
+    },
+}
+
 ESTIMATORS = {
     "ALS": ALS(factors=2, iterations=2, random_state=0),
     "DPALS-inf": DPALS(epsilon=float("inf"), factors=2, iterations=2, random_state=0),
@@ -44,12 +55,13 @@ ESTIMATORS = {
 
 @pytest.mark.parametrize("name", list(ESTIMATORS))
 def test_check_estimator(name):
+    expected = {**EXPECTED_FAILED_CHECKS, **ESTIMATOR_FAILED_CHECKS.get(name, {})}
     results = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         check_estimator(
             ESTIMATORS[name],
-            expected_failed_checks=EXPECTED_FAILED_CHECKS,
+            expected_failed_checks=expected,
             on_fail=None,
             callback=lambda **kw: results.append(kw),
         )
@@ -58,7 +70,7 @@ def test_check_estimator(name):
         status.setdefault(r["check_name"], set()).add(r["status"])
     failed = {k: v for k, v in status.items() if "failed" in v}
     assert not failed, {k: repr(r["exception"])[:300] for r in results for k in failed if r["check_name"] == k}
-    stale = [k for k in EXPECTED_FAILED_CHECKS if status.get(k) != {"xfail"}]
+    stale = [k for k in expected if status.get(k) != {"xfail"}]
     assert not stale, f"expected failures that no longer fail (remove them from the list): {stale}"
     assert sum("passed" in v for v in status.values()) >= 30  # the checks really ran (not skipped)
 

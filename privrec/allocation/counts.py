@@ -32,7 +32,13 @@ def _check_multiplier(noise_multiplier) -> float:
 
 
 def private_item_counts(
-    user_items, count_sample: int, noise_multiplier: float, rng=None, label: str = "item counts"
+    user_items,
+    count_sample: int,
+    noise_multiplier: float,
+    rng=None,
+    label: str = "item counts",
+    *,
+    user_keys: np.ndarray | None = None,
 ) -> NoisyStatistic:
     """Noisy number of users per item (Krichene et al. 2023, App. D.1).
 
@@ -44,20 +50,25 @@ def private_item_counts(
 
     ``noise_multiplier = 0`` returns exact sampled counts with a ``NonPrivateDpEvent``.
     ``rng``: ``None`` (OS entropy, private) or a seed / Generator (experiments only; a known seed
-    voids the guarantee). Returns ``value`` = float64 array of length ``n_items``.
+    voids the guarantee). ``user_keys``: one stable sampling key per row
+    (:func:`~privrec.allocation.stable_user_keys` of the users' ids; default: the row index, see
+    :func:`~privrec.allocation.keyed_uniform`). Returns ``value`` = float64 array of length ``n_items``.
     """
     k = check_int(count_sample, "count_sample", minimum=1)
     rng = make_rng(rng)
-    exact = sampled_item_counts(user_items, k, sampling_key(rng))
+    exact = sampled_item_counts(user_items, k, sampling_key(rng), user_keys=user_keys)
     return release_item_counts(exact, k, noise_multiplier, rng, label)
 
 
-def sampled_item_counts(user_items, count_sample: int, key: int, row_offset: int = 0) -> np.ndarray:
+def sampled_item_counts(
+    user_items, count_sample: int, key: int, row_offset: int = 0, user_keys: np.ndarray | None = None
+) -> np.ndarray:
     """Exact per-item counts of a per-user sample of at most ``count_sample`` items (the statistic
     :func:`private_item_counts` releases). A pure function of the rows, the sampling ``key`` and
-    the rows' global offset, so it can be computed per block of users and summed."""
+    the users' sampling identities (``user_keys``, one per row, or else the rows' global index
+    ``row_offset + row``), so it can be computed per block of users and summed."""
     m = check_user_items(user_items)
-    keep = sample_per_row(m.indptr, m.indices, count_sample, key, row_offset)
+    keep = sample_per_row(m.indptr, m.indices, count_sample, key, row_offset, user_keys)
     return np.bincount(m.indices[keep], minlength=m.shape[1]).astype(np.float64)
 
 
@@ -83,6 +94,8 @@ def private_global_mean(
     rating_bound: float,
     rng=None,
     label: str = "global mean",
+    *,
+    user_keys: np.ndarray | None = None,
 ) -> NoisyStatistic:
     """Noisy mean rating for centering (Krichene et al. 2023, App. D.1), accounted as two Gaussian events.
 
@@ -99,17 +112,22 @@ def private_global_mean(
     sensitivity ``sqrt(count_sample) * r_max``, which is the L2 bound of a *vector* of per-item sums,
     not of this scalar total; privrec uses the scalar's true sensitivity. The denominator is floored
     at 1. Returns ``value`` = float. ``rng``: ``None`` (OS entropy, private) or a seed / Generator
-    (experiments only; a known seed voids the guarantee).
+    (experiments only; a known seed voids the guarantee). ``user_keys`` as :func:`private_item_counts`.
     """
     k = check_int(count_sample, "count_sample", minimum=1)
     bound = check_positive(rating_bound, "rating_bound")
     rng = make_rng(rng)
-    total, n = sampled_rating_sum(user_items, k, sampling_key(rng), bound)
+    total, n = sampled_rating_sum(user_items, k, sampling_key(rng), bound, user_keys=user_keys)
     return release_global_mean(total, n, k, noise_multiplier, bound, rng, label)
 
 
 def sampled_rating_sum(
-    user_items, count_sample: int, key: int, rating_bound: float, row_offset: int = 0
+    user_items,
+    count_sample: int,
+    key: int,
+    rating_bound: float,
+    row_offset: int = 0,
+    user_keys: np.ndarray | None = None,
 ) -> tuple[float, float]:
     """``(sum of clipped sampled ratings, number sampled)`` of a per-user sample of at most
     ``count_sample`` entries: the exact statistics :func:`private_global_mean` releases (pure, per
@@ -118,7 +136,7 @@ def sampled_rating_sum(
     data = np.asarray(m.data, dtype=np.float64)
     if data.size and not np.all(np.isfinite(data)):
         raise ValueError("user_items contains NaN or infinite ratings")
-    keep = sample_per_row(m.indptr, m.indices, count_sample, key, row_offset)
+    keep = sample_per_row(m.indptr, m.indices, count_sample, key, row_offset, user_keys)
     return float(clip_labels(data[keep], rating_bound).sum()), float(keep.sum())
 
 

@@ -65,7 +65,14 @@ def _check_counts(counts, n_items: int) -> np.ndarray:
 
 
 def uniform_weights(
-    user_items, k: int, rng=None, dtype=np.float32, *, key: int | None = None, row_offset: int = 0
+    user_items,
+    k: int,
+    rng=None,
+    dtype=np.float32,
+    *,
+    key: int | None = None,
+    row_offset: int = 0,
+    user_keys: np.ndarray | None = None,
 ) -> sp.csr_matrix:
     """Uniform sampling (Krichene et al., Sec. 5): each user keeps ``min(k, n_j)`` items uniformly at random, weight 1.
 
@@ -73,23 +80,34 @@ def uniform_weights(
     seed makes the selection predictable (experiments only). ``key`` / ``row_offset``: the
     sampling key (default: drawn from ``rng``) and the global index of the first row, for a block
     of users processed on its own (distributed fits; see :func:`~privrec.allocation._rows.keyed_uniform`).
+    ``user_keys``: one stable sampling key per row (:func:`~privrec.allocation.stable_user_keys` of
+    the users' ids), so a user's sample does not depend on the other users; without it a user is
+    identified by the global row index (the id of a bare matrix; ``row_offset`` is then used).
     """
     m = check_user_items(user_items)
     k = check_int(k, "k", minimum=1)
     key = sampling_key(make_rng(rng)) if key is None else int(key)
-    keep = sample_per_row(m.indptr, m.indices, k, key, row_offset)
+    keep = sample_per_row(m.indptr, m.indices, k, key, row_offset, user_keys)
     data = enforce_budget(m.indptr, keep.astype(dtype), float(k))
     return _aligned(m, data)
 
 
 def tail_weights(
-    user_items, counts, k: int, rng=None, dtype=np.float32, *, key: int | None = None, row_offset: int = 0
+    user_items,
+    counts,
+    k: int,
+    rng=None,
+    dtype=np.float32,
+    *,
+    key: int | None = None,
+    row_offset: int = 0,
+    user_keys: np.ndarray | None = None,
 ) -> sp.csr_matrix:
     """Tail sampling (Chien et al. 2021; Krichene et al. 2023, Sec. 5): keep each user's k items of lowest noisy count.
 
     Ties between equal counts are broken uniformly at random (``rng``: ``None`` = OS entropy; a
     known seed makes the selection predictable, experiments only). Weight 1, beta = k.
-    ``key`` / ``row_offset`` as :func:`uniform_weights`.
+    ``key`` / ``row_offset`` / ``user_keys`` as :func:`uniform_weights`.
     """
     m = check_user_items(user_items)
     k = check_int(k, "k", minimum=1)
@@ -97,7 +115,7 @@ def tail_weights(
     key = sampling_key(make_rng(rng)) if key is None else int(key)
     # dense integer levels of the noisy counts (equal counts -> equal level; ties broken per entry)
     uniq, level_of_item = np.unique(c, return_inverse=True)
-    keep = keep_lowest_per_row(m.indptr, m.indices, k, level_of_item[m.indices], uniq.size, key, row_offset)
+    keep = keep_lowest_per_row(m.indptr, m.indices, k, level_of_item[m.indices], uniq.size, key, row_offset, user_keys)
     data = enforce_budget(m.indptr, keep.astype(dtype), float(k))
     return _aligned(m, data)
 

@@ -2,17 +2,28 @@
 
 * ``fit``: load a dataset (default: the embedded generated ``synthetic-skew``; ``--ratings FILE``
   for the user's own CSV / Parquet file) -> split by protocol -> fit a method (non-private ALS or
-  one of the six private methods) -> evaluate -> print the metrics next to two yardsticks (the
-  trivial baseline and, when cheap, non-private ALS), a per-popularity-bucket table and a
-  plain-language privacy summary with the epsilon computed by the accountant. ``--json`` prints
-  one JSON object instead; ``--output`` saves the model; ``--plot`` draws the bucket table.
+  one of the six private methods) -> evaluate -> print the metrics next to the yardsticks (the
+  trivial baseline, the popularity ranking of the fit's own released counts and, when cheap,
+  non-private ALS), a per-popularity-bucket table and a plain-language privacy summary with the
+  epsilon computed by the accountant. Explicit ratings (random protocol) get Recall@20 beside
+  RMSE (relevant = held-out ratings at or above a threshold). ``--json`` prints one JSON object
+  instead; ``--output`` saves the model; ``--plot`` draws the bucket table. ``--budget-file``
+  charges the fit to a lifetime privacy budget (:class:`privrec.privacy.Budget`): checked before
+  the fit, recorded after it, refused (exit status 3) when it would exceed the lifetime epsilon.
 * ``evaluate``: evaluate a saved model on the same split (same data options and ``--seed``).
 * ``recommend`` / ``similar``: top-N items for a user (projected from their own history: the
   billboard model, no privacy cost) or the items most similar to an item, with titles when the
   dataset has metadata.
 
+Every figure computed from the exact data -- data sizes, evaluation metrics on held-out data, the
+per-bucket tables, the non-private baselines, running times -- is not covered by the privacy
+guarantee: the text output marks it ``[non-private]`` and ``--json`` keeps it in a separate
+``"non_private"`` object, so that what may be published with the release (the model, its privacy
+report, the budget) is never mixed with what may not.
+
 Errors a user can cause print one line ``privrec <command>: error: ...`` to stderr and exit
-with status 2; warnings (ignored options, a large delta) are one line each on stderr.
+with status 2; a fit refused by its privacy budget prints ``privrec fit: refused: ...`` and exits
+with status 3; warnings (ignored options, a large delta) are one line each on stderr.
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ import math
 import sys
 import textwrap
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +42,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..evaluation import experiment as X
+from ..evaluation import ranking_metrics
+from ..evaluation.protocols import item_bias_of, item_factors_of, project_users
 from ..privacy import suggested_delta
+from ..privacy.budget import Budget, BudgetExceededError
 from ._parsers import add_command
 
 # CLI flag -> estimator parameter name (passed only when given; unknown to a method -> error)
@@ -51,6 +65,32 @@ ALS_COMPARISON_MAX_NNZ = 2_000_000
 DEFAULT_EPSILON = 5.0
 _ADAPTIVE = ("ada-dpals", "ada-dpsgd")
 _WIDTH = 100
+#: exit status of a fit refused by its privacy budget (2 is a user error, 1 an I/O failure; as privrec.cli)
+EXIT_REFUSED = 3
+#: k of the ranking metrics
+TOP_K = 20
+#: default relevance threshold of explicit ratings: the top quarter of the rating scale (4 on 1-5)
+RELEVANCE_QUANTILE = 0.75
+#: the tag of every printed figure computed from the exact data
+MARK = "[non-private]"
+#: result keys computed from the exact data; ``--json`` puts them in the ``"non_private"`` object
+NON_PRIVATE_KEYS = (
+    "n_users",
+    "n_items",
+    "n_train",
+    "fit_seconds",
+    "eval_seconds",
+    "relevance_threshold",
+    "metrics",
+    "sliced",
+    "bucket_items",
+    "baselines",
+)
+NON_PRIVATE_NOTE = (
+    "exact figures computed from the data (sizes, evaluation on the held-out data, per-bucket tables "
+    "from exact counts, baselines fitted without noise, running times); the privacy guarantee does not "
+    "cover them: do not publish them with the release"
+)
 
 FIT_DESCRIPTION = """\
 Fit a recommender, evaluate it on held-out data and explain the result.
@@ -60,22 +100,36 @@ generated dataset (synthetic-skew, no download). Use --dataset NAME for a known
 dataset (see 'privrec datasets list') or --ratings FILE for your own CSV or
 Parquet file with one row per (user, item, rating).
 
-Every metric is printed next to two yardsticks: the trivial baseline (the
+Every metric is printed next to its yardsticks: the trivial baseline (the
 training global mean for rating prediction, the exact popularity ranking for
-held-out users; both non-private) and non-private ALS, which is fitted when the
+top-k; both non-private), the popularity ranking of the fit's own released noisy
+counts (private, no extra cost) and non-private ALS, which is fitted when the
 training data has fewer than 2,000,000 ratings or with --compare-als. A private
-model is only worth its noise if it beats the trivial baseline.
+model is only worth its noise if it beats the trivial baseline. Explicit ratings
+get Recall@20 beside RMSE: relevant = held-out ratings >= --relevance-threshold
+(default: the top quarter of the rating scale, 4 on 1-5), training items excluded.
+
+Figures computed from the exact data (sizes, metrics on held-out data, bucket
+tables, non-private baselines, timings) are marked [non-private]: the guarantee
+does not cover them. --json keeps them in a separate "non_private" object.
 
 The privacy summary says what the guarantee means for this run: removing all of
 one user's ratings changes the probability of any released item factors by at
 most a factor e^epsilon, except with probability delta. User embeddings are never
 released; each user recomputes their own from the item factors.
 
+Refits of the same users spend from one lifetime budget: --budget-file FILE
+records every fit's noise events and refuses (exit status 3, before fitting) a
+fit that would take the lifetime epsilon, composed over all of them by the PLD
+accountant, above its limit. A new file takes its lifetime from
+--lifetime-epsilon and --lifetime-delta.
+
 Examples:
   privrec fit
   privrec fit --epsilon 1 --output model.npz --plot buckets.png
   privrec fit --dataset ml-100k --data-dir ~/data/ml-100k --epsilon 1
   privrec fit --ratings ratings.csv --user-col user_id --item-col movie_id --rating-col stars
+  privrec fit --epsilon 1 --budget-file budget.json --lifetime-epsilon 4 --lifetime-delta 1e-6
   privrec fit --method als --json
 """
 
@@ -170,6 +224,37 @@ def register(subparsers) -> None:
     )
     _compare_args(g)
     _out_args(g)
+    g = p.add_argument_group("lifetime privacy budget (refits of the same users)")
+    g.add_argument(
+        "--budget-file",
+        dest="budget_file",
+        metavar="FILE",
+        default=None,
+        help="charge this fit to the lifetime privacy budget in FILE (JSON): refused before fitting when the "
+        "composition of every recorded fit and this one would exceed the lifetime epsilon; recorded after it. "
+        "Not the per-user --budget",
+    )
+    g.add_argument(
+        "--lifetime-epsilon",
+        dest="lifetime_epsilon",
+        type=float,
+        default=None,
+        help="lifetime epsilon of a new --budget-file (an existing file keeps its own)",
+    )
+    g.add_argument(
+        "--lifetime-delta",
+        dest="lifetime_delta",
+        type=float,
+        default=None,
+        help="lifetime delta of a new --budget-file; every lifetime epsilon is computed at it",
+    )
+    g.add_argument(
+        "--budget-label",
+        dest="budget_label",
+        metavar="TEXT",
+        default=None,
+        help="label of this fit in the budget file (default: method, epsilon and dataset)",
+    )
     p.set_defaults(func=cmd_fit)
 
     p = add_command(subparsers, "evaluate", "evaluate a saved model on a dataset split", EVALUATE_DESCRIPTION)
@@ -248,6 +333,15 @@ def _data_args(p, split: bool = True) -> None:
 
 def _compare_args(g) -> None:
     g.add_argument(
+        "--relevance-threshold",
+        dest="relevance_threshold",
+        type=float,
+        default=None,
+        help="explicit ratings: a held-out rating at or above this is relevant for Recall@20 (default: the "
+        "top quarter of the rating scale -- the model's declared rating range, else the training ratings' "
+        "range -- i.e. 4 on 1-5)",
+    )
+    g.add_argument(
         "--compare-als",
         dest="compare_als",
         action=argparse.BooleanOptionalAction,
@@ -268,7 +362,9 @@ class CommandError(Exception):
 
 
 class _Exit(Exception):
-    pass
+    def __init__(self, message: str, status: int = 2):
+        super().__init__(message)
+        self.status = status
 
 
 @contextmanager
@@ -277,6 +373,8 @@ def _errors(name: str):
         yield
     except BrokenPipeError:  # handled quietly by privrec.cli.main
         raise
+    except BudgetExceededError as exc:
+        raise _Exit(f"privrec {name}: refused: {_one_line(exc)}", EXIT_REFUSED) from None
     except (ValueError, FileNotFoundError, KeyError, OSError, CommandError) as exc:
         msg = _one_line(exc)
         if isinstance(exc, KeyError):
@@ -303,7 +401,7 @@ def _run(name, fn, args) -> int:
                 return fn(args)
     except _Exit as e:
         print(str(e), file=sys.stderr)
-        return 2
+        return e.status
 
 
 def _warn(args, message: str) -> None:
@@ -493,15 +591,86 @@ class _Trivial:
         else:
             self.name = "popularity (exact training counts)"
             self.global_mean_ = 0.0
-            self.item_bias_ = (np.diff(sp.csc_matrix(train).indptr) / max(1, n_users)).astype(np.float32)
+            self.item_bias_ = (_exact_counts(train) / max(1, n_users)).astype(np.float32)
 
     def _project_users(self, rows):
         return np.zeros((rows.shape[0], 0), dtype=np.float32), None
 
 
-def _fit_model(split, method, epsilon, delta, params, seed, show_progress: bool):
+class _Popularity(_Trivial):
+    """A ranker without factors: every user's unseen items by one per-item score (e.g. counts)."""
+
+    def __init__(self, scores, name: str):
+        scores = np.asarray(scores, dtype=np.float32)
+        self.name = name
+        self.item_factors_ = np.zeros((scores.size, 0), dtype=np.float32)
+        self.global_mean_ = 0.0
+        self.item_bias_ = scores
+
+
+def _exact_counts(train: sp.csr_matrix) -> np.ndarray:
+    return np.diff(sp.csc_matrix(train).indptr).astype(np.float64)
+
+
+def relevance_threshold(model, train: sp.csr_matrix, given: float | None = None) -> float:
+    """The rating at or above which a held-out rating is relevant (explicit feedback).
+
+    ``given`` if set; else the top quarter of the rating scale, ``low + 0.75 (high - low)``: 4 on a
+    1-5 scale. The scale is the model's declared ``rating_range`` when it has one, else the range of
+    the training ratings (an exact statistic: the threshold is a non-private figure).
+    """
+    if given is not None:
+        if not math.isfinite(given):
+            raise CommandError(f"--relevance-threshold must be a finite number, got {given}")
+        return float(given)
+    declared = getattr(model, "rating_range", None)
+    if declared is not None:
+        lo, hi = (float(v) for v in declared)
+    elif train.nnz:
+        lo, hi = float(train.data.min()), float(train.data.max())
+    else:
+        return 0.0
+    return lo + RELEVANCE_QUANTILE * (hi - lo)
+
+
+def _relevant(test: sp.csr_matrix, threshold: float) -> sp.csr_matrix:
+    """The held-out ratings at or above ``threshold``, as 1s."""
+    out = sp.csr_matrix(test, dtype=np.float32, copy=True)
+    out.data = (out.data >= threshold).astype(np.float32)
+    out.eliminate_zeros()
+    return out
+
+
+def ranking_metrics_of(ranker, split, threshold: float | None = None, k: int = TOP_K) -> dict:
+    """Recall@k and NDCG@k of a fitted model (or a :class:`_Popularity` ranker) on the split's held-out data.
+
+    Held-out users: their targets, their fold-in history excluded (as the protocol's own metric).
+    Random split of explicit ratings: relevant = held-out ratings ``>= threshold``; each user is
+    projected from the same history as for the RMSE (training + validation ratings, whose items are
+    excluded from the candidates). Scores are those of ``model.recommend`` (predicted rating; the
+    per-user offsets do not change a user's ranking).
+    """
+    if split.protocol == "random":
+        history = split.projection if split.projection is not None else split.train
+        targets = _relevant(split.test, -math.inf if threshold is None else threshold)
+    else:
+        history, targets = split.history, split.targets
+    users = np.flatnonzero(np.diff(targets.indptr) > 0)
+    if users.size == 0:
+        return {f"recall@{k}": math.nan, f"ndcg@{k}": math.nan, "ranking_users": 0}
+    rows = history[users]
+    U = project_users(ranker, rows)
+    m = ranking_metrics(U, item_factors_of(ranker), targets[users], rows, ks=(k,), item_bias=item_bias_of(ranker))
+    return {f"recall@{k}": m[f"recall@{k}"], f"ndcg@{k}": m[f"ndcg@{k}"], "ranking_users": m["n_users"]}
+
+
+def _fit_model(split, method, epsilon, delta, params, seed, show_progress: bool, charged: dict | None = None):
     """``(model, fit seconds)`` for ``run_experiment(fitted=...)``: progress bars only when asked
-    (models whose ``fit`` shows progress by default, as implicit's, stay quiet under --json / -q)."""
+    (models whose ``fit`` shows progress by default, as implicit's, stay quiet under --json / -q).
+
+    ``charged = {"budget": Budget, "label": str}``: the fit is planned, checked, run and recorded
+    under the budget's lock (:meth:`privrec.privacy.Budget.charge`), refused before it starts when
+    it would exceed the lifetime epsilon; ``charged["charge"]`` is then the recorded charge."""
     import inspect
     import time
 
@@ -509,9 +678,15 @@ def _fit_model(split, method, epsilon, delta, params, seed, show_progress: bool)
     kwargs = (
         {"show_progress": bool(show_progress)} if "show_progress" in inspect.signature(model.fit).parameters else {}
     )
-    t0 = time.perf_counter()
-    model.fit(split.train, **kwargs)
-    return model, time.perf_counter() - t0
+    with (
+        charged["budget"].charge(model, split.train.shape, label=charged["label"]) if charged else nullcontext()
+    ) as ticket:
+        t0 = time.perf_counter()
+        model.fit(split.train, **kwargs)
+        seconds = time.perf_counter() - t0
+    if charged:
+        charged["charge"] = ticket
+    return model, seconds
 
 
 def _want_als(args, method: str | None, nnz: int) -> bool:
@@ -522,23 +697,50 @@ def _want_als(args, method: str | None, nnz: int) -> bool:
     return nnz < ALS_COMPARISON_MAX_NNZ
 
 
-def _baselines(args, split, name, method, params) -> dict:
-    """Trivial baseline (always) and non-private ALS (when wanted) on the same split."""
+def _baselines(
+    args, split, name, method, params, model=None, private_release: bool = False, threshold: float | None = None
+) -> dict:
+    """Yardsticks on the same split: the trivial baseline (always), the popularity ranking of the
+    model's own released noisy counts (a private model that has them), the exact popularity ranking
+    (explicit ratings: its Recall@20 beside the global mean's RMSE) and non-private ALS (when wanted)."""
+    explicit = split.protocol == "random"
     triv = _Trivial(split.train, split.protocol)
     ev = X.evaluate_split(triv, split)
     out: dict[str, Any] = {
         "trivial": {"name": triv.name, "private": False, "metrics": ev["metrics"], "sliced": ev["sliced"]},
-        "als": None,
     }
+    counts = getattr(model, "item_counts_", None)
+    if private_release and counts is not None:
+        pop = _Popularity(counts, "popularity (this fit's released noisy counts)")
+        out["private_popularity"] = {
+            "name": pop.name,
+            "private": True,
+            "metrics": ranking_metrics_of(pop, split, threshold),
+            "sliced": {},
+        }
+    if explicit:
+        pop = _Popularity(_exact_counts(split.train), "popularity (exact training counts)")
+        out["popularity"] = {
+            "name": pop.name,
+            "private": False,
+            "metrics": ranking_metrics_of(pop, split, threshold),
+            "sliced": {},
+        }
+    out["als"] = None
     if _want_als(args, method, split.train.nnz):
         als_params = {k: params[k] for k in ("factors", "iterations") if k in params}
         fitted = _fit_model(split, "als", None, None, als_params, _noise_seed(args), False)
-        _, res = X.run_experiment(split, "als", params=als_params, seed=_noise_seed(args), dataset=name, fitted=fitted)
+        als, res = X.run_experiment(
+            split, "als", params=als_params, seed=_noise_seed(args), dataset=name, fitted=fitted
+        )
+        metrics = dict(res["metrics"])
+        if explicit:
+            metrics.update(ranking_metrics_of(als, split, threshold))
         out["als"] = {
             "name": "ALS" + (" (same factors, iterations)" if als_params else ""),
             "private": False,
             "params": als_params,
-            "metrics": res["metrics"],
+            "metrics": metrics,
             "sliced": res["sliced"],
             "fit_seconds": res["fit_seconds"],
         }
@@ -548,6 +750,27 @@ def _baselines(args, split, name, method, params) -> dict:
             "pass --compare-als to fit it anyway"
         )
     return out
+
+
+def _is_private_release(res: dict) -> bool:
+    """Whether a result's model carries a guarantee (recorded events and a finite epsilon)."""
+    return bool((res.get("privacy_events") or {}).get("events")) and math.isfinite(_as_float(res.get("epsilon_spent")))
+
+
+def _add_ranking(res: dict, model, split, args) -> float | None:
+    """Explicit ratings (random protocol): add Recall@20 to ``res["metrics"]`` beside the RMSE and
+    return the relevance threshold (``None`` for the held-out-users protocol, which ranks already)."""
+    if split.protocol != "random":
+        return None
+    import time
+
+    t0 = time.perf_counter()
+    threshold = relevance_threshold(model, split.train, getattr(args, "relevance_threshold", None))
+    res["metrics"] = {**res["metrics"], **ranking_metrics_of(model, split, threshold)}
+    res["relevance_threshold"] = threshold
+    if "eval_seconds" in res:
+        res["eval_seconds"] = round(res["eval_seconds"] + time.perf_counter() - t0, 4)
+    return threshold
 
 
 def _primary(protocol: str) -> tuple[str, str, str]:
@@ -627,7 +850,7 @@ def _delta_warning(delta: float, n_users: int, protocol: str, user_chose: bool) 
         return None
     suggest = suggested_delta(n_users)
     text = (
-        f"delta = {delta:.3g} is not smaller than 1/n_users = 1/{n_users:,}: with delta >= 1/n a mechanism that "
+        f"delta = {delta:.3g} is not smaller than 1/n_users = 1/{n_users:,} {MARK}: with delta >= 1/n a mechanism that "
         "publishes the full data of one randomly chosen user meets the definition."
     )
     if protocol == "heldout-users" and not user_chose:
@@ -640,6 +863,8 @@ def _delta_warning(delta: float, n_users: int, protocol: str, user_chose: bool) 
 
 # ---------------------------------------------------------------------------------------- printing
 def _fmt(v) -> str:
+    if v is None:
+        return ""
     if isinstance(v, float):
         return "nan" if v != v else f"{v:.4f}"
     return str(v)
@@ -650,6 +875,18 @@ def _table(header, rows, indent="  ") -> list[str]:
     lines = [indent + "  ".join(h.ljust(w) for h, w in zip(header, widths))]
     lines += [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
     return [line.rstrip() for line in lines]
+
+
+def separate_non_private(res: dict) -> dict:
+    """The result with every figure computed from the exact data moved to ``res["non_private"]``.
+
+    What stays at the top level is what may accompany the release: the settings, the privacy report
+    and summary, the budget, warnings and file names. ``non_private`` holds :data:`NON_PRIVATE_KEYS`
+    and a ``note`` saying that the guarantee does not cover them.
+    """
+    out = {k: v for k, v in res.items() if k not in NON_PRIVATE_KEYS}
+    out["non_private"] = {"note": NON_PRIVATE_NOTE, **{k: res[k] for k in NON_PRIVATE_KEYS if k in res}}
+    return out
 
 
 def _model_label(res: dict) -> tuple[str, str]:
@@ -666,32 +903,54 @@ def _fmt_eps(v) -> str:
     return f"{f:.3g}" if math.isfinite(f) else str(v)
 
 
+#: order and table label of the baselines
+_BASELINES = (
+    ("private_popularity", ""),
+    ("trivial", "trivial baseline: "),
+    ("popularity", "trivial baseline: "),
+    ("als", ""),
+)
+
+
 def _rows(res: dict) -> list[tuple[str, str, dict, dict]]:
-    """(name, privacy, metrics, sliced) of the model and of each baseline present."""
-    rows = [(*_model_label(res), res["metrics"], res["sliced"])]
-    for key in ("trivial", "als"):
-        b = (res.get("baselines") or {}).get(key)
+    """(name, privacy of the ranker, metrics, sliced) of the model and of each baseline present."""
+    ev = res["non_private"]
+    rows = [(*_model_label(res), ev["metrics"], ev["sliced"])]
+    for key, prefix in _BASELINES:
+        b = (ev.get("baselines") or {}).get(key)
         if b:
-            rows.append(
-                (
-                    ("trivial baseline: " if key == "trivial" else "") + b["name"],
-                    "non-private",
-                    b["metrics"],
-                    b["sliced"],
-                )
-            )
+            privacy = "non-private"
+            if b.get("private"):
+                privacy = f"private, eps {_fmt_eps(res.get('epsilon_spent'))} (this release)"
+            rows.append((prefix + b["name"], privacy, b["metrics"], b.get("sliced") or {}))
     return rows
 
 
+def _metric_note(res: dict) -> str | None:
+    """What the ranking metrics of explicit ratings count as relevant (``None`` without them)."""
+    t = res["non_private"].get("relevance_threshold")
+    if t is None:
+        return None
+    return f"recall@{TOP_K}, ndcg@{TOP_K}: relevant = held-out ratings >= {t:g}, training items excluded"
+
+
 def _print_comparison(res: dict) -> None:
-    """Overall metric of the model next to the baselines, then the per-bucket table."""
+    """Overall metric of the model next to the baselines, then the per-bucket table (all marked non-private)."""
+    ev = res["non_private"]
     overall, sliced_key, direction = _primary(res["protocol"])
-    base = res.get("baselines") or {}
+    base = ev.get("baselines") or {}
     rows = _rows(res)
-    other = [k for k in res["metrics"] if k not in (overall, "n_users", "n_test")]
-    header = ["model", "privacy", overall] + other
+    hidden = (overall, "n_users", "n_test", "ranking_users")
+    other = [k for k in ev["metrics"] if k not in hidden]
+    header = ["model", "privacy of the model", overall] + other
     table = [[name, priv, _fmt(m.get(overall))] + [_fmt(m.get(k)) for k in other] for name, priv, m, _ in rows]
-    print(f"metrics   {overall} ({direction}) on {res['metrics'].get('n_users', '?')} test users")
+    print(
+        f"metrics   {MARK} {overall} ({direction}) on {ev['metrics'].get('n_users', '?')} test users, "
+        "computed on the exact held-out data"
+    )
+    note = _metric_note(res)
+    if note:
+        print(f"          {note}")
     for line in _table(header, table):
         print(line)
     if base.get("als_skipped"):
@@ -699,7 +958,7 @@ def _print_comparison(res: dict) -> None:
     verdict = _verdict(res)
     if verdict:
         print(textwrap.fill(verdict, _WIDTH, initial_indent="  note: ", subsequent_indent="  "))
-    sliced = res["sliced"]
+    sliced = ev["sliced"]
     keys = [k for k in sliced if k != "k"]
     nb = len(sliced[keys[0]]) if keys else 0
     short = {"trivial": "trivial", "als": "ALS"}
@@ -708,11 +967,11 @@ def _print_comparison(res: dict) -> None:
     table = []
     for b in range(nb):
         label = f"{b}" + (" (tail)" if b == 0 else " (head)" if b == nb - 1 else "")
-        row = [label, str(res["bucket_items"][b])] + ([str(sliced["k"][b])] if "k" in sliced else [])
+        row = [label, str(ev["bucket_items"][b])] + ([str(sliced["k"][b])] if "k" in sliced else [])
         row += [_fmt(sliced[k][b]) for k in keys]
         row += [_fmt(vals[b]) if vals is not None else "" for _, vals in extra]
         table.append(row)
-    print("per-popularity bucket (0 = least popular items):")
+    print(f"{MARK} per-popularity bucket (0 = least popular items; buckets from exact training counts):")
     for line in _table(header, table):
         print(line)
 
@@ -721,11 +980,12 @@ def _verdict(res: dict) -> str | None:
     """A plain sentence when a private model does not beat the trivial baseline."""
     if _model_label(res)[1] == "non-private":
         return None
-    triv = (res.get("baselines") or {}).get("trivial")
+    ev = res["non_private"]
+    triv = (ev.get("baselines") or {}).get("trivial")
     overall, _, _ = _primary(res["protocol"])
     if not triv:
         return None
-    mine, ref = _as_float(res["metrics"].get(overall)), _as_float(triv["metrics"].get(overall))
+    mine, ref = _as_float(ev["metrics"].get(overall)), _as_float(triv["metrics"].get(overall))
     if not (math.isfinite(mine) and math.isfinite(ref)):
         return None
     worse = mine > ref if overall == "rmse" else mine < ref
@@ -738,17 +998,55 @@ def _verdict(res: dict) -> str | None:
     )
 
 
-def _print_result(res: dict) -> None:
+def _print_budget(res: dict) -> None:
+    b = res.get("budget")
+    if not b:
+        return
+    n = b["releases"]
     print(
-        f"dataset   {res.get('dataset')}  ({res['n_users']} users x {res['n_items']} items, "
-        f"{res['n_train']} training interactions, protocol {res['protocol']})"
+        f"budget    {b['file']}: lifetime eps {_fmt_eps(b['lifetime_epsilon'])} at delta "
+        f"{_as_float(b['lifetime_delta']):g}; spent eps {_fmt_eps(b['spent_before'])} -> "
+        f"{_fmt_eps(b['spent'])} (PLD over every event of {n} release{'s' if n != 1 else ''}); "
+        f"remaining {_fmt_eps(b['remaining'])}; this fit recorded as {b['label']!r}"
     )
+
+
+def _print_non_private(res: dict) -> None:
+    """The footer: exact sizes and running times, and what the mark means."""
+    ev = res["non_private"]
+    unit = "interactions" if res["protocol"] == "heldout-users" else "ratings"
+    if "n_users" in ev:
+        print(
+            f"{MARK} data     {ev['n_users']:,} users x {ev['n_items']:,} items, "
+            f"{ev['n_train']:,} training {unit} (exact counts)"
+        )
+    spans = (("fit_seconds", "fit"), ("eval_seconds", "evaluation"))
+    times = [f"{label} {ev[key]:.2f} s" for key, label in spans if key in ev]
+    als = (ev.get("baselines") or {}).get("als")
+    if als and "fit_seconds" in als:
+        times.append(f"non-private ALS fit {als['fit_seconds']:.2f} s")
+    if times:
+        print(f"{MARK} timings  " + ", ".join(times))
+    print(
+        textwrap.fill(
+            f"{MARK} = an exact figure computed from the data (sizes, metrics on held-out data, bucket tables, "
+            "baselines fitted without noise, running times): the privacy guarantee does not cover it; do not "
+            "publish it with the release.",
+            _WIDTH,
+            subsequent_indent="  ",
+        )
+    )
+
+
+def _print_result(res: dict) -> None:
+    print(f"dataset   {res.get('dataset')}  (protocol {res['protocol']})")
     print(f"method    {res['method']}" + ("  (non-private reference)" if res["method"] == "als" else ""))
-    print(f"fit       {res['fit_seconds']:.2f} s")
-    if "metrics" in res:
+    if "metrics" in res["non_private"]:
         _print_comparison(res)
+    _print_budget(res)
     print("privacy")
     print(textwrap.fill(res["privacy_summary"], _WIDTH, initial_indent="  ", subsequent_indent="  "))
+    _print_non_private(res)
 
 
 # ---------------------------------------------------------------------------------------- plot
@@ -791,7 +1089,7 @@ def save_bucket_plot(res: dict, path) -> str:
     ax.set_xticklabels([f"{b}" + (" (tail)" if b == 0 else " (head)" if b == nb - 1 else "") for b in range(nb)])
     ax.set_xlabel("item popularity bucket (0 = least popular)")
     ax.set_ylabel(f"{key} ({direction})")
-    ax.set_title(f"{res.get('dataset')}: {key} per popularity bucket")
+    ax.set_title(f"{res.get('dataset')}: {key} per popularity bucket (non-private: exact held-out data)", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
@@ -830,12 +1128,81 @@ def _check_fit_args(args) -> dict:
         )
     if args.compare_als and not private:
         _warn(args, "--compare-als is ignored: the fitted model is already non-private ALS")
+    _check_budget_args(args, private)
     for flag in ("factors", "iterations"):
         v = getattr(args, flag)
         if v is not None and v < (0 if flag == "factors" and private else 1):
             raise CommandError(f"{_FLAG_NAMES[flag]} must be >= {0 if flag == 'factors' and private else 1}, got {v}")
     _check_plot(args.plot)
     return {_MODEL_FLAGS[k]: getattr(args, k) for k in _MODEL_FLAGS if getattr(args, k) is not None}
+
+
+def _check_budget_args(args, private: bool) -> None:
+    """The --budget-file options, checked before any data is loaded: a non-private fit cannot be
+    charged, a new file needs its lifetime, an existing file is opened (and checked) and refused
+    (exit status 3) when nothing is left."""
+    given = [f for f in ("lifetime_epsilon", "lifetime_delta", "budget_label") if getattr(args, f) is not None]
+    if args.budget_file is None:
+        if given:
+            flags = ", ".join("--" + f.replace("_", "-") for f in given)
+            raise CommandError(f"{flags} only appl{'y' if len(given) > 1 else 'ies'} with --budget-file")
+        return
+    lifetime = [f for f in given if f != "budget_label"]
+    if not private:
+        raise CommandError(
+            "--budget-file: als is non-private (epsilon = inf) and cannot be charged to a privacy budget"
+        )
+    if args.epsilon is not None and math.isinf(args.epsilon):
+        raise CommandError("--budget-file: epsilon = inf is non-private and cannot be charged to a privacy budget")
+    if _noise_seed(args) is not None:
+        raise CommandError(
+            "--budget-file with --noise-seed: a known noise seed voids the guarantee, so the fit cannot be "
+            "charged to a privacy budget"
+        )
+    if args.lifetime_epsilon is not None and not (math.isfinite(args.lifetime_epsilon) and args.lifetime_epsilon > 0):
+        raise CommandError(f"--lifetime-epsilon must be finite and > 0, got {args.lifetime_epsilon}")
+    if args.lifetime_delta is not None and not 0 < args.lifetime_delta < 1:
+        raise CommandError(f"--lifetime-delta must be in (0, 1), got {args.lifetime_delta}")
+    path = Path(args.budget_file)
+    if not path.exists():
+        if len(lifetime) < 2:
+            raise CommandError(
+                f"budget file {path} does not exist; create it with --lifetime-epsilon and --lifetime-delta"
+            )
+        if not path.parent.is_dir():
+            raise CommandError(f"--budget-file: folder {path.parent} does not exist")
+        return
+    budget = Budget.open_or_create(path, args.lifetime_epsilon, args.lifetime_delta)  # checks the file and lifetime
+    if budget.remaining() <= 0:
+        spent, eps = budget.spent(), budget.epsilon
+        raise BudgetExceededError(
+            f"privacy budget {path} is used up: spent epsilon {_fmt_eps(spent)} of its lifetime "
+            f"{_fmt_eps(eps)} (delta {budget.delta:g}); nothing was loaded or fitted",
+            path=path,
+            lifetime_epsilon=eps,
+            delta=budget.delta,
+            spent=spent,
+            total=spent,
+            n_releases=len(budget.releases),
+        )
+
+
+def _budget_result(charged: dict) -> dict:
+    """The ``budget`` entry of the result: lifetime, spend before and after this fit, its label."""
+    budget, ticket = charged["budget"], charged["charge"]
+    release = ticket.release
+    eps = budget.epsilon
+    return {
+        "file": str(budget.path),
+        "lifetime_epsilon": eps,
+        "lifetime_delta": budget.delta,
+        "accountant": "pld",
+        "label": release.label,
+        "spent_before": ticket.spent_before,
+        "spent": release.spent_after,
+        "remaining": max(0.0, eps - release.spent_after),
+        "releases": ticket.releases_before + 1,
+    }
 
 
 def _fit(args) -> int:
@@ -858,8 +1225,20 @@ def _fit(args) -> int:
             msg = _delta_warning(delta, split.train.shape[0], split.protocol, args.delta is not None)
             if msg:
                 _warn(args, msg)
+        charged = None
+        if args.budget_file is not None:
+            label = args.budget_label or f"privrec fit --method {args.method} --epsilon {epsilon:g} on {name}"
+            budget = Budget.open_or_create(args.budget_file, args.lifetime_epsilon, args.lifetime_delta)
+            charged = {"budget": budget, "label": label}
         fitted = _fit_model(
-            split, args.method, epsilon, delta if private else None, params, _noise_seed(args), _progress_enabled(args)
+            split,
+            args.method,
+            epsilon,
+            delta if private else None,
+            params,
+            _noise_seed(args),
+            _progress_enabled(args),
+            charged,
         )
         model, res = X.run_experiment(
             split,
@@ -874,11 +1253,16 @@ def _fit(args) -> int:
         )
         stages.next()
         if evaluate:
+            threshold = _add_ranking(res, model, split, args)
             stages.next()
-            res["baselines"] = _baselines(args, split, name, args.method, params)
+            res["baselines"] = _baselines(
+                args, split, name, args.method, params, model, _is_private_release(res), threshold
+            )
             stages.next()
     finally:
         stages.close()
+    if charged is not None:
+        res["budget"] = _budget_result(charged)
     res["seed"] = args.seed
     res["noise_seed"] = _noise_seed(args)
     feedback = getattr(model, "feedback", "explicit")
@@ -888,6 +1272,7 @@ def _fit(args) -> int:
     if args.output:
         model.save(args.output)
         res["output"] = str(args.output)
+    res = separate_non_private(res)
     if args.plot is not None:
         res["plot"] = save_bucket_plot(res, args.plot)
     if args.json:
@@ -935,10 +1320,12 @@ def _evaluate(args) -> int:
         **X.privacy_summary(model, None),
         **ev,
     }
-    res["baselines"] = _baselines(args, split, name, res["method"], {})
+    threshold = _add_ranking(res, model, split, args)
+    res["baselines"] = _baselines(args, split, name, res["method"], {}, model, _is_private_release(res), threshold)
     report = res["privacy_events"] if res["privacy_events"].get("events") else None
     res["privacy_summary"] = privacy_paragraph(report, getattr(model, "feedback", "explicit"), width=None)
     res["warnings"] = list(args._warnings)
+    res = separate_non_private(res)
     if args.json:
         print(json.dumps(X.json_safe(res)))
     else:
@@ -946,6 +1333,7 @@ def _evaluate(args) -> int:
         _print_comparison(res)
         print("privacy")
         print(textwrap.fill(res["privacy_summary"], _WIDTH, initial_indent="  ", subsequent_indent="  "))
+        _print_non_private(res)
     return 0
 
 

@@ -98,10 +98,18 @@ from typing import Any
 import dp_accounting
 import numpy as np
 from sklearn.base import BaseEstimator
-from sklearn.utils._param_validation import HasMethods
 from sklearn.utils.validation import check_is_fitted
 
-from .._constraints import DELTA, EPSILON, NON_NEGATIVE, POSITIVE, POSITIVE_INT, POSITIVE_OR_INF, StrOptions
+from .._constraints import (
+    DELTA,
+    EPSILON,
+    NON_NEGATIVE,
+    POSITIVE,
+    POSITIVE_INT,
+    POSITIVE_OR_INF,
+    HasMethods,
+    StrOptions,
+)
 from .._params import Hyperparameters, param
 from .._validation import check_delta, check_epsilon, check_finite_array, check_int, check_positive
 from ..pipeline import check_ledger

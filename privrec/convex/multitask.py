@@ -60,10 +60,18 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
-from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
-from .._constraints import DELTA, EPSILON, NON_NEGATIVE, OPEN_FRACTION, POSITIVE, POSITIVE_INT, StrOptions
+from .._constraints import (
+    DELTA,
+    EPSILON,
+    NON_NEGATIVE,
+    OPEN_FRACTION,
+    POSITIVE,
+    POSITIVE_INT,
+    Interval,
+    StrOptions,
+)
 from .._params import Hyperparameters, param
 from .._validation import check_delta, check_epsilon, check_finite_array, check_int, check_positive
 from ..allocation import adaptive_task_weights

@@ -161,12 +161,19 @@ class Preset:
     user_sigma: float = 1.4  # log-normal spread of items per user (heavy-tailed activity)
     max_user_fraction: float = 0.35  # cap on a user's share of all items
     description: str = ""
+    signal: float = 0.7  # weight of the planted low-rank part in the values (0 = biases only)
+    affinity: float | None = None  # taste-driven observation (None = DEFAULT_AFFINITY, 0 = taste-blind)
+    noise_std: float = 0.5  # rating noise
 
     def _generator_arguments(self) -> dict[str, Any]:
         """The keyword arguments of :func:`low_rank_interactions` this preset sets besides the sizes."""
-        return {
-            f: getattr(self, f) for f in ("top10_share", "min_per_user", "values", "user_sigma", "max_user_fraction")
+        out = {
+            f: getattr(self, f)
+            for f in ("top10_share", "min_per_user", "values", "user_sigma", "max_user_fraction", "signal", "noise_std")
         }
+        if self.affinity is not None:
+            out["affinity"] = self.affinity
+        return out
 
 
 PRESETS: dict[str, Preset] = {
@@ -200,6 +207,33 @@ PRESETS: dict[str, Preset] = {
     # Small embedded default: generates in well under a second.
     "synthetic-skew": Preset(
         5_000, 2_000, 100_000, 0.86, 5, max_user_fraction=0.2, description="small skewed ratings, the embedded default"
+    ),
+    # Generators that test the configuration rule (issue 24): no interaction structure at all (the
+    # truth is global mean + user bias + item bias, and which items a user rates ignores taste), so
+    # the best model is the bias model; and a strongly personal one (large planted low-rank part,
+    # taste-driven observation), where a personal model should beat it.
+    "synthetic-biases": Preset(
+        5_000,
+        2_000,
+        100_000,
+        0.86,
+        5,
+        max_user_fraction=0.2,
+        signal=0.0,
+        affinity=0.0,
+        description="small skewed ratings with no interaction structure (biases only)",
+    ),
+    "synthetic-structured": Preset(
+        20_000,
+        1_000,
+        600_000,
+        0.6,
+        10,
+        max_user_fraction=0.2,
+        signal=1.5,
+        affinity=3.0,
+        noise_std=0.3,
+        description="skewed ratings with a strong planted rank-8 structure and taste-driven observation",
     ),
 }
 

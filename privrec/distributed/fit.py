@@ -13,8 +13,8 @@ What runs where (one sweep = user step, then item step):
   release attributes;
 * **partition tasks** (where the partition's CSR block lives; the state persists on the workers
   between steps) -- binarisation (implicit feedback), sampled counts / rating sums with the
-  partition's global row offset (counter-based sampling: the same entries as on the whole
-  matrix), head restriction, centering, the per-user allocation (uniform / tail with the
+  partition's users' keys (counter-based sampling keyed on the stable hash of each user's id:
+  the same entries as on the whole matrix), head restriction, centering, the per-user allocation (uniform / tail with the
   driver's key, adaptive), the per-user ridge, the item-major batch structure, and per step the
   user step (``DPALS._user_step``, warm-started CG by default), labels (minus the user bias, clipped when private),
   features ``[U, c]`` and the unit spend;
@@ -63,6 +63,7 @@ from ..allocation import (
     adaptive_weights,
     sampled_item_counts,
     sampled_rating_sum,
+    stable_user_keys,
     tail_weights,
     uniform_weights,
 )
@@ -147,34 +148,45 @@ def _training_matrix(block: PartitionBlock, offset: int, implicit: bool) -> sp.c
     return _binarised(block.matrix) if implicit else block.matrix
 
 
-def _sampled_counts(R: sp.csr_matrix, offset: int, k: int, key: int) -> np.ndarray:
-    return sampled_item_counts(R, k, key, offset)
+def _partition_user_keys(block: PartitionBlock, offset: int) -> np.ndarray:
+    """The sampling keys of the partition's users: the stable hash of their ids, as the local fit
+    keys an ``Interactions``' users (``FactorizationModel._sampling_user_keys``)."""
+    return stable_user_keys(block.user_ids)
+
+
+def _sampled_counts(R: sp.csr_matrix, offset: int, k: int, key: int, user_keys=None) -> np.ndarray:
+    return sampled_item_counts(R, k, key, offset, user_keys)
 
 
 def _exact_counts(R: sp.csr_matrix, offset: int) -> np.ndarray:
     return np.bincount(R.indices, minlength=R.shape[1]).astype(np.float64)
 
 
-def _sampled_sum(R: sp.csr_matrix, offset: int, k: int, key: int, bound: float, mid: float) -> tuple[float, float]:
+def _sampled_sum(
+    R: sp.csr_matrix, offset: int, k: int, key: int, bound: float, mid: float, user_keys=None
+) -> tuple[float, float]:
     # the local PrivatePipeline.release_mean shifts by the public midpoint first (same expression)
     m = R if not mid else sp.csr_matrix((R.data - mid, R.indices, R.indptr), shape=R.shape)
-    return sampled_rating_sum(m, k, key, bound, offset)
+    return sampled_rating_sum(m, k, key, bound, offset, user_keys)
 
 
 def _exact_sum(R: sp.csr_matrix, offset: int) -> tuple[float, float]:
     return float(R.data.sum(dtype=np.float64)), float(R.nnz)
 
 
-def _weights(R: sp.csr_matrix, offset: int, counts_h: np.ndarray, cfg, key: int | None) -> sp.csr_matrix:
-    """``PrivatePipeline.allocate`` for one block of users (the sampling key drawn by the driver)."""
+def _weights(
+    R: sp.csr_matrix, offset: int, counts_h: np.ndarray, cfg, key: int | None, user_keys=None
+) -> sp.csr_matrix:
+    """``PrivatePipeline.allocate`` for one block of users (the sampling key drawn by the driver,
+    the users' own keys from their ids)."""
     dtype = cfg.dtype
     kind = cfg.allocation if cfg.private else "full"
     if kind == "full":
         return sp.csr_matrix((np.ones(R.nnz, dtype=dtype), R.indices, R.indptr), shape=R.shape)
     if kind == "uniform":
-        return uniform_weights(R, int(cfg.budget), dtype=dtype, key=key, row_offset=offset)
+        return uniform_weights(R, int(cfg.budget), dtype=dtype, key=key, row_offset=offset, user_keys=user_keys)
     if kind == "tail":
-        return tail_weights(R, counts_h, int(cfg.budget), dtype=dtype, key=key, row_offset=offset)
+        return tail_weights(R, counts_h, int(cfg.budget), dtype=dtype, key=key, row_offset=offset, user_keys=user_keys)
     return adaptive_weights(R, counts_h, cfg.mu, cfg.budget, dtype=dtype)
 
 
@@ -188,6 +200,7 @@ def _prepare(
     n_users: int,
     proxy,
     cfg,
+    user_keys=None,
 ) -> PartitionState:
     """Head restriction, centering, allocation, user ridge (when per user) and the batch structure."""
     dtype = cfg.dtype
@@ -200,7 +213,7 @@ def _prepare(
     centered.data = centered.data.astype(dtype, copy=True)
     if mu:
         centered.data -= dtype.type(mu)
-    W = _weights(R, offset, counts_h, cfg, key)
+    W = _weights(R, offset, counts_h, cfg, key, user_keys)
     user_counts = np.diff(R.indptr)
     rows = np.repeat(np.arange(R.shape[0]), user_counts)
     if cfg.private:
@@ -486,10 +499,13 @@ class _Driver:
     def key(self, *names) -> str:
         return "-".join([self.token, *(str(n) for n in names)])
 
-    def per_partition(self, fn, inputs: list, *args, name: str) -> list:
-        """Futures of ``fn(inputs[p], offset_p, *args)``, one per partition (runs where the input is)."""
+    def per_partition(self, fn, inputs: list, *args, name: str, user_keys: list | None = None) -> list:
+        """Futures of ``fn(inputs[p], offset_p, *args)``, one per partition (runs where the input is);
+        with ``user_keys`` (one future per partition) ``fn`` also gets ``user_keys=user_keys[p]``."""
+        extra = [{} if user_keys is None else {"user_keys": user_keys[p]} for p in range(len(inputs))]
         return [
-            self.client.submit(fn, inp, self.offsets[p], *args, key=self.key(name, p)) for p, inp in enumerate(inputs)
+            self.client.submit(fn, inp, self.offsets[p], *args, key=self.key(name, p), **extra[p])
+            for p, inp in enumerate(inputs)
         ]
 
     def total(self, futures: list, name: str):
@@ -524,6 +540,8 @@ class _Driver:
         else:
             model._check_rating_span(lo_v, hi_v, cfg)
         base = self.per_partition(_training_matrix, parts.blocks, cfg.implicit, name="matrix")
+        # per-user sampling keyed on the users' ids (the local fit's keys for the same Interactions)
+        ukeys = self.per_partition(_partition_user_keys, parts.blocks, name="user-keys") if cfg.private else None
 
         # 1. the local fit's sequence: rng, init_rng, pipeline, calibration --------------------------
         dtype, d = cfg.dtype, cfg.factors
@@ -540,8 +558,8 @@ class _Driver:
         if cfg.private:
             k = cfg.count_sample
             counts = pipe.release_sampled_counts(
-                lambda key, blocks=base: self.total(
-                    self.per_partition(_sampled_counts, blocks, k, key, name="counts"), "counts-sum"
+                lambda key, blocks=base, keys=ukeys: self.total(
+                    self.per_partition(_sampled_counts, blocks, k, key, name="counts", user_keys=keys), "counts-sum"
                 ),
                 k,
             )
@@ -551,8 +569,11 @@ class _Driver:
         mu = 0.0
         if cfg.center and cfg.private:
             mu = pipe.release_sampled_mean(
-                lambda key, half, mid, blocks=base: self.total(
-                    self.per_partition(_sampled_sum, blocks, cfg.count_sample, key, half, mid, name="mean"), "mean-sum"
+                lambda key, half, mid, blocks=base, keys=ukeys: self.total(
+                    self.per_partition(
+                        _sampled_sum, blocks, cfg.count_sample, key, half, mid, name="mean", user_keys=keys
+                    ),
+                    "mean-sum",
                 ),
                 cfg.count_sample,
                 cfg.rating_bound,
@@ -568,7 +589,7 @@ class _Driver:
         states: list = []
         if trains:
             states = self.per_partition(
-                _prepare, base, head, mu, counts_h, alloc_key, n_users, task_model, cfg, name="state"
+                _prepare, base, head, mu, counts_h, alloc_key, n_users, task_model, cfg, name="state", user_keys=ukeys
             )
 
         # 2. ridges and initial factors ------------------------------------------------------------
@@ -588,7 +609,7 @@ class _Driver:
                 client.submit(_with_user_reg, s, cfg.user_reg, e, norm_u, key=self.key("state-reg", p))
                 for p, s in enumerate(states)
             ]
-        del base  # the states keep their lineage (recomputed from the blocks if a worker is lost)
+        del base, ukeys  # the states keep their lineage (recomputed from the blocks if a worker is lost)
         if self.als:
             V = model._init_item_factors(head.size, dtype)
         else:
@@ -778,6 +799,7 @@ class _Driver:
         model.user_ids_ = None
         model.item_ids_ = item_ids_or_none
         model._item_ids_given = bool(given)
+        model._item_axis = "catalogue" if given else "data"  # a partitioned table: its items, unless given
         model._id_lookup = {}
 
 

@@ -1,4 +1,4 @@
-"""Offline metrics: RMSE, Recall@k, NDCG@k and catalogue coverage (Krichene et al., ICML 2023, App. D.1).
+"""Offline metrics: RMSE, Recall@k, NDCG@k, Precision@k, MAP@k, coverage (Krichene et al., ICML 2023, App. D.1).
 
 All ranking metrics take factor matrices and CSR interaction matrices aligned row by row:
 ``user_factors[r]`` scores every item as ``user_factors[r] @ item_factors.T (+ item_bias)``,
@@ -13,6 +13,14 @@ Definitions (Krichene et al., App. D.1, "Metrics"):
   one target (users without targets are dropped, not counted as zero).
 * ``NDCG@k = (1/n') sum_j DCG_j / IDCG_j`` with binary gains, ``DCG = sum_{hits at rank r}
   1/log2(r+2)`` (r = 0 for the first slot) and ``IDCG = sum_{r < min(k, |T_j|)} 1/log2(r+2)``.
+* ``Precision@k = (1/n') sum_j |T_j ∩ topk_j| / k`` (the usual definition: a user with fewer than
+  k targets cannot reach 1).
+* ``MAP@k = (1/n') sum_j AP_j`` with ``AP_j = sum_{hits at rank r} P_j@(r+1) / min(k, |T_j|)``,
+  ``P_j@(r+1)`` the share of hits among the first r+1 slots: the definition of ``implicit``'s
+  ``mean_average_precision_at_k`` (normalised by ``min(k, |T_j|)``, so a perfect list scores 1).
+  Note that ``implicit``'s ``precision_at_k`` is *not* the usual Precision@k: it divides the total
+  number of hits by ``sum_j min(k, |T_j|)``; the two agree when every evaluated user has at least
+  k targets.
 * ``coverage@k`` = share of the catalogue (or of ``items`` when given) that appears in at
   least one evaluated user's top-k list.
 * ``RMSE = sqrt(mean over test pairs of (prediction - y)^2)``.
@@ -84,13 +92,13 @@ def ranking_metrics(
     chunk: int = DEFAULT_CHUNK,
     progress=None,
 ) -> dict:
-    """Recall@k, NDCG@k and coverage@k for every k in ``ks`` in one pass over the users.
+    """Recall@k, NDCG@k, Precision@k, MAP@k and coverage@k for every k in ``ks`` in one pass over the users.
 
     ``items`` (optional index array) restricts both candidates and targets to those items
     (e.g. the top-10% most popular items, as in the authors' reference implementation). ``progress`` is
     an optional callable receiving the number of users processed per block (e.g. ``tqdm.update``).
-    Returns ``{"recall@k", "ndcg@k", "coverage@k", "n_users"}`` (NaN metrics when no user
-    has a target).
+    Returns ``{"recall@k", "ndcg@k", "precision@k", "map@k", "coverage@k", "n_users"}`` (NaN metrics
+    when no user has a target; definitions in the module docstring).
     """
     U, V = _check_factors(user_factors, item_factors)
     ks = sorted({check_int(k, "k", minimum=1) for k in np.atleast_1d(ks).tolist()})
@@ -110,6 +118,9 @@ def ranking_metrics(
     n_t = np.diff(targets.indptr)
     recall_sum = dict.fromkeys(ks, 0.0)
     ndcg_sum = dict.fromkeys(ks, 0.0)
+    precision_sum = dict.fromkeys(ks, 0.0)
+    ap_sum = dict.fromkeys(ks, 0.0)
+    ranks = np.arange(1, kmax + 1, dtype=np.float64)
     seen = {k: np.zeros(V.shape[0], dtype=bool) for k in ks}
     n_eval = 0
     for a, b in iter_chunks(U.shape[0], chunk):
@@ -126,11 +137,14 @@ def ranking_metrics(
             cum_hits = np.cumsum(hits, axis=1)
             cum_dcg = np.cumsum(hits * disc[None, :], axis=1)
             cum_disc = np.cumsum(disc)
+            cum_ap = np.cumsum(hits * (cum_hits / ranks[None, :]), axis=1)  # precision at each hit
             for k in ks:
                 denom = np.minimum(k, nt)
                 recall_sum[k] += float(np.sum(cum_hits[:, k - 1] / denom))
                 idcg = cum_disc[denom.astype(np.int64) - 1]
                 ndcg_sum[k] += float(np.sum(cum_dcg[:, k - 1] / idcg))
+                precision_sum[k] += float(np.sum(cum_hits[:, k - 1])) / k
+                ap_sum[k] += float(np.sum(cum_ap[:, k - 1] / denom))
                 shown = top[:, :k][valid[:, :k]]
                 seen[k][shown] = True
             n_eval += rows.size
@@ -140,6 +154,8 @@ def ranking_metrics(
     for k in ks:
         out[f"recall@{k}"] = recall_sum[k] / n_eval if n_eval else float("nan")
         out[f"ndcg@{k}"] = ndcg_sum[k] / n_eval if n_eval else float("nan")
+        out[f"precision@{k}"] = precision_sum[k] / n_eval if n_eval else float("nan")
+        out[f"map@{k}"] = ap_sum[k] / n_eval if n_eval else float("nan")
         out[f"coverage@{k}"] = float(seen[k].mean()) if V.shape[0] else float("nan")
     return out
 
@@ -152,6 +168,18 @@ def recall_at_k(user_factors, item_factors, targets, history=None, k: int = 20, 
 def ndcg_at_k(user_factors, item_factors, targets, history=None, k: int = 20, **kw) -> float:
     """NDCG@k with binary gains (module docstring); see :func:`ranking_metrics`."""
     return ranking_metrics(user_factors, item_factors, targets, history, ks=(k,), **kw)[f"ndcg@{k}"]
+
+
+def precision_at_k(user_factors, item_factors, targets, history=None, k: int = 20, **kw) -> float:
+    """Precision@k, hits among the top k divided by k, averaged over users with a target (module
+    docstring); see :func:`ranking_metrics` for arguments."""
+    return ranking_metrics(user_factors, item_factors, targets, history, ks=(k,), **kw)[f"precision@{k}"]
+
+
+def map_at_k(user_factors, item_factors, targets, history=None, k: int = 20, **kw) -> float:
+    """MAP@k as ``implicit`` defines it (average precision normalised by ``min(k, |T_j|)``; module
+    docstring); see :func:`ranking_metrics` for arguments."""
+    return ranking_metrics(user_factors, item_factors, targets, history, ks=(k,), **kw)[f"map@{k}"]
 
 
 def catalogue_coverage(recommended, n_items: int) -> float:

@@ -22,7 +22,37 @@ pandas DataFrame with columns ``user`` / ``item`` / ``rating`` (the module defau
 :mod:`privrec.data.frames`; build the ``Interactions`` with :func:`privrec.data.from_pandas` for
 other column names or a public item vocabulary), or a dense array in which NaN marks an unrated
 entry (0 is a rating). scikit-learn's ``fit(X, y)`` calling convention is accepted too: a ``y``
-(``None`` or an array) in the ``show_progress`` position is ignored and the fit is quiet.
+(``None`` or an array) in the ``show_progress`` position is ignored (the ratings are in ``X``).
+
+Progress bars: ``fit(X, show_progress=True / False)`` decides for one fit (implicit 0.7's
+signature); ``show_progress=None`` (or not given) falls back to the model's ``show_progress``
+constructor parameter, as ``verbose`` in scikit-learn; its default ``None`` means **a bar when
+``fit`` is called directly, none when scikit-learn calls it** (``GridSearchCV``,
+``cross_validate``, a ``Pipeline``, ``check_estimator``: any scikit-learn function on the call
+stack, or a ``y`` given as in ``fit(X, y)``), so a search prints no bar per fold. Estimators
+cloned by scikit-learn keep the constructor value: ``show_progress=True`` asks for bars even there.
+
+Model selection over a private model: scores computed for scikit-learn's model selection
+(``GridSearchCV``, ``cross_val_score``, ...) are functions of the private data that no privacy
+ledger counts, and choosing among the candidates spends privacy that none of their (epsilon, delta)
+guarantees covers; :class:`PrivateSelectionWarning` says so once per model (private model selection
+is planned work: issue 24).
+
+Item catalogue: ``fit(X, items=catalogue)`` declares the public item catalogue (the item axis is
+then the catalogue, whatever items have ratings: :func:`with_item_catalogue`), as
+``privrec.data.from_pandas(..., item_ids=catalogue)`` does. A *private* model fitted on an item axis
+derived from the data (a DataFrame / CSV without a catalogue) warns with
+:class:`ItemCatalogueWarning`; ``fit(X, strict_catalogue=True)`` refuses any private fit without a
+declared catalogue. :meth:`FactorizationModel.save` records where the axis came from (metadata
+``item_axis``: ``{"source": "catalogue" | "data" | "matrix", "public": bool}``).
+
+User ids and sampling: per-user sampling in a private fit is keyed on each user's id
+(:func:`privrec.allocation.stable_user_keys`); a bare matrix has no ids and its row index is the id.
+
+Pickling (``pickle``, ``joblib.dump``) a fitted private model keeps the release only: the training
+users' factors, biases and ids, data-derived item ids, fit timings and the noise seed are dropped,
+with one :class:`PrivateStateWarning` (:meth:`FactorizationModel.__getstate__`). Non-private models
+pickle everything.
 
 Private models (``epsilon`` finite) refuse operations that would compute something new from
 *other* users' data after the release (``recalculate_item``, ``partial_fit_items``): those would be
@@ -34,13 +64,16 @@ which projects the given ``user_items`` rows automatically.
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import io
 import json
 import math
 import numbers
+import sys
 import warnings
+import weakref
 import zipfile
 import zlib
 from pathlib import Path
@@ -66,6 +99,9 @@ _EPS_RTOL = 1e-6
 __all__ = [
     "FactorizationModel",
     "PrivateReleaseError",
+    "PrivateSelectionWarning",
+    "PrivateStateWarning",
+    "ItemCatalogueWarning",
     "RatingRangeWarning",
     "NotFittedError",
     "as_user_items",
@@ -73,6 +109,8 @@ __all__ = [
     "check_ids",
     "check_rating_range",
     "fit_input",
+    "item_axis_source",
+    "with_item_catalogue",
 ]
 
 
@@ -84,6 +122,61 @@ class PrivateReleaseError(ValueError, NotImplementedError):
 
 class RatingRangeWarning(UserWarning):
     """Ratings given to ``fit`` fall outside the model's declared (public) rating range."""
+
+
+class ItemCatalogueWarning(UserWarning):
+    """A private model was fitted on an item axis derived from the training data: a DataFrame / CSV
+    (or an ``Interactions`` read from one) without a declared item catalogue indexes only the items
+    that have at least one rating. Which items have ratings is a statistic of the data -- with one
+    user as an item's only rater, the released arrays have a row more with that user than without --
+    so the item axis is not covered by the privacy guarantee. Declare the public catalogue:
+    ``model.fit(X, items=catalogue)``, ``privrec.data.from_pandas(..., item_ids=catalogue)`` or
+    ``from_parquet(..., item_ids=catalogue)``; ``fit(X, strict_catalogue=True)`` refuses instead."""
+
+
+class PrivateStateWarning(UserWarning):
+    """Pickling (``pickle``, ``joblib.dump``, ...) a fitted private model dropped the state its privacy
+    guarantee does not cover (the training users' factors, biases and ids, data-derived item ids,
+    fit timings, the noise seed): the unpickled model holds the release only, as a loaded one does."""
+
+
+class PrivateSelectionWarning(UserWarning):
+    """A private model is scored for scikit-learn's model selection (``GridSearchCV``,
+    ``cross_val_score``, ...): the scores and the choice among candidates are computed from the
+    private data, and no privacy ledger counts that spending (private model selection: issue 24)."""
+
+
+def called_by_sklearn(package: str = "sklearn") -> bool:
+    """Whether a function of ``package`` (scikit-learn, or one of its subpackages such as
+    ``"sklearn.model_selection"``) is on the current call stack."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        module = frame.f_globals.get("__name__") or ""
+        if module == package or module.startswith(package + "."):
+            return True
+        frame = frame.f_back
+    return False
+
+
+#: models that already warned (held weakly: a model is not kept alive, nor its state changed)
+_selection_warned: weakref.WeakSet = weakref.WeakSet()
+
+
+def warn_private_selection(model, stacklevel: int = 3) -> None:
+    """One :class:`PrivateSelectionWarning` per private ``model`` (finite epsilon) scored within
+    ``sklearn.model_selection``; nothing otherwise."""
+    if not model._is_private() or model in _selection_warned or not called_by_sklearn("sklearn.model_selection"):
+        return
+    _selection_warned.add(model)
+    warnings.warn(
+        f"scoring a private {type(model).__name__} (epsilon={model.epsilon}) for scikit-learn's model selection: "
+        "each candidate's (epsilon, delta) covers its own release only, while the scores and the choice among "
+        "candidates are computed from the private training and held-out data, spending privacy that no privacy "
+        "ledger counts. Select settings on public or synthetic data, or account for the search yourself; "
+        "private model selection (issue 24) is planned work",
+        PrivateSelectionWarning,
+        stacklevel=stacklevel,
+    )
 
 
 # ---------------------------------------------------------------------- input checks
@@ -248,6 +341,83 @@ def fit_input(X):
     return as_user_items(X), user_ids, item_ids, given
 
 
+#: where a fitted model's item axis came from (``FactorizationModel.item_axis_``, saved as ``item_axis``)
+ITEM_AXIS_SOURCES = ("catalogue", "data", "matrix")
+
+
+def item_axis_source(X) -> str:
+    """Where the item axis (columns) of a ``fit`` input comes from.
+
+    * ``"catalogue"``: a declared public vocabulary -- an ``Interactions`` built with ``item_ids=``
+      (``from_pandas`` / ``from_parquet`` / :func:`with_item_catalogue`) whose axis is still that
+      vocabulary (checked by fingerprint);
+    * ``"data"``: the items that have ratings -- a long DataFrame (or CSV) or an ``Interactions``
+      read from one without ``item_ids``, or whose given axis was changed since (e.g. ``drop_empty``);
+    * ``"matrix"``: the columns of a matrix (or of an ``Interactions`` built from one), as the caller
+      made them; privrec cannot tell whether they are a catalogue.
+    """
+    import pandas as pd
+
+    if isinstance(X, pd.DataFrame):
+        return "data"
+    if sp.issparse(X) or not (hasattr(X, "matrix") and hasattr(X, "item_ids")):
+        return "matrix"
+    info = getattr(X, "info", None) or {}
+    vocabulary = info.get("item_vocabulary")
+    if vocabulary == "given":
+        from ..data.frames import vocabulary_fingerprint
+
+        same = info.get("item_vocabulary_sha256") == vocabulary_fingerprint(np.asarray(X.item_ids))
+        return "catalogue" if same else "data"
+    return "data" if vocabulary == "data" else "matrix"
+
+
+def with_item_catalogue(X, items):
+    """``X`` (any ``fit`` input) as an ``Interactions`` whose item axis is the public catalogue ``items``.
+
+    ``items``: the catalogue's item ids, in order (unique; public: it must come from outside the
+    ratings, e.g. a product list). A DataFrame is read with ``from_pandas(X, item_ids=items)``; an
+    ``Interactions`` has its columns re-indexed to the catalogue (``ValueError`` for an item not in
+    it); a matrix must have one column per catalogue item, in catalogue order. Items of the
+    catalogue without ratings get columns without entries, so the released arrays have one row per
+    catalogue item whatever the data (``ModelFile`` metadata ``item_axis``: ``catalogue``).
+    """
+    import pandas as pd
+
+    from ..data.frames import ITEM_COL, RATING_COL, USER_COL, from_pandas, vocabulary_fingerprint
+    from ..data.interactions import Interactions
+
+    catalogue = _id_array(items)
+    if catalogue.ndim != 1 or catalogue.size == 0:
+        raise ValueError("items (the public item catalogue) must be a non-empty 1-D sequence of item ids")
+    index = pd.Index(catalogue)
+    if not index.is_unique:
+        raise ValueError(
+            f"items (the public item catalogue) holds repeated ids, e.g. {list(index[index.duplicated()][:5])}"
+        )
+    if isinstance(X, pd.DataFrame):
+        return from_pandas(X, USER_COL, ITEM_COL, RATING_COL, item_ids=catalogue)
+    if not sp.issparse(X) and hasattr(X, "matrix") and hasattr(X, "item_ids"):
+        matrix, user_ids, timestamps = X.matrix, X.user_ids, getattr(X, "timestamps", None)
+        codes = index.get_indexer(np.asarray(X.item_ids))
+        if np.any(codes < 0):
+            missing = list(np.asarray(X.item_ids)[codes < 0][:5])
+            raise ValueError(f"item(s) {missing} of the data are not in the declared item catalogue")
+        m = sp.csr_matrix((matrix.data, codes[matrix.indices], matrix.indptr), shape=(matrix.shape[0], index.size))
+        name, info = getattr(X, "name", ""), dict(getattr(X, "info", None) or {})
+    else:
+        m = as_user_items(X)
+        if m.shape[1] != index.size:
+            raise ValueError(
+                f"items declares {index.size} catalogue items but the matrix has {m.shape[1]} item columns "
+                "(a matrix's columns are the catalogue, in order)"
+            )
+        user_ids = timestamps = None
+        name, info = "", {}
+    info.update(item_vocabulary="given", item_vocabulary_sha256=vocabulary_fingerprint(catalogue))
+    return Interactions(m, user_ids, catalogue, timestamps=timestamps, name=name, info=info)
+
+
 def check_fit_matrix(user_items) -> sp.csr_matrix:
     """:func:`fit_input`'s matrix plus the fit-time checks: at least one user, one item and one rating.
 
@@ -318,6 +488,17 @@ def _topk(scores: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     return ids, vals
 
 
+#: dtype of the ids returned by recommend / similar_items / similar_users / rank_items: implicit 0.7's
+#: (its CPU models return int32 ids, and ``implicit.evaluation`` reads them into C ``int`` buffers)
+ID_DTYPE = np.int32
+
+
+def _as_ids(ids: np.ndarray, n: int) -> np.ndarray:
+    """Returned ids (indices < ``n``, -1 padding) as :data:`ID_DTYPE`; int64 kept only when ``n``
+    exceeds the int32 range."""
+    return ids.astype(ID_DTYPE, copy=False) if n <= np.iinfo(ID_DTYPE).max else ids
+
+
 def _normalised(F: np.ndarray) -> np.ndarray:
     """Rows scaled to unit norm (all-zero rows stay zero: similarity 0 to everything)."""
     F = np.asarray(F, dtype=np.float32)
@@ -370,21 +551,45 @@ def _is_show_progress(value) -> bool:
     return isinstance(value, (bool, np.bool_)) or (isinstance(value, numbers.Integral) and value in (0, 1))
 
 
+def _progress_arguments(model, args: tuple, kwargs: dict, progress_second: bool, takes_progress: bool):
+    """``(args, kwargs)`` for a subclass's ``fit(user_items, ...)`` with scikit-learn's ``y`` removed and
+    ``show_progress`` resolved (module docstring): the fit's argument, else the constructor's
+    ``show_progress``, else a bar only when neither a ``y`` was given nor scikit-learn is the caller."""
+    sklearn_style = bool(args) and not _is_show_progress(args[0])
+    if sklearn_style:
+        args = args[1:]  # scikit-learn's y (None or an array): ignored, the ratings are in X
+    elif args and progress_second:
+        if "show_progress" in kwargs:
+            raise TypeError("fit() got multiple values for argument 'show_progress'")
+        kwargs = {**kwargs, "show_progress": args[0]}
+        args = args[1:]
+    if not takes_progress:
+        return args, kwargs
+    show = kwargs.pop("show_progress", None)
+    if show is None:
+        show = getattr(model, "show_progress", None)  # checked with the other parameters by fit
+    if show is None:
+        show = not (sklearn_style or called_by_sklearn())
+    if progress_second:
+        return (show, *args), kwargs
+    return args, {**kwargs, "show_progress": show}
+
+
 def _wrap_fit(fit):
     """Wrap a subclass's ``fit``: one input conversion (module docstring), scikit-learn's ``y``
-    ignored (a quiet fit), and the id maps stored once the fit succeeded."""
+    ignored, ``show_progress`` resolved (``None``: the constructor's value; module docstring), and
+    the id maps stored once the fit succeeded."""
 
     import inspect
 
-    params = list(inspect.signature(fit).parameters)
+    signature = inspect.signature(fit)
+    params = list(signature.parameters)
     progress_second = len(params) > 2 and params[2] == "show_progress"
+    takes_progress = "show_progress" in params
 
     @functools.wraps(fit)
-    def fit_wrapper(self, user_items, *args, **kwargs):
-        if args and not _is_show_progress(args[0]):
-            # scikit-learn's fit(X, y): y (None or an array) is ignored (the ratings are in X), and
-            # the fit is quiet (no progress bar in every fold of a GridSearchCV)
-            args = ((False,) + args[1:]) if progress_second else args[1:]
+    def fit_wrapper(self, user_items, *args, items=None, strict_catalogue: bool = False, **kwargs):
+        args, kwargs = _progress_arguments(self, args, kwargs, progress_second, takes_progress)
         if "y" in kwargs:
             kwargs.pop("y")
         if kwargs.get("callback") is not None and not callable(kwargs["callback"]):
@@ -392,15 +597,32 @@ def _wrap_fit(fit):
                 f"callback must be callable(iteration, elapsed_seconds, loss) or None, "
                 f"got {type(kwargs['callback']).__name__}"
             )
+        if items is not None:
+            user_items = with_item_catalogue(user_items, items)
+        axis = item_axis_source(user_items)
+        self._check_item_axis(axis, bool(strict_catalogue))
         R, user_ids, item_ids, given = fit_input(user_items)
-        out = fit(self, R, *args, **kwargs)
+        # the fitted users' ids, for the duration of the fit only (FactorizationModel._sampling_user_keys)
+        self._fit_user_ids = user_ids
+        try:
+            out = fit(self, R, *args, **kwargs)
+        finally:
+            self.__dict__.pop("_fit_user_ids", None)
         self.user_ids_ = user_ids
         self.item_ids_ = item_ids
         self._item_ids_given = bool(given)
+        self._item_axis = axis
         self._id_lookup = {}
         return out
 
     fit_wrapper._privrec_fit_input = True
+    if takes_progress:  # the documented default: None (the constructor's show_progress)
+        fit_wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[
+                p.replace(default=None, annotation="bool | None") if p.name == "show_progress" else p
+                for p in signature.parameters.values()
+            ]
+        )
     return fit_wrapper
 
 
@@ -512,6 +734,123 @@ class FactorizationModel(BaseEstimator):
             f"the model (a new, accounted release) to include new data"
         )
 
+    def _check_item_axis(self, axis: str, strict: bool) -> None:
+        """Before a fit: a private model warns (:class:`ItemCatalogueWarning`) when its item axis comes
+        from the data (``axis``: :func:`item_axis_source`); with ``strict`` it refuses (``ValueError``)
+        any item axis that is not a declared catalogue. Non-private models fit any axis."""
+        if not self._is_private() or axis == "catalogue":
+            return
+        how = (
+            "the items that have ratings in the data"
+            if axis == "data"
+            else "the matrix's columns, which privrec cannot check against a catalogue"
+        )
+        advice = (
+            "declare the public item catalogue with fit(X, items=catalogue) or privrec.data.from_pandas / "
+            "from_parquet(..., item_ids=catalogue)"
+        )
+        if strict:
+            raise ValueError(
+                f"strict_catalogue: this private {type(self).__name__} needs a declared item catalogue, but its "
+                f"item axis would be {how}; {advice}"
+            )
+        if axis == "data":
+            warnings.warn(
+                f"private {type(self).__name__} fitted on an item axis taken from the data (only the items that have "
+                "ratings): which items have ratings is not covered by the privacy guarantee, and the released item "
+                f"arrays have one row per such item; {advice} (strict_catalogue=True refuses such fits)",
+                ItemCatalogueWarning,
+                stacklevel=3,
+            )
+
+    # ------------------------------------------------------------------ pickling
+    #: Fitted state of a private model that its (epsilon, delta) guarantee does not cover -- computed
+    #: from the exact training data, not part of the release -- dropped when the model is pickled.
+    #: Subclasses extend the tuple.
+    _private_state: tuple[str, ...] = (
+        "user_factors_",  # billboard projection of every training user: each user's exact ratings
+        "user_bias_",  # the same for the user biases
+        "user_ids_",  # the training roster
+        "fit_timings_",  # wall-clock times, which grow with the exact data size
+        "_id_lookup",  # cached index of user_ids_ / item_ids_
+        "_fit_user_ids",  # the roster, held during fit only
+    )
+    #: Fitted attributes a private model keeps when pickled: the release (item side, noisy counts,
+    #: privacy ledger / report) and values computed from public settings alone. Any other fitted
+    #: (``name_``) attribute is dropped as well, so state added later is private until listed here;
+    #: ``item_ids_`` is kept only when it is a given public catalogue (as :meth:`save` does).
+    _released_state: tuple[str, ...] = (
+        "item_factors_",
+        "item_bias_",
+        "global_mean_",
+        "item_counts_",
+        "trained_items_",
+        "ledger_",
+        "privacy_report_",
+        "noise_scales_",
+        "config_",
+        "user_reg_norm_",
+        "user_regularization_",
+        "item_reg_norm_",
+    )
+    #: attributes the API reads with ``getattr(..., None)``: set to ``None`` when dropped
+    _none_when_dropped = ("user_factors_", "user_bias_", "user_ids_", "item_ids_")
+
+    def __getstate__(self):
+        """The pickled state: everything for a non-private or unfitted model; for a fitted private
+        model the release only (:attr:`_private_state` and every fitted attribute not in
+        :attr:`_released_state` dropped, the user side ``None`` as in a loaded model, the noise seed
+        removed as :meth:`save` does) and one :class:`PrivateStateWarning` naming what was dropped.
+
+        The unpickled model recommends for a user from the user's own rows (billboard projection,
+        free: ``recommend(userid, user_items, recalculate_user=True)``, ``transform``), and ranks
+        similar items, exactly as the original. In-memory copies (``copy.copy`` / ``copy.deepcopy``)
+        keep everything: they do not leave the process.
+        """
+        state = dict(super().__getstate__())
+        if not (self._is_private() and self.__sklearn_is_fitted__()):
+            return state
+        dropped = []
+        for name in list(state):
+            if name == "item_ids_":
+                drop = not state.get("_item_ids_given", False)
+            elif name in self._private_state:
+                drop = True
+            else:
+                drop = name.endswith("_") and not name.startswith("_") and name not in self._released_state
+            if drop:
+                value = state.pop(name)
+                if value is not None and not (isinstance(value, dict) and not value):
+                    dropped.append(name)
+        for name in self._none_when_dropped:
+            state.setdefault(name, None)
+        state["_id_lookup"] = {}
+        for name, value in self._saved_params().items():  # e.g. DPALS: no noise seed in a private release
+            if name in state and state[name] is not value:
+                state[name] = value
+                dropped.append(f"the {name} parameter")
+        if dropped:
+            warnings.warn(
+                f"pickling a private {type(self).__name__} (epsilon={self.epsilon}): dropped {', '.join(dropped)} -- "
+                "state computed from the exact training data that its privacy guarantee does not cover. The "
+                "unpickled model holds the release only; recommend for a user from the user's own rows with "
+                "recommend(userid, user_items, recalculate_user=True) or transform(user_items)",
+                PrivateStateWarning,
+                stacklevel=2,
+            )
+        return state
+
+    def __copy__(self):
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo):
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return new
+
     # ------------------------------------------------------------------ rating range
     @staticmethod
     def _check_rating_range(matrix, low: float, high: float, stacklevel: int = 3) -> int:
@@ -535,6 +874,22 @@ class FactorizationModel(BaseEstimator):
         return n_out
 
     # ------------------------------------------------------------------ id maps
+    def _sampling_user_keys(self, n_users: int) -> np.ndarray:
+        """Stable per-user sampling keys of the users being fitted
+        (:func:`privrec.allocation.stable_user_keys` of their ids, one per row).
+
+        The ids are those of the fit input (an ``Interactions`` or a DataFrame); a bare matrix has
+        none, and its row index is then the id. Keyed on the id, a user's sample does not depend on
+        the other users, so removing a user leaves every other user's sample unchanged even for
+        someone who knows the sampling key (a fixed ``random_state``).
+        """
+        from ..allocation import stable_user_keys
+
+        ids = self.__dict__.get("_fit_user_ids")
+        if ids is None or len(ids) != n_users:
+            ids = np.arange(n_users, dtype=np.int64)
+        return stable_user_keys(ids)
+
     def _lookup(self, which: str):
         """``pandas.Index`` of ``user_ids_`` / ``item_ids_`` (cached), or ``None`` without ids."""
         import pandas as pd
@@ -618,7 +973,8 @@ class FactorizationModel(BaseEstimator):
     def fit_transform(self, X, y=None, **fit_params):
         """``fit(X)`` then ``transform`` of the training matrix: the users' embeddings (rows in the
         order of the fitted users, i.e. of ``user_ids_`` when ``X`` carried ids)."""
-        R = fit_input(X)[0]
+        items = fit_params.get("items")
+        R = fit_input(X if items is None else with_item_catalogue(X, items))[0]
         return self.fit(X, **fit_params).transform(R)
 
     def partial_fit_users(self, userids, user_items):
@@ -808,7 +1164,7 @@ class FactorizationModel(BaseEstimator):
         finite_cols = np.isfinite(vals).any(axis=0)
         keep = int(finite_cols.sum()) if finite_cols.size else 0
         top, vals = top[:, :keep], vals[:, :keep]
-        top = np.where(np.isfinite(vals), top, -1)
+        top = _as_ids(np.where(np.isfinite(vals), top, -1), n_items)
         if scalar:
             row_ok = np.isfinite(vals[0])
             return top[0][row_ok], vals[0][row_ok]
@@ -960,8 +1316,9 @@ class FactorizationModel(BaseEstimator):
         if candidates is not None:
             cand, _ = check_ids(candidates, n, f"{what}s")
             top, vals = _topk(scores[:, cand], N)
-            return cand[top], vals
-        return _topk(scores, N)
+            return _as_ids(cand[top], n), vals
+        top, vals = _topk(scores, N)
+        return _as_ids(top, n), vals
 
     def similar_items(
         self, itemid, N: int = 10, recalculate_item: bool = False, item_users=None, filter_items=None, items=None
@@ -1254,15 +1611,20 @@ class FactorizationModel(BaseEstimator):
             if self._is_private() and not getattr(self, "_item_ids_given", False):
                 warnings.warn(
                     f"item ids not saved with this private {type(self).__name__}: they were derived from the training "
-                    "data (the items that have ratings), which the privacy guarantee does not cover. Fit from "
-                    "privrec.data.from_pandas(..., item_ids=<public catalogue>) to release them",
-                    UserWarning,
+                    "data (the items that have ratings), and so was the item axis itself -- the number and order of "
+                    "the saved item rows -- which the privacy guarantee does not cover (the file records item_axis "
+                    "public: false). Fit with a declared public catalogue (model.fit(X, items=catalogue) or "
+                    "privrec.data.from_pandas(..., item_ids=catalogue)) to release them",
+                    ItemCatalogueWarning,
                     stacklevel=3,
                 )
             else:
                 entry = _ids_to_json(iids, "item")
                 if entry is not None:
                     out["item_ids"] = entry
+        axis = getattr(self, "_item_axis", None)
+        if axis in ITEM_AXIS_SOURCES:  # where the item axis came from (None: a model loaded from an older file)
+            out["item_axis"] = {"source": axis, "public": axis == "catalogue"}
         return out
 
     def _restore_ids(self, meta: dict[str, Any]) -> None:
@@ -1275,7 +1637,18 @@ class FactorizationModel(BaseEstimator):
             if n is None:
                 raise _BadModelFile(f"{which} ids are stored without {which} factors")
             setattr(self, f"{which}_ids_", _ids_from_json(entry, which, n))
-        self._item_ids_given = getattr(self, "item_ids_", None) is not None
+        axis = meta.get("item_axis")
+        if axis is not None and not (
+            isinstance(axis, dict)
+            and set(axis) == {"source", "public"}
+            and axis["source"] in ITEM_AXIS_SOURCES
+            and axis["public"] is (axis["source"] == "catalogue")
+        ):
+            raise _BadModelFile(
+                "metadata item_axis must be {'source': 'catalogue' | 'data' | 'matrix', 'public': source == 'catalogue'}"
+            )
+        self._item_axis = None if axis is None else axis["source"]
+        self._item_ids_given = getattr(self, "item_ids_", None) is not None and self._item_axis in (None, "catalogue")
         self._id_lookup: dict[str, tuple[Any, Any]] = {}  # which -> (ids, their pandas.Index), see _lookup
 
     @classmethod

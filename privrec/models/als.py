@@ -158,6 +158,7 @@ class ALS(Hyperparameters, FactorizationModel):
     dtype: Any = param(default=np.float32)  # float32 / float64, checked in _validate
     random_state: Any = param(default=None)  # check_random_state_seed
     num_threads: int | None = param(POSITIVE_INT, None, default=None)
+    show_progress: bool | None = param("boolean", None, default=None)  # None: a bar unless scikit-learn calls fit
     rating_range: tuple[float, float] | None = param(default=None)  # check_rating_range (finite low < high)
 
     # ------------------------------------------------------------------ validation
@@ -283,6 +284,7 @@ class ImplicitALS(Hyperparameters, FactorizationModel):
     iterations: int = param(NON_NEGATIVE_INT, default=15)
     use_cg: bool = param("boolean", default=True)
     num_threads: int = param(NON_NEGATIVE_INT, default=0)
+    show_progress: bool | None = param("boolean", None, default=None)  # None: a bar unless scikit-learn calls fit
     dtype: Any = param(default=np.float32)  # implicit checks it
     random_state: Any = param(default=None)  # implicit checks it
 

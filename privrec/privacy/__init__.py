@@ -4,6 +4,15 @@ Accounting follows Krichene et al. (ICML 2023): user-level RDP (Sec. 2.2), Thm 3
 and the composition over Algorithm 3 (App. D.1), and the authors' reference implementation.
 """
 
+from .budget import (
+    Budget,
+    BudgetExceededError,
+    BudgetFileError,
+    BudgetRelease,
+    Charge,
+    fit_with_budget,
+    plan_fit,
+)
 from .calibration import (
     SplitCalibration,
     calibrate_noise_multiplier,
@@ -48,6 +57,13 @@ from .tree import (
 
 __all__ = [
     "add_symmetric_gaussian_noise",
+    "Budget",
+    "BudgetExceededError",
+    "BudgetFileError",
+    "BudgetRelease",
+    "Charge",
+    "fit_with_budget",
+    "plan_fit",
     "DEFAULT_RDP_ORDERS",
     "PrivacyLedger",
     "Release",

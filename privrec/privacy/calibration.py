@@ -7,6 +7,12 @@ RDP (default) or PLD accountant. The result is never above the target and within
 reference implementation of Krichene et al., ICML 2023) are handled by letting ``build_event``
 construct all events from one common scale.
 
+Calibration and the ledger's report compute epsilon with the same function
+(:func:`privrec.privacy.ledger.epsilon_of_event`: canonical event, PLD grid derived from it), so the
+reported epsilon of a calibrated fit is never above its target. Targets below
+:data:`MIN_TARGET_EPSILON` are refused, and so is a delta below what the chosen accountant resolves
+(:data:`privrec.privacy.ledger.PLD_MIN_DELTA` for PLD); see ``docs/choosing-epsilon-delta.md``.
+
 ``calibrate_with_split`` spends a fraction ``count_fraction`` of the budget on pre-processing
 (private counts, centering) and the rest on training. "Fraction of the budget" is measured as
 in Krichene et al. (App. D.1): the share of the *RDP budget*, i.e. of the total zCDP rho = sum of
@@ -23,8 +29,34 @@ import dp_accounting
 import numpy as np
 
 from .._validation import check_delta, check_epsilon, check_fraction
-from .ledger import DEFAULT_RDP_ORDERS, epsilon_of_event
+from .ledger import DEFAULT_RDP_ORDERS, check_pld_delta, epsilon_of_event
 from .mechanisms import compose
+
+#: Smallest target epsilon calibrated. Below it the noise multipliers of a fit (~5 / epsilon per
+#: release, more for many releases) approach the 1e8 search bound, and such a release carries no
+#: usable signal anyway; a smaller (or absurd, e.g. 1e-300) target is a ``ValueError``.
+MIN_TARGET_EPSILON = 1e-4
+
+#: Largest noise multiplier the search tries before giving up.
+MAX_NOISE_MULTIPLIER = 1e8
+
+
+def check_target(epsilon, delta, accountant: str = "rdp") -> tuple[float, float]:
+    """``(epsilon, delta)`` of a calibration target, checked: ``ValueError`` naming ``epsilon``
+    below :data:`MIN_TARGET_EPSILON` (``inf`` = no noise is fine) and naming ``delta`` below what
+    ``accountant`` resolves (:func:`privrec.privacy.ledger.check_pld_delta` for PLD)."""
+    eps = check_epsilon(epsilon)
+    if eps < MIN_TARGET_EPSILON:
+        raise ValueError(
+            f"epsilon={eps:g} is below {MIN_TARGET_EPSILON:g}, the smallest target privrec calibrates "
+            f"(the noise would swamp any signal and approach the accountant's limits); use "
+            f"epsilon >= {MIN_TARGET_EPSILON:g}, or epsilon=inf for a non-private fit"
+        )
+    if accountant not in ("rdp", "pld"):
+        raise ValueError(f"accountant must be 'rdp' or 'pld', got {accountant!r}")
+    d = check_pld_delta(delta) if accountant == "pld" else check_delta(delta)
+    return eps, d
+
 
 # Share of the RDP budget spent on item counts in the experiments of Krichene et al. (ICML 2023), App. D.1.
 _COUNT_FRACTION_BY_EPSILON = ((1.0, 0.12), (5.0, 0.14), (20.0, 0.20))
@@ -56,13 +88,19 @@ def calibrate_noise_multiplier(
 ) -> float:
     """Smallest noise multiplier z with epsilon(build_event(z)) <= target_epsilon.
 
-    ``target_epsilon = inf`` returns 0.0 (no noise). Raises ``ValueError`` if no z up to 1e8
-    reaches the target (e.g. a non-private event inside ``build_event``). ``epsilon_fn`` replaces
-    the accountant call (event -> epsilon at ``delta``) for callers with their own accounting
-    convention; the bisection is the same.
+    ``target_epsilon = inf`` returns 0.0 (no noise). ``ValueError`` for a target below
+    :data:`MIN_TARGET_EPSILON` or a delta the accountant does not resolve (:func:`check_target`),
+    and if no z up to 1e8 reaches the target (e.g. a non-private event inside ``build_event``, or
+    a target below the RDP accountant's floor at this delta). ``epsilon_fn`` replaces the
+    accountant call (event -> epsilon at ``delta``) for callers with their own accounting
+    convention; the bisection is the same. The returned z satisfies
+    ``epsilon_of_event(build_event(z), delta, accountant, ...) <= target_epsilon`` exactly as a
+    ledger report computes it.
     """
-    target = check_epsilon(target_epsilon)
-    delta = check_delta(delta)
+    if epsilon_fn is None:
+        target, delta = check_target(target_epsilon, delta, accountant)
+    else:
+        target, delta = check_target(target_epsilon, delta, "rdp")
     if math.isinf(target):
         return 0.0
 
@@ -85,8 +123,12 @@ def calibrate_noise_multiplier(
     e_hi = eps(hi)
     while e_hi > target:
         hi *= 2.0
-        if hi > 1e8:
-            raise ValueError(f"cannot reach epsilon={target} at delta={delta}: noise multiplier would exceed 1e8")
+        if hi > MAX_NOISE_MULTIPLIER:
+            floor = "" if epsilon_fn is not None or accountant != "rdp" else _rdp_floor_note(e_hi, delta)
+            raise ValueError(
+                f"cannot reach epsilon={target:g} at delta={delta:g}: the noise multiplier would exceed "
+                f"{MAX_NOISE_MULTIPLIER:g}{floor}"
+            )
         e_hi = eps(hi)
     lo = hi / 2.0
     e_lo = eps(lo)
@@ -107,6 +149,17 @@ def calibrate_noise_multiplier(
         else:
             hi, e_hi = mid, e_mid
     return hi
+
+
+def _rdp_floor_note(epsilon_at_max_noise: float, delta: float) -> str:
+    """Why the RDP accountant stalls: its conversion to (epsilon, delta) has a floor of about
+    log(1/delta) / (max order - 1) whatever the noise."""
+    if not math.isfinite(epsilon_at_max_noise):
+        return ""
+    return (
+        f" (the RDP accountant cannot certify less than about {epsilon_at_max_noise:.3g} at this delta, "
+        f"whatever the noise: use accountant='pld' or a larger epsilon)"
+    )
 
 
 def gaussian_rho(event: dp_accounting.DpEvent) -> float:
@@ -154,8 +207,7 @@ def calibrate_with_split(
     ``count_fraction`` of the total rho; the common scale is then found by bisection.
     ``count_fraction = 0`` or ``build_count_event=None`` means no pre-processing events.
     """
-    target = check_epsilon(target_epsilon)
-    delta = check_delta(delta)
+    target, delta = check_target(target_epsilon, delta, accountant)
     # the pre-processing event builder, or None when there is no pre-processing phase
     count_builder = build_count_event if build_count_event is not None and count_fraction > 0 else None
     if count_builder is not None:

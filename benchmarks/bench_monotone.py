@@ -1,0 +1,186 @@
+"""Does the default get better (never worse) with more budget, and never fall below the private baselines?
+
+Issue 24's monotonicity sweep. Per dataset and epsilon in ``--epsilons`` (default 0.5 .. 50) this
+fits ``DPALS()`` exactly as ``privrec fit`` builds it (automatic configuration) and the private
+bias model (``_baselines.PrivateBias``; private popularity for implicit data) with ``--seeds``
+noise seeds each, on one split (seed 0), and reports
+
+* explicit ratings (random 80/10/10 split): test RMSE, and Recall@20 from the default's own
+  ``recommend`` (relevant = test rating >= 4, the user's train + validation items filtered; the
+  private baseline ranks by its noisy counts);
+* implicit feedback (held-out users): Recall@20;
+
+then checks the two properties of the issue: the default's mean never gets worse by more than
+``--tolerance`` (0.005) as epsilon grows, and is never worse than the private baseline at the same
+epsilon. Seeds make the sweep reproducible: **a known seed voids the privacy guarantee**; only the
+measured utility is meaningful here. Nothing is tuned on these figures.
+
+    python benchmarks/bench_monotone.py --quick      # seconds: synthetic-biases at 0.2, 3 epsilons
+    python benchmarks/bench_monotone.py              # ml-100k, lastfm-2k and the synthetic presets
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+try:
+    from . import _common as C
+    from ._baselines import PrivateBias
+    from .bench_utility import _score, load_split
+except ImportError:  # pragma: no cover - script mode
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _common as C  # type: ignore
+    from _baselines import PrivateBias  # type: ignore
+    from bench_utility import _score, load_split  # type: ignore
+
+from privrec.evaluation import experiment as X
+
+EPSILONS = (0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 10.0, 15.0, 20.0, 50.0)
+DATASETS = ("ml-100k", "lastfm-2k", "synthetic-skew", "synthetic-biases", "synthetic-structured", "ml10m-like@0.2")
+
+
+def explicit_recall(scores_fn, split, k: int = 20, threshold: float = 4.0) -> float:
+    """Recall@k of ``scores_fn(users, history) -> (ids, scores)`` on the test ratings >= threshold,
+    every user's train + validation items filtered (the random protocol's projection history)."""
+    test = sp.csr_matrix(split.test)
+    rel = test.copy()
+    rel.data = (rel.data >= threshold).astype(np.float32)
+    rel.eliminate_zeros()
+    users = np.flatnonzero(np.diff(rel.indptr) > 0)
+    history = sp.csr_matrix(split.projection)[users]
+    ids, _ = scores_fn(users, history)
+    hits = np.zeros(users.size)
+    for j, u in enumerate(users):
+        truth = rel.indices[rel.indptr[u] : rel.indptr[u + 1]]
+        hits[j] = np.isin(ids[j], truth).sum() / min(k, truth.size)
+    return float(hits.mean())
+
+
+def _popularity_recommender(prior: np.ndarray, k: int):
+    def rank(users, history):
+        scores = np.tile(np.asarray(prior, dtype=np.float64), (users.size, 1))
+        r = np.repeat(np.arange(users.size), np.diff(history.indptr))
+        scores[r, history.indices] = -np.inf
+        return np.argsort(-scores, axis=1)[:, :k], None
+
+    return rank
+
+
+def run_dataset(spec: str, seeds: int, epsilons, quiet: bool) -> dict | None:
+    split = load_split(spec)
+    if split is None:
+        C.log(f"{spec}: dataset files not found, skipped", quiet)
+        return None
+    implicit = split.protocol != "random"
+    delta = X.default_delta(split)
+    out: dict = {"dataset": spec, "protocol": split.protocol, "delta": delta, "cells": []}
+    for eps in epsilons:
+        t0 = time.perf_counter()
+        rows = {"default": [], "private-baseline": []}
+        factors = []
+        for s in range(seeds):
+            model = X.make_model("ada-dpals", eps, delta, seed=1000 + s, protocol=split.protocol)
+            model.fit(split.train, show_progress=False)
+            factors.append(int(model.config_["factors"]))
+            base = PrivateBias(eps, delta, explicit=not implicit, random_state=1000 + s).fit(split.train)
+            if implicit:
+                rows["default"].append([_score(model, split)])
+                rows["private-baseline"].append([_score(base, split)])
+            else:
+                rec = explicit_recall(lambda u, h, m=model: m.recommend(u, h, N=20), split)
+                rows["default"].append([_score(model, split), rec])
+                # the private baseline's ranking: its own noisy counts (private popularity)
+                pop = PrivateBias(eps, delta, explicit=False, random_state=2000 + s).fit(split.train)
+                rows["private-baseline"].append(
+                    [_score(base, split), explicit_recall(_popularity_recommender(pop.item_bias_, 20), split)]
+                )
+        cell = {"epsilon": eps, "factors": factors, "seconds": time.perf_counter() - t0}
+        names = ["recall@20"] if implicit else ["rmse", "recall@20"]
+        for model_name, vals in rows.items():
+            arr = np.asarray(vals)
+            cell[model_name] = {n: [float(arr[:, i].mean()), float(arr[:, i].std())] for i, n in enumerate(names)}
+        out["cells"].append(cell)
+        C.log(
+            f"{spec} eps={eps:g} factors={factors} "
+            + "  ".join(
+                f"{m}: " + ", ".join(f"{n} {cell[m][n][0]:.4f}±{cell[m][n][1]:.4f}" for n in names) for m in rows
+            ),
+            quiet,
+        )
+    return out
+
+
+def checks(res: dict, tolerance: float) -> list[str]:
+    """Violations of monotonicity (default vs itself) and of 'never below the private baseline'."""
+    bad = []
+    names = ["recall@20"] if res["protocol"] != "random" else ["rmse", "recall@20"]
+    for n in names:
+        sign = 1.0 if n == "rmse" else -1.0  # +: lower is better
+        means = [c["default"][n][0] for c in res["cells"]]
+        for a, b, ca in zip(means, means[1:], res["cells"]):
+            if sign * (b - a) > tolerance:
+                bad.append(f"{res['dataset']} {n}: worse after eps {ca['epsilon']:g} ({a:.4f} -> {b:.4f})")
+        for c in res["cells"]:
+            d, p = c["default"][n][0], c["private-baseline"][n][0]
+            if sign * (d - p) > tolerance:
+                bad.append(f"{res['dataset']} {n}: below the private baseline at eps {c['epsilon']:g} ({d:.4f} vs {p:.4f})")
+    return bad
+
+
+def to_markdown(results: list[dict], command: str, tolerance: float) -> str:
+    lines = [
+        "# Monotonicity sweep of the default DPALS (issue 24)",
+        "",
+        f"Command: `{command}`. Mean ± std over noise seeds; the private baseline is the private bias",
+        "model (RMSE) / private popularity (Recall@20). Explicit Recall@20 comes from the default's",
+        "`recommend` (relevant = test rating >= 4).",
+        "",
+    ]
+    for res in results:
+        names = ["recall@20"] if res["protocol"] != "random" else ["rmse", "recall@20"]
+        lines += [f"## {res['dataset']}", ""]
+        head = "| eps | factors | " + " | ".join(f"default {n} | private {n}" for n in names) + " |"
+        lines += [head, "|" + "---|" * (2 + 2 * len(names))]
+        for c in res["cells"]:
+            vals = " | ".join(
+                f"{c['default'][n][0]:.4f} ± {c['default'][n][1]:.4f} | "
+                f"{c['private-baseline'][n][0]:.4f} ± {c['private-baseline'][n][1]:.4f}"
+                for n in names
+            )
+            lines.append(f"| {c['epsilon']:g} | {c['factors']} | {vals} |")
+        bad = checks(res, tolerance)
+        lines += ["", "Violations: " + ("none" if not bad else ""), *[f"- {b}" for b in bad], ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--datasets", nargs="+", default=list(DATASETS))
+    ap.add_argument("--epsilons", nargs="+", type=float, default=list(EPSILONS))
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--tolerance", type=float, default=0.005)
+    ap.add_argument("--quick", action="store_true", help="synthetic-biases at 0.2, eps 1/5/20, 1 seed")
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.datasets, args.epsilons, args.seeds = ["synthetic-biases@0.2"], [1.0, 5.0, 20.0], 1
+    results = [r for r in (run_dataset(d, args.seeds, args.epsilons, args.quiet) for d in args.datasets) if r]
+    command = "python benchmarks/bench_monotone.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    suffix = "_quick" if args.quick else ""
+    C.write_json(args.out / f"monotone{suffix}.json", {"environment": C.environment(), "results": results})
+    C.write_text(args.out / f"monotone{suffix}.md", to_markdown(results, command.strip(), args.tolerance))
+    for res in results:
+        for b in checks(res, args.tolerance):
+            C.log("VIOLATION " + b, args.quiet)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,124 @@
+"""Each user's own choice of how much of the personal part to use (billboard model, free).
+
+Krichene et al. (ICML 2023), Remark D.1: a user's embedding is computed from the released item
+side and that user's own ratings only, on the user's side, so it costs no privacy. This module
+adds one more such per-user computation: the user's ridge on the personal (low-rank) part is
+chosen by exact leave-one-out (PRESS) on their own ratings, from a public grid that includes
+"no personal part" (ridge = infinity).
+
+Why: when the released item factors carry little signal (few users, small epsilon), a personal
+part fitted to them adds variance and no bias reduction, and a user with many ratings fits
+noise. The leave-one-out error of ridge regression has a closed form, so each user can check,
+on their own history, whether the personal part predicts their held-out ratings better than
+their biases alone -- and drop it when it does not. With pure-noise item factors the choice is
+(in expectation) "none", and the prediction reduces to ``mean + b_i + b_u``: the private bias
+model. Nothing here reads another user's data, so the item-step sensitivity is unchanged.
+
+Two stages per user u with ratings r_ui on items I_u:
+
+1. the user bias ``b_u = sum_i (r_ui - mean - b_i) / (n_u + reg_u)`` (ridge ``reg_u``);
+2. the personal part on the residuals e_ui = r_ui - mean - b_i - b_u: ridge regression on the
+   item factors V_{I_u} with ridge ``lam`` from ``grid * reg_u`` and infinity, the one with the
+   smallest leave-one-out squared error (PRESS, via the hat-matrix diagonal of each ridge).
+
+The computation diagonalises each user's d x d Gramian once (batched ``eigh``); every grid
+point then costs O(n_u d) per user.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+#: ridge multipliers tried by each user (times the user's base ridge); infinity is always added
+DEFAULT_GRID = (0.25, 1.0, 4.0, 16.0, 64.0)
+
+_CHUNK = 8192  # users per batched eigendecomposition (bounded memory: chunk x d x d)
+
+
+def user_bias(rows: sp.csr_matrix, residual: np.ndarray, reg: np.ndarray) -> np.ndarray:
+    """``sum_i residual_ui / (n_u + reg_u)`` per row (the bias stage)."""
+    n_rows = rows.shape[0]
+    r_idx = np.repeat(np.arange(n_rows), np.diff(rows.indptr))
+    sums = np.bincount(r_idx, weights=residual, minlength=n_rows)
+    return sums / (np.diff(rows.indptr) + reg)
+
+
+def loo_personal_part(
+    rows: sp.csr_matrix,
+    residual: np.ndarray,
+    item_factors: np.ndarray,
+    reg: np.ndarray,
+    grid=DEFAULT_GRID,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-user ridge fit of ``residual`` (aligned with ``rows.data``) on the item factors, the ridge
+    chosen by leave-one-out from ``grid * reg_u`` and infinity.
+
+    Returns ``(U, chosen)``: the users' embeddings (zero rows where no personal part was chosen)
+    and each user's chosen ridge (``inf`` = none).
+    """
+    n_rows = rows.shape[0]
+    V = np.asarray(item_factors, dtype=np.float64)
+    d = V.shape[1]
+    U = np.zeros((n_rows, d), dtype=np.float64)
+    chosen = np.full(n_rows, np.inf)
+    if d == 0 or rows.nnz == 0:
+        return U, chosen
+    lams = np.asarray(grid, dtype=np.float64)
+    indptr, indices = rows.indptr, rows.indices
+    for start in range(0, n_rows, _CHUNK):
+        stop = min(n_rows, start + _CHUNK)
+        lo, hi = indptr[start], indptr[stop]
+        if hi == lo:
+            continue
+        cols = indices[lo:hi]
+        e = np.asarray(residual[lo:hi], dtype=np.float64)
+        local = np.repeat(np.arange(stop - start), np.diff(indptr[start : stop + 1]))
+        X = V[cols]  # (nnz_chunk, d)
+        G = np.zeros((stop - start, d, d))
+        np.add.at(G, local, X[:, :, None] * X[:, None, :])
+        evals, Q = np.linalg.eigh(G)  # G = Q diag(evals) Q^T per user
+        evals = np.maximum(evals, 0.0)
+        Z = np.einsum("kd,kdm->km", X, Q[local])  # coordinates of each rating's features in the eigenbasis
+        c = np.zeros((stop - start, d))
+        np.add.at(c, local, Z * e[:, None])
+        # PRESS of "no personal part": the residuals themselves
+        best = np.bincount(local, weights=e * e, minlength=stop - start)
+        best_lam = np.full(stop - start, np.inf)
+        base = reg[start:stop]
+        for mult in lams:
+            lam = base * mult  # (users,)
+            inv = 1.0 / (evals + lam[:, None])  # (users, d)
+            fitted = np.einsum("km,km->k", Z, (c * inv)[local])
+            hat = np.einsum("km,km->k", Z * Z, inv[local])
+            loo = (e - fitted) / np.maximum(1.0 - hat, 1e-12)
+            press = np.bincount(local, weights=loo * loo, minlength=stop - start)
+            better = press < best
+            best = np.where(better, press, best)
+            best_lam = np.where(better, lam, best_lam)
+        use = np.isfinite(best_lam)
+        if use.any():
+            coef = c[use] / (evals[use] + best_lam[use, None])  # eigenbasis coefficients
+            U[start:stop][use] = np.einsum("udm,um->ud", Q[use], coef)
+        chosen[start:stop] = best_lam
+    return U, chosen
+
+
+def shrunk_projection(
+    rows: sp.csr_matrix,
+    item_factors: np.ndarray,
+    item_bias: np.ndarray | None,
+    global_mean: float,
+    reg: np.ndarray,
+    grid=DEFAULT_GRID,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Billboard projection with leave-one-out shrinkage: ``(U, b_u, chosen_ridge)`` (see module)."""
+    y = rows.data.astype(np.float64) - float(global_mean)
+    if item_bias is not None:
+        y = y - np.asarray(item_bias, dtype=np.float64)[rows.indices]
+    reg = np.asarray(reg, dtype=np.float64)
+    b = user_bias(rows, y, reg)
+    r_idx = np.repeat(np.arange(rows.shape[0]), np.diff(rows.indptr))
+    U, chosen = loo_personal_part(rows, y - b[r_idx], item_factors, reg, grid)
+    dtype = item_factors.dtype
+    return U.astype(dtype), b.astype(dtype), chosen
