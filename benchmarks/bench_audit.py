@@ -127,12 +127,13 @@ DPALS_AUDIT_SETTINGS = dict(
 WHITEBOX_SETTINGS = {k: v for k, v in DPALS_AUDIT_SETTINGS.items() if k not in ("budget", "accountant")}
 WHITEBOX_SETTINGS["item_frac"] = 1.0
 WHITEBOX_FULL = dict(
-    canaries=320_000,
+    canaries=240_000,
     budget=4,
     honest_solves=2,
     control_repetitions=20,
     control_methods=("dpals-uniform", "dpsgd-uniform"),
     power_simulations=400,
+    control_power_simulations=200,
 )
 WHITEBOX_QUICK = dict(
     canaries=2_000,
@@ -141,9 +142,10 @@ WHITEBOX_QUICK = dict(
     control_repetitions=2,
     control_methods=("dpals-uniform", "dpsgd-uniform"),
     power_simulations=100,
+    control_power_simulations=100,
 )
-FULL = dict(runs=600, joint_runs=1500, control_runs=4000, power_runs=300, whitebox=WHITEBOX_FULL)
-QUICK = dict(runs=40, joint_runs=60, control_runs=4000, power_runs=40, whitebox=WHITEBOX_QUICK)
+FULL = dict(runs=600, joint_runs=1500, control_runs=4000, power_runs=300, power_simulations=400, whitebox=WHITEBOX_FULL)
+QUICK = dict(runs=40, joint_runs=60, control_runs=4000, power_runs=40, power_simulations=100, whitebox=WHITEBOX_QUICK)
 REQUIRED_DETECTION = 0.9
 
 
@@ -376,14 +378,13 @@ def capture_item_step(method: str, n_canaries: int, k: int, epsilon: float = EPS
 
 
 def audited_solver(capture: dict):
-    """The captured solver, with the worst-case public initial iterate for noisy GD."""
+    """``(solver, design)``: the captured solver (for noisy GD with the worst-case public initial
+    iterate) and the canary design of the captured batch (every user is a canary)."""
     solver, batch = capture["solver"], capture["batch"]
+    design = canary_design(batch, np.arange(batch.n_units), solver.max_norm, solver.label_bound)
     if type(solver).__name__ == "NoisyGDSolver":
-        units = np.unique(batch.feature_ids)
-        design = canary_design(batch, units, solver.max_norm, solver.label_bound)
-        init = worst_case_gd_init(design, solver.radius).astype(solver.dtype)
-        solver = dataclasses.replace(solver, init=init)
-    return solver
+        solver = dataclasses.replace(solver, init=worst_case_gd_init(design, solver.radius).astype(solver.dtype))
+    return solver, design
 
 
 def _solver_settings(solver) -> dict:
@@ -441,11 +442,17 @@ def run_whitebox(wcfg: dict, only=None, quiet: bool = False) -> dict:
         if not (want_honest or want_ctrl):
             continue
         cap = capture_item_step(method, wcfg["canaries"], wcfg["budget"])
-        solver = audited_solver(cap)
-        canaries = np.unique(cap["batch"].feature_ids)
-        common = dict(power_simulations=wcfg["power_simulations"], confidence=CONFIDENCE)
+        solver, design = audited_solver(cap)
         if want_honest:
-            a = audit_solver_release(solver, cap["batch"], canaries, DELTA, solves=wcfg["honest_solves"], **common)
+            a = audit_solver_release(
+                solver,
+                cap["batch"],
+                design,
+                DELTA,
+                solves=wcfg["honest_solves"],
+                power_simulations=wcfg["power_simulations"],
+                confidence=CONFIDENCE,
+            )
             row = whitebox_row(a, name, method, cap, solver, solver, "honest")
             honest.append(row)
             C.log(
@@ -457,7 +464,15 @@ def run_whitebox(wcfg: dict, only=None, quiet: bool = False) -> dict:
             weak = solver.with_noise_multiplier(solver.noise_multiplier / 2.0)
             reps = []
             for r in range(wcfg["control_repetitions"]):
-                a = audit_solver_release(weak, cap["batch"], canaries, DELTA, claimed=solver, **common)
+                a = audit_solver_release(
+                    weak,
+                    cap["batch"],
+                    design,
+                    DELTA,
+                    claimed=solver,
+                    power_simulations=wcfg["control_power_simulations"],
+                    confidence=CONFIDENCE,
+                )
                 reps.append(whitebox_row(a, ctrl_name, method, cap, weak, solver, "control"))
                 C.log(f"{ctrl_name} #{r + 1}: eps_lower={a.eps_lower:.3f} claimed={a.eps_claimed:.3f}", quiet)
             first = reps[0]
@@ -506,7 +521,7 @@ def cases(cfg: dict) -> list[tuple[dict, int]]:
     return out
 
 
-def audit_case(case: dict, runs: int) -> dict:
+def audit_case(case: dict, runs: int, power_simulations: int = 400) -> dict:
     eps_rep = case["reported"]()
     res, s0, s1 = run_audit(
         case["fit_release"],
@@ -517,6 +532,7 @@ def audit_case(case: dict, runs: int) -> dict:
         confidence=CONFIDENCE,
         return_scores=True,
         epsilon_claimed=eps_rep,
+        power_simulations=power_simulations,
     )
     dprime = separation(s0, s1)
     return {
@@ -565,7 +581,7 @@ def run(quick: bool = False, only=None, quiet: bool = False) -> dict:
     for case, runs in cases(cfg):
         if only and not any(o.lower() in case["name"].lower() for o in only):
             continue
-        row = audit_case(case, runs)
+        row = audit_case(case, runs, cfg["power_simulations"])
         rows.append(row)
         C.log(
             f"{row['mechanism']}: eps_lower={row['epsilon_lower_95']:.3f} reported={row['epsilon_reported']:.3f} "

@@ -129,7 +129,9 @@ def checks(res: dict, tolerance: float) -> list[str]:
         for c in res["cells"]:
             d, p = c["default"][n][0], c["private-baseline"][n][0]
             if sign * (d - p) > tolerance:
-                bad.append(f"{res['dataset']} {n}: below the private baseline at eps {c['epsilon']:g} ({d:.4f} vs {p:.4f})")
+                bad.append(
+                    f"{res['dataset']} {n}: below the private baseline at eps {c['epsilon']:g} ({d:.4f} vs {p:.4f})"
+                )
     return bad
 
 

@@ -84,6 +84,6 @@ class Hyperparameters:
         private validation module."""
         validate_parameter_constraints(
             self._parameter_constraints,
-            {name: getattr(self, name) for name in sorted(f.name for f in dataclasses.fields(self))},
+            {name: getattr(self, name) for name in sorted(self._parameter_constraints)},
             caller_name=type(self).__name__,
         )

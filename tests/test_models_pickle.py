@@ -19,6 +19,8 @@ from privrec.models import ALS, DPALS
 from privrec.models._base import FactorizationModel, PrivateStateWarning
 
 USER_PREFIX = "secret-user-"
+# these fits use a DataFrame's own item axis on purpose (data-derived item ids must not be pickled)
+pytestmark = pytest.mark.filterwarnings("ignore::privrec.models._base.ItemCatalogueWarning")
 
 
 def _frame(n_users=60, n_items=20, seed=0) -> pd.DataFrame:

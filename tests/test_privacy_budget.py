@@ -16,7 +16,7 @@ import dp_accounting
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from dp_accounting import pld, rdp
+from dp_accounting import pld
 from dp_accounting.privacy_accountant import NeighboringRelation
 
 from privrec.models import ALS, DPALS
@@ -30,7 +30,6 @@ from privrec.privacy import (
     gaussian_event,
     plan_fit,
 )
-from privrec.privacy.budget import grouped_event
 
 ROOT = Path(__file__).resolve().parents[1]
 FIT = dict(factors=3, iterations=2, rating_range=(1, 5))
@@ -93,20 +92,6 @@ def test_create_record_reopen_and_spent_is_the_pld_composition_of_every_event(tm
     assert summary["releases"][0]["method"] == "ada-dpals" and summary["releases"][0]["target_epsilon"] == 2.0
     json.dumps(summary)
     assert "spent=" in repr(again) and "releases=2" in repr(again)
-
-
-def test_grouping_identical_events_keeps_the_epsilon():
-    events = [gaussian_event(3.0)] * 5 + [dp_accounting.SelfComposedDpEvent(gaussian_event(2.0), 3)]
-    events += [dp_accounting.ComposedDpEvent([gaussian_event(3.0), gaussian_event(7.0)])]
-    grouped = grouped_event(events)
-    assert len(grouped.events) == 3  # z = 3 (x6), z = 2 (x3), z = 7
-
-    def rdp_epsilon(event):
-        acc = rdp.RdpAccountant(orders=[2.0, 8.0, 32.0])
-        acc.compose(event)
-        return acc.get_epsilon(1e-6)
-
-    assert rdp_epsilon(grouped) == pytest.approx(rdp_epsilon(dp_accounting.ComposedDpEvent(events)), rel=1e-12)
 
 
 def test_plan_fit_is_what_the_fit_records(R):
@@ -209,7 +194,7 @@ def test_create_open_and_open_or_create_rules(tmp_path):
         Budget.open(path)
     with pytest.raises(FileNotFoundError, match="give its lifetime"):
         Budget.open_or_create(path)
-    for eps, delta in ((0.0, 1e-6), (math.inf, 1e-6), (1.0, 1.0)):
+    for eps, delta in ((0.0, 1e-6), (math.inf, 1e-6), (1.0, 1.0), (1.0, 1e-20)):
         with pytest.raises(ValueError, match="lifetime"):
             Budget.create(path, eps, delta)
     with pytest.raises(ValueError, match="neighboring"):
@@ -250,6 +235,8 @@ def _rewrite(path, content, redigest):
         (lambda c: c["releases"].pop(0), True, "states a spend of epsilon"),
         (lambda c: c["lifetime"].update(epsilon=50.0), False, "does not match its digest"),
         (lambda c: c["lifetime"].update(epsilon=-1), True, "lifetime epsilon must be > 0"),
+        (lambda c: c["lifetime"].pop("delta"), True, "its lifetime has no delta"),
+        (lambda c: c["lifetime"].update(delta=1e-20), True, "smallest delta the PLD accountant resolves"),
         (lambda c: c["releases"][0]["events"][0]["event"].update(type="bogus"), True, "release 1 is malformed"),
         (lambda c: c["releases"][1].pop("label"), True, "release 2 is malformed"),
         (lambda c: c.update(version=99), True, "unsupported version 99"),

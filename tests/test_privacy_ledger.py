@@ -9,6 +9,7 @@ from dp_accounting import pld, rdp
 from privrec.privacy import (
     DEFAULT_RDP_ORDERS,
     PrivacyLedger,
+    compose,
     epsilon_from_report,
     event_from_dict,
     event_to_dict,
@@ -54,7 +55,7 @@ def _independent_rdp_epsilon(report):
 
 def test_report_recomputes_independently_to_1e6():
     led = _composite_ledger()
-    report = json.loads(json.dumps(led.report(1e-5)))  # strict JSON round trip
+    report = json.loads(json.dumps(led.report(1e-5, accountant="rdp")))  # strict JSON round trip
     eps_indep = _independent_rdp_epsilon(report)
     assert report["epsilon"] == pytest.approx(eps_indep, abs=1e-6)
     assert epsilon_from_report(report) == pytest.approx(eps_indep, abs=1e-6)
@@ -138,3 +139,142 @@ def test_pld_cost_stays_bounded_at_large_epsilon():
     led2.record("moderate", dp_accounting.SelfComposedDpEvent(gaussian_event(0.2), 9))
     rep2 = led2.report(1e-5, accountant="pld")
     assert rep2["epsilon_pld"] < rep2["epsilon_rdp"] < PLD_MAX_EPSILON
+
+
+# ------------------------------------------------------------------ the PLD default (issue 25, item 6)
+
+
+def test_ledger_defaults_to_the_models_accountant_pld():
+    led = PrivacyLedger()
+    led.record("counts", gaussian_event(8.0))
+    led.record("step", gaussian_event(2.0))
+    assert led.default_accountant() == "pld"
+    assert led.epsilon(1e-6) == led.epsilon(1e-6, "pld") < led.epsilon(1e-6, "rdp")
+    rep = json.loads(json.dumps(led.report(1e-6)))
+    assert rep["accountant"] == "pld" and rep["epsilon"] == rep["epsilon_pld"]
+    # recomputed with the report's own accountant (the default of epsilon_from_report), exactly
+    assert epsilon_from_report(rep) == epsilon_from_report(rep, "pld") == rep["epsilon"]
+    assert epsilon_from_report(rep, "rdp") == rep["epsilon_rdp"]
+    # a report without the PLD accountant is an RDP report
+    rdp_only = led.report(1e-6, include_pld=False)
+    assert rdp_only["accountant"] == "rdp" and "epsilon_pld" not in rdp_only
+    assert epsilon_from_report(rdp_only) == rdp_only["epsilon"] == rep["epsilon_rdp"]
+
+
+def test_ledger_default_is_rdp_under_replace_one_and_for_events_pld_cannot_compose():
+    # privrec's replace-one estimators calibrate with RDP (dp_accounting's PLD doubles a Gaussian's
+    # sensitivity under replace-one): their ledgers keep answering with RDP
+    rep1 = PrivacyLedger(neighboring="replace_one")
+    rep1.record("x", gaussian_event(2.0))
+    assert rep1.default_accountant() == "rdp" and rep1.epsilon(1e-5) == rep1.epsilon(1e-5, "rdp")
+    assert rep1.report(1e-5)["accountant"] == "rdp"
+    # an event dp_accounting's PLD accountant does not compose (here under add-or-remove)
+    tree = PrivacyLedger()
+    tree.record("tree", dp_accounting.SingleEpochTreeAggregationDpEvent(2.0, 8))
+    assert tree.default_accountant() == "rdp"
+    assert PrivacyLedger().default_accountant() == "pld"  # empty ledger
+
+
+# ------------------------------------------------------------------ one accounting function (issue 26, item 1)
+
+
+def test_nesting_and_order_of_events_do_not_change_epsilon():
+    """The calibration composes nested events (DpEventBuilder: self-compositions of runs) while the
+    ledger records a flat list; both must give the same epsilon to the last bit (the reported epsilon
+    exceeded the target at epsilon <= 0.02 because they did not)."""
+    from privrec.privacy.ledger import canonical_event, epsilon_of_event
+
+    c, s = 17381.7, 4143.2
+    flat = [gaussian_event(c)] * 3 + [gaussian_event(2 * s), gaussian_event(s)]
+    nested = compose([compose([gaussian_event(c)] * 3), compose([gaussian_event(2 * s), gaussian_event(s)])])
+    reordered = dp_accounting.ComposedDpEvent(flat[::-1])
+    for accountant in ("pld", "rdp"):
+        values = {
+            epsilon_of_event(ev, 1e-5, accountant) for ev in (dp_accounting.ComposedDpEvent(flat), nested, reordered)
+        }
+        assert len(values) == 1, (accountant, values)
+    # all Gaussians merge into one: 1/z^2 = sum 1/z_k^2 (exact for Gaussian mechanisms)
+    merged = canonical_event(nested)
+    assert isinstance(merged, dp_accounting.GaussianDpEvent)
+    assert merged.noise_multiplier == pytest.approx((3 / c**2 + 1 / (2 * s) ** 2 + 1 / s**2) ** -0.5, rel=1e-12)
+    # other events are gathered with their copies, Gaussians merged across self-compositions
+    sampled = poisson_subsampled_gaussian_event(0.1, 1.0)
+    mixed = canonical_event(
+        compose(
+            [
+                sampled,
+                gaussian_event(2.0),
+                dp_accounting.SelfComposedDpEvent(compose([sampled, gaussian_event(4.0)]), 3),
+            ]
+        )
+    )
+    assert isinstance(mixed, dp_accounting.ComposedDpEvent)
+    g, rest = mixed.events
+    assert g.noise_multiplier == pytest.approx((1 / 4 + 3 / 16) ** -0.5) and rest == dp_accounting.SelfComposedDpEvent(
+        sampled, 4
+    )
+    assert isinstance(canonical_event(compose([])), dp_accounting.NoOpDpEvent)
+
+
+def test_tiny_epsilon_report_recomputes_exactly_on_a_finer_grid():
+    led = PrivacyLedger()
+    for _ in range(3):
+        led.record("counts", gaussian_event(17381.7))
+    led.record("step", gaussian_event(4143.2))
+    rep = json.loads(json.dumps(led.report(1e-5)))
+    assert rep["epsilon"] < 2e-3
+    # the grid was refined to <= 1% of epsilon (a 1e-3 grid puts a floor of ~5e-4 under any epsilon)
+    assert rep["pld_discretization"] <= 0.01 * rep["epsilon"]
+    assert epsilon_from_report(rep, rep["accountant"]) == rep["epsilon"]
+    # the value is that of a much finer grid (an independent dp_accounting run), within 0.5%
+    acc = pld.PLDAccountant(value_discretization_interval=1e-7)
+    acc.compose(dp_accounting.ComposedDpEvent(led.events))
+    assert rep["epsilon"] == pytest.approx(acc.get_epsilon(1e-5), rel=5e-3)
+    assert rep["epsilon"] >= acc.get_epsilon(1e-5) * (1 - 1e-9)  # pessimistic: never below
+
+
+def test_reports_written_before_the_canonical_accounting_still_recompute():
+    """Saved model files hold reports without ``pld_discretization``: their epsilon_pld was computed
+    on the flat event list with the grid pld_interval(epsilon_rdp); it still recomputes to that."""
+    from privrec.privacy.ledger import pld_interval
+
+    led = _composite_ledger()
+    rep = led.report(1e-5)
+    del rep["pld_discretization"]
+    events = dp_accounting.ComposedDpEvent(led.events)
+    acc = pld.PLDAccountant(value_discretization_interval=pld_interval(rep["epsilon_rdp"]))
+    acc.compose(events)
+    old = acc.get_epsilon(1e-5)
+    assert old != rep["epsilon_pld"]  # the canonical form differs ...
+    assert epsilon_from_report(rep, "pld") == old  # ... but an old report is recomputed the old way
+
+
+def test_pld_grid_stays_bounded_at_a_large_delta():
+    """At delta near 0.5 a tiny epsilon goes with a wide loss distribution: a grid of 1% of epsilon
+    would take gigabytes (a DPALS fit at epsilon 1e-4, delta 0.49 was killed for memory)."""
+    from privrec.privacy.ledger import PLD_MAX_POINTS, pld_epsilon, pld_loss_width
+
+    ev = gaussian_event(0.7588)
+    eps, interval = pld_epsilon(ev, 0.49)
+    assert 0 < eps < 1e-3
+    assert pld_loss_width(ev) / interval <= PLD_MAX_POINTS
+    assert pld_loss_width(dp_accounting.SelfComposedDpEvent(laplace_event(2.0), 3)) == pytest.approx(3.0)
+    assert pld_loss_width(dp_accounting.SingleEpochTreeAggregationDpEvent(1.0, 4)) == float("inf")
+
+
+def test_pld_refuses_a_delta_it_cannot_resolve_and_rdp_takes_it():
+    from privrec.privacy.ledger import PLD_MIN_DELTA, epsilon_of_event
+
+    led = PrivacyLedger()
+    led.record("x", gaussian_event(1.0))
+    for tiny in (1e-14, 1e-16, 1e-30):
+        with pytest.raises(ValueError, match=rf"delta={tiny:g} is below 1e-13.*accountant='rdp'"):
+            led.epsilon(tiny)
+        with pytest.raises(ValueError, match="delta"):
+            epsilon_of_event(gaussian_event(1.0), tiny, "pld")
+        with pytest.raises(ValueError, match="delta"):
+            led.report(tiny)
+        assert 0 < led.epsilon(tiny, "rdp") < float("inf")
+        rep = led.report(tiny, accountant="rdp")  # the PLD cross-check is recorded as unavailable
+        assert rep["epsilon_pld"] is None and "1e-13" in rep["epsilon_pld_error"]
+    assert 0 < led.epsilon(PLD_MIN_DELTA) < float("inf")

@@ -15,6 +15,7 @@ from sklearn.utils.estimator_checks import check_estimator
 
 from privrec.data import RatingSplitCV, from_pandas
 from privrec.models import ALS, DPALS, ImplicitALS
+from privrec.models._base import PrivateSelectionWarning
 
 # Every check below fails for one of two documented reasons; each entry must still fail (a check
 # that starts passing must be removed from the list: see test_check_estimator).
@@ -141,6 +142,7 @@ def test_rating_split_cv_splits_ratings_within_users(ratings):
         RatingSplitCV(1)
 
 
+@pytest.mark.filterwarnings("ignore::privrec.models._base.PrivateSelectionWarning")  # tested below
 @pytest.mark.parametrize(
     "model, grid",
     [
@@ -249,3 +251,104 @@ def test_zero_factor_model_refuses_user_and_item_similarity(ratings):
         model.similar_users(np.arange(3), N=4)
     with pytest.raises(ValueError, match="no item factors .*item similarity is undefined"):
         model.similar_items(0)
+
+
+# ---------------------------------------------------------------------- progress bars (issue 27)
+_TQDM_MARKS = ("%|", "it/s", "s/it", "sweep", "step")
+
+
+def _has_bar(err: str) -> bool:
+    return any(mark in err for mark in _TQDM_MARKS)
+
+
+def test_grid_search_prints_no_progress_bars(capfd):
+    ratings = _ratings(40, 12)
+    search = GridSearchCV(
+        DPALS(epsilon=float("inf"), factors=2, iterations=2),
+        {"regularization": [1.0, 10.0]},
+        cv=RatingSplitCV(2, random_state=0),
+        error_score="raise",
+    )
+    search.fit(ratings)  # 4 fits and the refit
+    err = capfd.readouterr().err
+    assert not _has_bar(err), err
+    DPALS(epsilon=float("inf"), factors=2, iterations=2).fit(ratings)  # a direct fit keeps its bar
+    assert "DPALS" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda **kw: ALS(factors=2, iterations=2, random_state=0, **kw),
+        lambda **kw: DPALS(epsilon=float("inf"), factors=2, iterations=2, random_state=0, **kw),
+        lambda **kw: ImplicitALS(factors=2, iterations=2, num_threads=1, random_state=0, **kw),
+    ],
+    ids=["ALS", "DPALS", "ImplicitALS"],
+)
+def test_show_progress_is_a_constructor_parameter(make, capfd):
+    import inspect
+
+    from sklearn.model_selection import cross_val_predict  # noqa: F401  (scikit-learn on the stack below)
+    from sklearn.pipeline import make_pipeline
+
+    R = from_pandas(_ratings(30, 10)).matrix
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # implicit's BLAS-threads advice
+        assert make().show_progress is None and "show_progress" in make().get_params()
+        assert inspect.signature(make().fit).parameters["show_progress"].default is None
+        make().fit(R)  # default None, called directly: a bar
+        assert _has_bar(capfd.readouterr().err)
+        make(show_progress=False).fit(R)  # the constructor's choice
+        assert not _has_bar(capfd.readouterr().err)
+        make(show_progress=False).fit(R, show_progress=None)  # None falls back to the constructor
+        assert not _has_bar(capfd.readouterr().err)
+        make(show_progress=False).fit(R, True)  # implicit 0.7's fit(user_items, show_progress) wins
+        assert _has_bar(capfd.readouterr().err)
+        make().fit(R, None)  # scikit-learn's fit(X, y): quiet
+        assert not _has_bar(capfd.readouterr().err)
+        make_pipeline(make()).fit(R)  # called by scikit-learn: quiet
+        assert not _has_bar(capfd.readouterr().err)
+        make_pipeline(clone(make(show_progress=True))).fit(R)  # an explicit True holds everywhere
+        assert _has_bar(capfd.readouterr().err)
+    with pytest.raises(ValueError, match="'show_progress' parameter"):
+        make(show_progress="yes").fit(R)
+    with pytest.raises(TypeError, match="multiple values"):
+        make().fit(R, False, show_progress=False)
+
+
+# ---------------------------------------------------------------------- private model selection (issue 27)
+def test_grid_search_over_a_private_model_warns_that_selection_is_not_accounted():
+    ratings = _ratings(40, 12)
+    grid = {"regularization": [5.0, 20.0]}
+    private = DPALS(epsilon=4.0, factors=2, iterations=1, budget=5, random_state=0)
+    with pytest.warns(PrivateSelectionWarning, match=r"private model selection \(issue 24\)") as record:
+        GridSearchCV(private, grid, cv=RatingSplitCV(2, random_state=0), error_score="raise", refit=False).fit(ratings)
+    assert all("no privacy ledger counts" in str(w.message) for w in record if w.category is PrivateSelectionWarning)
+    with warnings.catch_warnings(record=True) as quiet:
+        warnings.simplefilter("always")
+        search = GridSearchCV(
+            DPALS(epsilon=float("inf"), factors=2, iterations=1),
+            grid,
+            cv=RatingSplitCV(2, random_state=0),
+            error_score="raise",
+        ).fit(ratings)
+        fitted = clone(private).fit(ratings, show_progress=False)
+        fitted.score(ratings)  # a direct evaluation is not model selection
+    assert not [w for w in quiet if w.category is PrivateSelectionWarning]
+    assert np.isfinite(search.best_score_)
+
+
+def test_selection_warning_once_per_model():
+    # a caller inside sklearn.model_selection (as cross_val_score's scorer): one warning per model
+    namespace = {"__name__": "sklearn.model_selection._fake"}
+    exec("def score_twice(model, X):\n    return model.score(X), model.score(X)", namespace)
+    ratings = _ratings(40, 12)
+    model = DPALS(epsilon=4.0, factors=2, iterations=1, budget=5, random_state=0).fit(ratings, show_progress=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        a, b = namespace["score_twice"](model, ratings)
+        namespace["score_twice"](model, ratings)
+    assert a == b and len([w for w in caught if w.category is PrivateSelectionWarning]) == 1
+    other = clone(model).fit(ratings, show_progress=False)
+    with pytest.warns(PrivateSelectionWarning):
+        namespace["score_twice"](other, ratings)  # another model warns again

@@ -46,6 +46,7 @@ from ..evaluation import ranking_metrics
 from ..evaluation.protocols import item_bias_of, item_factors_of, project_users
 from ..privacy import suggested_delta
 from ..privacy.budget import Budget, BudgetExceededError
+from ..privacy.ledger import check_pld_delta
 from ._parsers import add_command
 
 # CLI flag -> estimator parameter name (passed only when given; unknown to a method -> error)
@@ -1161,8 +1162,10 @@ def _check_budget_args(args, private: bool) -> None:
         )
     if args.lifetime_epsilon is not None and not (math.isfinite(args.lifetime_epsilon) and args.lifetime_epsilon > 0):
         raise CommandError(f"--lifetime-epsilon must be finite and > 0, got {args.lifetime_epsilon}")
-    if args.lifetime_delta is not None and not 0 < args.lifetime_delta < 1:
-        raise CommandError(f"--lifetime-delta must be in (0, 1), got {args.lifetime_delta}")
+    if args.lifetime_delta is not None:
+        if not 0 < args.lifetime_delta < 1:
+            raise CommandError(f"--lifetime-delta must be in (0, 1), got {args.lifetime_delta}")
+        check_pld_delta(args.lifetime_delta, "--lifetime-delta")  # every lifetime epsilon is a PLD one
     path = Path(args.budget_file)
     if not path.exists():
         if len(lifetime) < 2:
@@ -1173,6 +1176,7 @@ def _check_budget_args(args, private: bool) -> None:
             raise CommandError(f"--budget-file: folder {path.parent} does not exist")
         return
     budget = Budget.open_or_create(path, args.lifetime_epsilon, args.lifetime_delta)  # checks the file and lifetime
+    args._budget = budget  # reused for the fit (the check proper runs under its lock then)
     if budget.remaining() <= 0:
         spent, eps = budget.spent(), budget.epsilon
         raise BudgetExceededError(
@@ -1228,7 +1232,9 @@ def _fit(args) -> int:
         charged = None
         if args.budget_file is not None:
             label = args.budget_label or f"privrec fit --method {args.method} --epsilon {epsilon:g} on {name}"
-            budget = Budget.open_or_create(args.budget_file, args.lifetime_epsilon, args.lifetime_delta)
+            budget = getattr(args, "_budget", None) or Budget.open_or_create(
+                args.budget_file, args.lifetime_epsilon, args.lifetime_delta
+            )
             charged = {"budget": budget, "label": label}
         fitted = _fit_model(
             split,

@@ -150,12 +150,13 @@ def called_by_sklearn(package: str = "sklearn") -> bool:
     """Whether a function of ``package`` (scikit-learn, or one of its subpackages such as
     ``"sklearn.model_selection"``) is on the current call stack."""
     frame = sys._getframe(1)
-    while frame is not None:
+    while True:
         module = frame.f_globals.get("__name__") or ""
         if module == package or module.startswith(package + "."):
             return True
+        if frame.f_back is None:
+            return False
         frame = frame.f_back
-    return False
 
 
 #: models that already warned (held weakly: a model is not kept alive, nor its state changed)
@@ -617,7 +618,7 @@ def _wrap_fit(fit):
 
     fit_wrapper._privrec_fit_input = True
     if takes_progress:  # the documented default: None (the constructor's show_progress)
-        fit_wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        fit_wrapper.__signature__ = signature.replace(
             parameters=[
                 p.replace(default=None, annotation="bool | None") if p.name == "show_progress" else p
                 for p in signature.parameters.values()

@@ -27,7 +27,7 @@ import scipy.sparse as sp
 
 from .._constraints import FINITE, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, StrOptions
 from .._params import Hyperparameters, param
-from .._validation import check_memory, check_random_state_seed
+from .._validation import check_fit_memory, check_random_state_seed
 from ..privacy import make_rng
 from ..solvers.ridge import _blas_single_thread, frequency_regularization, scaled_regularization, solve_rows
 from ._base import FactorizationModel, check_fit_matrix, check_rating_range
@@ -191,7 +191,16 @@ class ALS(Hyperparameters, FactorizationModel):
         declared = check_rating_range(self.rating_range)
         if declared is not None:
             self._check_rating_range(R, *declared, stacklevel=4)  # user code -> fit wrapper -> fit -> here
-        check_memory(R.shape[0] + R.shape[1], self.factors + 1, dtype.itemsize, "ALS factor matrices")
+        check_fit_memory(
+            R.shape[0],
+            R.shape[1],
+            self.factors,
+            dtype.itemsize,
+            "ALS",
+            gravity=self.unobserved_weight > 0,
+            ridge_positive=self.regularization > 0,
+            num_threads=self.num_threads,
+        )
         RT = R.T.tocsr()
         RT.sort_indices()
         n_users, n_items = R.shape

@@ -60,7 +60,7 @@ from .._constraints import (
 )
 from .._io import progress_steps
 from .._params import Hyperparameters, param
-from .._validation import check_delta, check_epsilon, check_memory
+from .._validation import check_delta, check_epsilon, check_fit_memory
 from ..pipeline import Plan, PrivatePipeline
 from ..privacy import check_noise_random_state, clip_labels, clip_rows, default_count_fraction, make_rng
 from ..solvers import PrivateSolver, TaskBatch, make_solver
@@ -68,6 +68,25 @@ from ..solvers.ridge import frequency_regularization, scaled_regularization
 from ._base import FactorizationModel, check_fit_matrix
 from .als import check_exponent, half_step
 from .billboard import shrunk_projection
+
+#: what every DPALS privacy report states besides its events: the neighbouring relation and what
+#: the guarantee treats as public. The number of users shapes the fit (the automatic configuration,
+#: the implicit popularity prior = counts / n_users), so it must be public: the consistent relation
+#: is zero-out over a public user roster -- neighbouring datasets differ in all of one user's
+#: ratings, the user stays on the roster with none. Every sensitivity here is that of removing a
+#: user's data (an empty user contributes nothing), so the add/remove Gaussian accounting applies.
+RELEASE_STATEMENT = {
+    "neighbouring_relation": (
+        "user-level zero-out: neighbouring datasets differ in all ratings of one user, whose row stays "
+        "on the public user roster (empty); sensitivities are those of removing the user's data"
+    ),
+    "public": [
+        "the user roster (number of users)",
+        "the item catalogue (number of items; item ids when declared)",
+        "epsilon, delta, the rating range / bound and every setting in config",
+    ],
+    "released": ["item_factors_", "item_bias_", "global_mean_", "item_counts_"],
+}
 
 #: method name -> (registered solver name, allocation)
 METHODS = {
@@ -490,7 +509,17 @@ class DPALS(Hyperparameters, FactorizationModel):
         R_full = check_fit_matrix(user_items)
         n_users, n_items = R_full.shape
         cfg = self._resolve_config((n_users, n_items))
-        check_memory(n_users + n_items, cfg.factors + 1, cfg.dtype.itemsize, "DPALS factor matrices")
+        check_fit_memory(
+            n_users,
+            n_items,
+            cfg.factors,
+            cfg.dtype.itemsize,
+            "DPALS",
+            item_step=cfg.solver if cfg.private else "ridge",
+            gravity=cfg.unobserved_weight > 0,
+            ridge_positive=cfg.user_reg > 0 and (cfg.private or cfg.reg > 0),
+            num_threads=self.num_threads,
+        )
         if cfg.implicit:
             R_full = _binarised(R_full)
         else:
@@ -678,6 +707,7 @@ class DPALS(Hyperparameters, FactorizationModel):
             return report
         report = ledger.report(check_delta(self.delta), accountant=self.accountant)
         report["method"] = self.method
+        report.update(RELEASE_STATEMENT)
         target = check_epsilon(self.epsilon)
         report["target_epsilon"] = target if math.isfinite(target) else "inf"
         return report
@@ -783,7 +813,7 @@ class DPALS(Hyperparameters, FactorizationModel):
         counts = getattr(self, "item_counts_", None)
         if counts is not None and np.shape(counts) != (self.item_factors_.shape[0],):
             raise ValueError(f"item_counts_ has shape {np.shape(counts)}, expected ({self.item_factors_.shape[0]},)")
-        self.item_counts_ = counts
+        self.item_counts_ = counts  # type: ignore[assignment]  # None: a file saved before counts were kept
         if getattr(self, "item_bias_", None) is None:
             self.item_bias_ = None
         self.user_bias_ = None

@@ -370,8 +370,18 @@ class _PowerModel:
     """
 
     def __init__(
-        self, n_without, n_with, delta, confidence, method, n_tests, orientation, simulations, seed, n_grid=240
-    ):
+        self,
+        n_without: int,
+        n_with: int,
+        delta: float,
+        confidence: float,
+        method: str,
+        n_tests: int,
+        orientation: int | None,
+        simulations: int,
+        seed: int,
+        n_grid: int = 240,
+    ) -> None:
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
         n0, n1 = int(n_without), int(n_with)
@@ -394,7 +404,8 @@ class _PowerModel:
         self.seed = seed
         self.n_grid = int(n_grid)
         self._tables: dict[tuple[int, float], np.ndarray] = {}
-        self.eps_max = float(_eps_from_rates(*(clopper_pearson_upper(0, n, self.alpha) for n in self.ev), self.delta))
+        up0, up1 = (clopper_pearson_upper(0, n, self.alpha) for n in self.ev)
+        self.eps_max = float(_eps_from_rates(up0, up1, self.delta))
 
     def _cp(self, k: np.ndarray, n: int, alpha: float) -> np.ndarray:
         """Clopper-Pearson upper bounds of integer counts 0 <= k <= n: a table per (n, alpha) filled
@@ -555,7 +566,8 @@ def _rates(s0: np.ndarray, s1: np.ndarray, t, orientation: int):
 
 def _candidate_thresholds(s0, s1, max_candidates: int = 2000) -> np.ndarray:
     """Midpoints between consecutive distinct pooled scores (subsampled to ``max_candidates``)."""
-    pooled = np.unique(np.concatenate([s0, s1]))
+    pooled = np.sort(np.concatenate([s0, s1]))
+    pooled = pooled[np.concatenate([[True], pooled[1:] != pooled[:-1]])]  # distinct (np.unique's hash is slow)
     if pooled.size == 1:
         return pooled.copy()
     mids = 0.5 * (pooled[1:] + pooled[:-1])
@@ -734,6 +746,7 @@ def run_audit(
     progress: Callable | None = None,
     return_scores: bool = False,
     epsilon_claimed: float | None = None,
+    power_simulations: int = 400,
 ):
     """Fit ``n_runs`` times on each neighbouring dataset and lower-bound epsilon.
 
@@ -758,7 +771,7 @@ def run_audit(
     a0, a1 = np.stack(o0), np.stack(o1)
     if a0.shape[1] == 1:
         a0, a1 = a0[:, 0], a1[:, 0]
-    res = audit_scores(a0, a1, delta, confidence, method, thresholds, orientation, epsilon_claimed)
+    res = audit_scores(a0, a1, delta, confidence, method, thresholds, orientation, epsilon_claimed, power_simulations)
     return (res, a0, a1) if return_scores else res
 
 
@@ -800,6 +813,17 @@ def remove_units(batch, units):
     )
 
 
+def _unique_ids(ids) -> np.ndarray:
+    """Sorted distinct integer ids (a counting pass for dense non-negative ids, else a sort)."""
+    a = np.asarray(ids).ravel()
+    if a.dtype.kind not in "iu":
+        raise ValueError("unit ids must be integers")
+    if a.size and a.min() >= 0 and a.max() < 4 * a.size + 1_000_000:
+        return np.flatnonzero(np.bincount(a)).astype(a.dtype, copy=False)
+    a = np.sort(a)
+    return a[np.concatenate([[True], a[1:] != a[:-1]])] if a.size else a
+
+
 def canary_design(batch, canaries, max_norm, label_bound) -> CanaryDesign:
     """Exact contributions of ``canaries`` (unit ids) to ``batch``'s clipped statistics
     (:func:`~privrec.solvers.weighted_statistics` with and without them).
@@ -810,24 +834,27 @@ def canary_design(batch, canaries, max_norm, label_bound) -> CanaryDesign:
     """
     from ..solvers import weighted_statistics
 
-    canaries = np.unique(np.asarray(canaries))
+    canaries = _unique_ids(canaries)
     if canaries.size < 1:
         raise ValueError("at least one canary unit is needed")
-    pos = np.searchsorted(canaries, batch.feature_ids)
-    pos = np.minimum(pos, canaries.size - 1)
-    is_canary = canaries[pos] == batch.feature_ids
-    tasks = batch.task_ids()[is_canary]
-    owner = pos[is_canary]
-    if np.unique(owner).size != canaries.size:
+    fid = batch.feature_ids
+    pos = np.minimum(np.searchsorted(canaries, fid), canaries.size - 1)
+    is_canary = canaries[pos] == fid
+    if np.any(np.bincount(pos[is_canary], minlength=canaries.size) == 0):
         raise ValueError("every canary unit needs at least one example in the batch")
-    pairs = np.unique(tasks * canaries.size + owner)
-    if np.unique(pairs // canaries.size).size != pairs.size:
+    m = batch.n_tasks
+    starts = batch.indptr[:-1][batch.sizes > 0]
+    hi = np.full(m, -1, dtype=np.int64)
+    lo = np.full(m, -1, dtype=np.int64)
+    if starts.size:
+        big = np.iinfo(np.int64).max
+        hi[batch.sizes > 0] = np.maximum.reduceat(np.where(is_canary, pos, -1), starts)
+        lo[batch.sizes > 0] = np.minimum.reduceat(np.where(is_canary, pos, big), starts)
+    if np.any((hi >= 0) & (lo != hi)):
         raise ValueError("two canaries share a task: each task may hold at most one canary")
-    task_canary = np.full(batch.n_tasks, -1, dtype=np.int64)
-    task_canary[pairs // canaries.size] = pairs % canaries.size
     G1, b1 = weighted_statistics(batch, max_norm, label_bound)
     G0, b0 = weighted_statistics(remove_units(batch, canaries), max_norm, label_bound)
-    return CanaryDesign(canaries, task_canary, G1 - G0, b1 - b0, G0, b0)
+    return CanaryDesign(canaries, hi, G1 - G0, b1 - b0, G0, b0)
 
 
 class SolverTap:
@@ -895,7 +922,7 @@ class SolverTap:
         return out
 
 
-def tap_solver(solver):
+def tap_solver(solver: Any) -> tuple[Any, SolverTap]:
     """``(tapped, tap)``: a copy of ``solver`` (an :class:`~privrec.solvers.SSPSolver` or a squared-loss
     :class:`~privrec.solvers.NoisyGDSolver`) whose ``solve`` runs the same code -- same noise, same
     result -- and records the noisy statistics it releases in ``tap`` (:class:`SolverTap`).
@@ -949,7 +976,7 @@ def tap_solver(solver):
                 finally:
                     tap._leave()
 
-            def _noisy_step(self, theta, g, std, stream, r, gram, step):
+            def _noisy_step(self, theta: np.ndarray, g: np.ndarray, std: float, stream, r, gram, step) -> np.ndarray:
                 start = np.array(theta, copy=True)
                 out = super()._noisy_step(theta, g, std, stream, r, gram, step)
                 noisy = g.astype(np.float64) - np.asarray(r, dtype=np.float64) * start  # g += noise, ridge, gravity
@@ -1090,8 +1117,8 @@ def audit_solver_release(
     solver of a DP-ALS fit); ``claimed``: the solver whose ledger events are the claim (default
     ``solver``; pass the correctly calibrated one to audit a deliberately under-noised copy).
     ``batch``: a :class:`~privrec.solvers.TaskBatch` holding every canary; ``canaries``: unit ids,
-    each the only canary in its tasks (:func:`canary_design`; the clip bounds are the claimed
-    solver's). For each of ``solves`` solves every canary is kept with probability
+    each the only canary in its tasks, or their :class:`CanaryDesign` (:func:`canary_design` with
+    the claimed solver's clip bounds; pass it to reuse it over several audits of one batch). For each of ``solves`` solves every canary is kept with probability
     ``include_probability`` (coins from ``rng``; ``None`` = OS entropy), the others are removed
     (:func:`remove_units`), the tapped solver (:func:`tap_solver`) solves with noise from OS entropy,
     and each canary's score is its likelihood-ratio statistic under the claimed noise. Absent
@@ -1115,7 +1142,11 @@ def audit_solver_release(
     if len(events) != len(labels) or math.isinf(gaussian_mu(compose(events))):
         raise ValueError("the claimed solver must add noise to every audited release (noise_multiplier > 0)")
     eps_claimed = epsilon_of_event(compose(events), delta, accountant)
-    design = canary_design(batch, canaries, claimed.max_norm, claimed.label_bound)
+    design = (
+        canaries
+        if isinstance(canaries, CanaryDesign)
+        else canary_design(batch, canaries, claimed.max_norm, claimed.label_bound)
+    )
     tapped, tap = tap_solver(solver)
     coins = make_rng(rng)
     absent, present, strength = [], [], []

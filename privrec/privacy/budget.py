@@ -49,8 +49,8 @@ from typing import Any
 import dp_accounting
 
 from .._io import atomic_write_json, json_safe
-from .._validation import check_delta, check_epsilon
-from .ledger import PrivacyLedger, epsilon_from_report, epsilon_of_event, event_to_dict
+from .._validation import check_epsilon
+from .ledger import PrivacyLedger, check_pld_delta, epsilon_from_report, epsilon_of_event, event_to_dict
 
 FORMAT = "privrec-budget"
 VERSION = 1
@@ -196,21 +196,22 @@ class Budget:
         A missing file needs both.
         """
         budget = cls(path, lock_timeout=lock_timeout)
-        with budget.lock():
-            if budget.path.exists():
-                state = budget._read()
-                for name, given, have in (("epsilon", epsilon, state.epsilon), ("delta", delta, state.delta)):
-                    if given is not None and not math.isclose(float(given), have, rel_tol=1e-12):
-                        raise ValueError(
-                            f"budget file {budget.path} has lifetime {name} {have:g}, not {float(given):g}; "
-                            "an existing budget keeps its lifetime (omit the lifetime to use it as is)"
+        if not budget.path.exists():
+            with budget.lock():  # two processes creating the same budget: the second one opens it
+                if not budget.path.exists():
+                    if epsilon is None or delta is None:
+                        raise FileNotFoundError(
+                            f"budget file {budget.path} does not exist; give its lifetime epsilon and delta to create it"
                         )
-                return budget
-            if epsilon is None or delta is None:
-                raise FileNotFoundError(
-                    f"budget file {budget.path} does not exist; give its lifetime epsilon and delta to create it"
+                    budget._write(_new_state(epsilon, delta, neighboring, description))
+                    return budget
+        state = budget._read()  # no lock needed to read: every write replaces the file atomically
+        for name, given, have in (("epsilon", epsilon, state.epsilon), ("delta", delta, state.delta)):
+            if given is not None and not math.isclose(float(given), have, rel_tol=1e-12):
+                raise ValueError(
+                    f"budget file {budget.path} has lifetime {name} {have:g}, not {float(given):g}; "
+                    "an existing budget keeps its lifetime (omit the lifetime to use it as is)"
                 )
-            budget._write(_new_state(epsilon, delta, neighboring, description))
         return budget
 
     # ------------------------------------------------------------------ reading
@@ -546,40 +547,13 @@ def _all_events(releases: Iterable[BudgetRelease]) -> Events:
     return [pair for r in releases for pair in r.events]
 
 
-def _flatten(event: dp_accounting.DpEvent, count: int, out: dict[str, list]) -> None:
-    """Leaf events with their multiplicities, keyed by their canonical JSON (composition is commutative)."""
-    if isinstance(event, dp_accounting.ComposedDpEvent):
-        for e in event.events:
-            _flatten(e, count, out)
-    elif isinstance(event, dp_accounting.SelfComposedDpEvent):
-        _flatten(event.event, count * int(event.count), out)
-    else:
-        key = json.dumps(event_to_dict(event), sort_keys=True)
-        if key in out:
-            out[key][1] += count
-        else:
-            out[key] = [event, count]
-
-
-def grouped_event(events: Iterable[dp_accounting.DpEvent]) -> dp_accounting.DpEvent:
-    """The composition of ``events`` with identical events gathered into one self-composition.
-
-    The same privacy loss (composition is commutative); the PLD accountant then self-composes each
-    distinct event once instead of convolving every copy (an ALS fit repeats the same few events
-    at every step, and a budget holds many fits).
-    """
-    leaves: dict[str, list] = {}
-    for e in events:
-        _flatten(e, 1, leaves)
-    parts = [ev if n == 1 else dp_accounting.SelfComposedDpEvent(ev, n) for ev, n in leaves.values()]
-    return dp_accounting.ComposedDpEvent(parts)
-
-
 def _compose(events: Events, delta: float, neighboring: str) -> float:
-    """PLD epsilon at ``delta`` of all ``events`` (0 for none)."""
+    """PLD epsilon at ``delta`` of all ``events`` (0 for none), through the ledger's one accounting
+    function (:func:`privrec.privacy.ledger.epsilon_of_event`: canonical form, then PLD)."""
     if not events:
         return 0.0
-    return epsilon_of_event(grouped_event(ev for _, ev in events), delta, ACCOUNTANT, neighboring=neighboring)
+    composed = dp_accounting.ComposedDpEvent([ev for _, ev in events])
+    return epsilon_of_event(composed, delta, ACCOUNTANT, neighboring=neighboring)
 
 
 def _report_events(report) -> tuple[Events, dict[str, Any]]:
@@ -600,7 +574,7 @@ def _report_events(report) -> tuple[Events, dict[str, Any]]:
     claimed, delta = report.get("epsilon"), report.get("delta")
     if claimed is not None and delta is not None:
         accountant = str(report.get("accountant", "rdp"))
-        actual = epsilon_from_report(report, accountant)
+        actual = epsilon_from_report(report, None)  # the report's own accountant
         if not _close(_float(claimed), actual):
             raise ValueError(
                 f"the privacy report states epsilon {claimed} but its events give {_fmt(actual)} "
@@ -659,9 +633,11 @@ def _parse(content: dict[str, Any], path: Path) -> _State:
         raise bad("no 'lifetime' {epsilon, delta}")
     try:
         eps = check_epsilon(lifetime.get("epsilon"), "lifetime epsilon", allow_inf=False)
-        delta = check_delta(lifetime.get("delta"), "lifetime delta")
+        delta = check_pld_delta(lifetime["delta"], "lifetime delta")
         neighboring = str(content.get("neighboring"))
         PrivacyLedger(neighboring=neighboring)
+    except KeyError:
+        raise bad("its lifetime has no delta") from None
     except ValueError as exc:
         raise bad(str(exc)) from None
     if content.get("accountant") != ACCOUNTANT:
@@ -690,16 +666,14 @@ def _parse(content: dict[str, Any], path: Path) -> _State:
             f"it states a spend of epsilon {content.get('spent_epsilon')} but its {len(releases)} releases give "
             f"{_fmt(spent)}: the file is inconsistent; restore it from a backup"
         )
-    return _State(
-        eps, delta, neighboring, str(content.get("description", "")), str(content.get("created", "")),
-        tuple(releases), spent, digest,
-    )  # fmt: skip
+    description, created = str(content.get("description", "")), str(content.get("created", ""))
+    return _State(eps, delta, neighboring, description, created, tuple(releases), spent, digest)
 
 
 def _new_state(epsilon, delta, neighboring: str, description: str) -> _State:
     """The state of a new budget (lifetime and relation checked), with no release."""
     eps = check_epsilon(epsilon, "lifetime epsilon", allow_inf=False)
-    d = check_delta(delta, "lifetime delta")
+    d = check_pld_delta(delta, "lifetime delta")
     PrivacyLedger(neighboring=neighboring)  # validates the relation
     return _State(eps, d, neighboring, str(description), _now(), (), 0.0, "")
 

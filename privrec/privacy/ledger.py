@@ -135,6 +135,14 @@ PLD_RELATIVE_INTERVAL = 1e-2
 #: The PLD grid is never refined below this (only events with epsilon < ~1e-10 would ask for it).
 PLD_MIN_INTERVAL = 1e-12
 
+#: The PLD grid is never refined to more than about this many points (see :func:`pld_loss_width`):
+#: at a large delta (say 0.4) a tiny epsilon goes with a wide privacy-loss distribution, and a grid
+#: of 1% of epsilon would take gigabytes. At a usual delta (< 1e-3) the bound never binds.
+PLD_MAX_POINTS = 200_000
+
+# standard deviations kept on each side of a Gaussian by dp_accounting (tail mass 1e-15)
+_GAUSSIAN_TAIL_SDS = 8.0
+
 
 def pld_interval(rdp_epsilon: float) -> float:
     """Starting value-discretisation interval of the PLD accountant for an event whose RDP epsilon is given.
@@ -220,6 +228,31 @@ def canonical_event(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
     return parts[0] if len(parts) == 1 else dp_accounting.ComposedDpEvent(parts)
 
 
+def pld_loss_width(event: dp_accounting.DpEvent, neighboring: str = "add_or_remove_one") -> float:
+    """Upper bound on the width of the privacy-loss distribution the PLD accountant builds for a
+    (canonical) event, so the number of grid points is about ``width / interval``.
+
+    A Gaussian of multiplier z keeps +-8 standard deviations of a loss whose standard deviation is
+    mu = s / z (s = 1, or 2 under replace-one as dp_accounting takes it): 16 mu; a Laplace of
+    parameter b has its loss in [-s / b, s / b]; sampling only narrows the loss; a k-fold
+    composition at most adds k widths. ``inf`` for any other event (its grid is then not refined).
+    """
+    s = 2.0 if neighboring == "replace_one" else 1.0
+    if isinstance(event, dp_accounting.NoOpDpEvent):
+        return 0.0
+    if type(event) is dp_accounting.GaussianDpEvent:
+        return 2.0 * _GAUSSIAN_TAIL_SDS * s / float(event.noise_multiplier)
+    if type(event) is dp_accounting.LaplaceDpEvent:
+        return 2.0 * s / float(event.noise_multiplier)
+    if isinstance(event, dp_accounting.PoissonSampledDpEvent):
+        return pld_loss_width(event.event, neighboring)
+    if isinstance(event, dp_accounting.SelfComposedDpEvent):
+        return int(event.count) * pld_loss_width(event.event, neighboring)
+    if isinstance(event, dp_accounting.ComposedDpEvent):
+        return math.fsum(pld_loss_width(e, neighboring) for e in event.events)
+    return math.inf
+
+
 def _pld_at(event, delta: float, relation, interval: float) -> float:
     acc = pld.PLDAccountant(neighboring_relation=relation, value_discretization_interval=interval)
     acc.compose(event)
@@ -243,9 +276,11 @@ def pld_epsilon(
     The grid is a function of the (canonical) event alone, so any two callers -- a calibration and
     a report -- get the same number: start from :func:`pld_interval` of the RDP epsilon, then while
     the grid is coarser than ``PLD_RELATIVE_INTERVAL`` x the epsilon just measured, recompute on the
-    grid ``10^floor(log10(PLD_RELATIVE_INTERVAL x epsilon))`` (at most four refinements; one at
-    epsilon >= 0.1, none above). ``interval`` is ``None`` when the RDP epsilon exceeds
-    :data:`PLD_MAX_EPSILON` and that (valid, looser) RDP value is returned instead.
+    grid ``10^floor(log10(PLD_RELATIVE_INTERVAL x epsilon))`` (at most four refinements, none at
+    epsilon >= 0.1), but never finer than :data:`PLD_MIN_INTERVAL` nor than about
+    :data:`PLD_MAX_POINTS` points over the loss's width (:func:`pld_loss_width`). Every grid gives
+    a valid (pessimistic) bound; refining only tightens it. ``interval`` is ``None`` when the RDP
+    epsilon exceeds :data:`PLD_MAX_EPSILON` and that (valid, looser) RDP value is returned instead.
     """
     delta = check_pld_delta(delta)
     relation = _NEIGHBOURING[neighboring]
@@ -258,10 +293,17 @@ def pld_epsilon(
         return eps_rdp, None
     interval = pld_interval(eps_rdp if eps_rdp is not None else 0.0)
     eps = _pld_at(event, delta, relation, interval)
+    width = pld_loss_width(event, neighboring)
+    finest = PLD_MIN_INTERVAL
+    if math.isfinite(width) and width > 0:
+        finest = max(finest, 10.0 ** math.ceil(math.log10(width / PLD_MAX_POINTS)))
     for _ in range(4):
-        if not (0.0 < eps < math.inf) or interval <= PLD_RELATIVE_INTERVAL * eps or interval <= PLD_MIN_INTERVAL:
+        if not (0.0 < eps < math.inf) or interval <= PLD_RELATIVE_INTERVAL * eps or not math.isfinite(width):
             break
-        interval = max(PLD_MIN_INTERVAL, 10.0 ** math.floor(math.log10(PLD_RELATIVE_INTERVAL * eps)))
+        finer = max(finest, 10.0 ** math.floor(math.log10(PLD_RELATIVE_INTERVAL * eps)))
+        if finer >= interval:
+            break
+        interval = finer
         eps = _pld_at(event, delta, relation, interval)
     return eps, interval
 
@@ -447,11 +489,12 @@ class PrivacyLedger:
         return ledger
 
 
-def epsilon_from_report(report: dict[str, Any], accountant: str | None = "rdp") -> float:
+def epsilon_from_report(report: dict[str, Any], accountant: str | None = None) -> float:
     """Recompute epsilon from a ``report()`` with plain dp_accounting (independent check).
 
-    ``accountant=None`` recomputes with the report's own accountant (``report["accountant"]``), so
-    the result equals ``report["epsilon"]``. The PLD grid is re-derived from the events
+    ``accountant=None`` (default) recomputes with the report's own accountant
+    (``report["accountant"]``, RDP when absent), so the result equals ``report["epsilon"]``;
+    ``"rdp"`` / ``"pld"`` recompute ``epsilon_rdp`` / ``epsilon_pld``. The PLD grid is re-derived from the events
     (:func:`pld_epsilon`), never read from the report (a forged grid could only make the check
     slower or looser); reports written before the canonical accounting (no ``pld_discretization``
     key) are recomputed the way they were computed.
