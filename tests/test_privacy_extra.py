@@ -75,7 +75,7 @@ def test_ledger_extend_report_and_recompute():
     a.extend(b, prefix="ALS 1: ")
     assert len(a) == 3 and [e.label for e in a.entries] == ["counts", "ALS 1: step", "ALS 1: step"]
     assert a.entries[1].meta == {} and a.entries[0].meta == {"sensitivity": 1.0}
-    rep = a.report(1e-6)
+    rep = a.report(1e-6, accountant="rdp")
     assert rep["epsilon"] == rep["epsilon_rdp"] and rep["accountant"] == "rdp"
     assert rep["epsilon_pld"] <= rep["epsilon_rdp"] + 1e-9  # PLD is the tighter accountant
     assert epsilon_from_report(rep) == pytest.approx(rep["epsilon_rdp"])

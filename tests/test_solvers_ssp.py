@@ -123,7 +123,7 @@ def test_events_meta_and_calibration_hook():
     assert led.epsilon(1e-5) == pytest.approx(_eps(s.dp_event()))
     # calibration through dp_event: the common scale hits the target
     z = calibrate_noise_multiplier(
-        2.0, 1e-5, lambda z: dp_accounting.SelfComposedDpEvent(s.with_noise_multiplier(z).dp_event(), 3)
+        2.0, 1e-5, lambda z: dp_accounting.SelfComposedDpEvent(s.with_noise_multiplier(z).dp_event(), 3), "pld"
     )
     assert 0.995 * 2.0 <= _eps(dp_accounting.SelfComposedDpEvent(s.with_noise_multiplier(z).dp_event(), 3)) <= 2.0
 

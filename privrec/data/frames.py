@@ -193,6 +193,8 @@ class _TableRequest:
         }
         if item_given:
             info["item_vocabulary_sha256"] = vocabulary_fingerprint(item_vocab)
+        if user_given:
+            info["user_vocabulary_sha256"] = vocabulary_fingerprint(user_vocab)
         try:
             # integer codes with a fixed vocabulary 0..n-1: the matrix has exactly len(vocab) rows/columns
             inter = Interactions.from_arrays(

@@ -593,7 +593,7 @@ class _Driver:
             )
 
         # 2. ridges and initial factors ------------------------------------------------------------
-        reg_items, norm_i = frequency_regularization(counts_h, cfg.reg, cfg.reg_exponent)
+        reg_items, norm_i = proxy._item_regularization(cfg, counts_h, cal.train_scale)
         norm_u = 1.0
         if not cfg.private and cfg.user_reg_exponent:  # the global normaliser of the user ridge
             e = cfg.user_reg_exponent

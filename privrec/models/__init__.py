@@ -5,7 +5,16 @@ All share :class:`FactorizationModel`'s scikit-learn / implicit-style API (a dro
 reads any model written by ``save``.
 """
 
-from ._base import FactorizationModel, NotFittedError, PrivateReleaseError, RatingRangeWarning
+from ._base import (
+    FactorizationModel,
+    ItemCatalogueWarning,
+    NotFittedError,
+    PrivateReleaseError,
+    PrivateSelectionWarning,
+    PrivateStateWarning,
+    RatingRangeWarning,
+    UserRosterWarning,
+)
 from .als import ALS, ImplicitALS
 from .dpals import DPALS, METHODS
 
@@ -29,4 +38,8 @@ __all__ = [
     "NotFittedError",
     "PrivateReleaseError",
     "RatingRangeWarning",
+    "ItemCatalogueWarning",
+    "UserRosterWarning",
+    "PrivateStateWarning",
+    "PrivateSelectionWarning",
 ]

@@ -102,6 +102,7 @@ __all__ = [
     "PrivateSelectionWarning",
     "PrivateStateWarning",
     "ItemCatalogueWarning",
+    "UserRosterWarning",
     "RatingRangeWarning",
     "NotFittedError",
     "as_user_items",
@@ -110,7 +111,9 @@ __all__ = [
     "check_rating_range",
     "fit_input",
     "item_axis_source",
+    "user_axis_source",
     "with_item_catalogue",
+    "with_user_roster",
 ]
 
 
@@ -132,6 +135,15 @@ class ItemCatalogueWarning(UserWarning):
     so the item axis is not covered by the privacy guarantee. Declare the public catalogue:
     ``model.fit(X, items=catalogue)``, ``privrec.data.from_pandas(..., item_ids=catalogue)`` or
     ``from_parquet(..., item_ids=catalogue)``; ``fit(X, strict_catalogue=True)`` refuses instead."""
+
+
+class UserRosterWarning(UserWarning):
+    """A private model was fitted on a user axis derived from the training data: a DataFrame / CSV
+    (or an ``Interactions`` read from one) without a declared user roster lists only the users that
+    have ratings. DPALS's guarantee is stated for the zero-out relation over a public roster (the
+    number of users shapes the fit), and a user whose ratings are all removed would then vanish from
+    the roster, changing its size. Declare the roster: ``model.fit(X, users=roster)`` or
+    ``privrec.data.from_pandas(..., user_ids=roster)``."""
 
 
 class PrivateStateWarning(UserWarning):
@@ -373,6 +385,45 @@ def item_axis_source(X) -> str:
     return "data" if vocabulary == "data" else "matrix"
 
 
+def user_axis_source(X) -> str:
+    """Where the user axis (rows) of a ``fit`` input comes from: ``"roster"`` (an ``Interactions``
+    built with ``user_ids=``, still that vocabulary), ``"data"`` (a DataFrame, or an ``Interactions``
+    read from one without ``user_ids``) or ``"matrix"`` (a matrix's rows, as the caller made them)."""
+    import pandas as pd
+
+    if isinstance(X, pd.DataFrame):
+        return "data"
+    if sp.issparse(X) or not (hasattr(X, "matrix") and hasattr(X, "user_ids")):
+        return "matrix"
+    info = getattr(X, "info", None) or {}
+    vocabulary = info.get("user_vocabulary")
+    if vocabulary == "given":
+        from ..data.frames import vocabulary_fingerprint
+
+        same = info.get("user_vocabulary_sha256") == vocabulary_fingerprint(np.asarray(X.user_ids))
+        return "roster" if same else "data"
+    return "data" if vocabulary == "data" else "matrix"
+
+
+def with_user_roster(X, users):
+    """A long DataFrame ``X`` as an ``Interactions`` whose user axis is the public roster ``users``
+    (users without ratings get empty rows). Other inputs declare their roster when built
+    (``from_pandas`` / ``from_parquet(..., user_ids=roster)``; a matrix's rows are its roster)."""
+    import pandas as pd
+
+    from ..data.frames import ITEM_COL, RATING_COL, USER_COL, from_pandas
+
+    if not isinstance(X, pd.DataFrame):
+        raise ValueError(
+            "users= (the public user roster) applies to a long DataFrame; build other inputs with "
+            "privrec.data.from_pandas / from_parquet(..., user_ids=roster), and a matrix's rows are its roster"
+        )
+    roster = _id_array(users)
+    if roster.ndim != 1 or roster.size == 0:
+        raise ValueError("users (the public user roster) must be a non-empty 1-D sequence of user ids")
+    return from_pandas(X, USER_COL, ITEM_COL, RATING_COL if RATING_COL in X.columns else None, user_ids=roster)
+
+
 def with_item_catalogue(X, items):
     """``X`` (any ``fit`` input) as an ``Interactions`` whose item axis is the public catalogue ``items``.
 
@@ -589,7 +640,7 @@ def _wrap_fit(fit):
     takes_progress = "show_progress" in params
 
     @functools.wraps(fit)
-    def fit_wrapper(self, user_items, *args, items=None, strict_catalogue: bool = False, **kwargs):
+    def fit_wrapper(self, user_items, *args, items=None, users=None, strict_catalogue: bool = False, **kwargs):
         args, kwargs = _progress_arguments(self, args, kwargs, progress_second, takes_progress)
         if "y" in kwargs:
             kwargs.pop("y")
@@ -598,8 +649,11 @@ def _wrap_fit(fit):
                 f"callback must be callable(iteration, elapsed_seconds, loss) or None, "
                 f"got {type(kwargs['callback']).__name__}"
             )
+        if users is not None:
+            user_items = with_user_roster(user_items, users)
         if items is not None:
             user_items = with_item_catalogue(user_items, items)
+        self._check_user_axis(user_axis_source(user_items))
         axis = item_axis_source(user_items)
         self._check_item_axis(axis, bool(strict_catalogue))
         R, user_ids, item_ids, given = fit_input(user_items)
@@ -734,6 +788,19 @@ class FactorizationModel(BaseEstimator):
             f"model's privacy ledger does not account for (the (epsilon, delta) guarantee covers fit only). Refit "
             f"the model (a new, accounted release) to include new data"
         )
+
+    def _check_user_axis(self, axis: str) -> None:
+        """Before a fit: a private model warns (:class:`UserRosterWarning`) when its user axis (the
+        roster, whose size is public under the zero-out relation) comes from the data."""
+        if self._is_private() and axis == "data":
+            warnings.warn(
+                f"private {type(self).__name__} fitted on a user roster taken from the data (only the users that "
+                "have ratings): the guarantee is stated for a public roster (zero-out of one user's ratings), "
+                "and a user whose ratings are all removed would leave this one; declare the roster with "
+                "fit(X, users=roster) or privrec.data.from_pandas(..., user_ids=roster)",
+                UserRosterWarning,
+                stacklevel=3,
+            )
 
     def _check_item_axis(self, axis: str, strict: bool) -> None:
         """Before a fit: a private model warns (:class:`ItemCatalogueWarning`) when its item axis comes

@@ -329,11 +329,11 @@ def epsilon_of_event(
         raise ValueError(f"accountant must be 'rdp' or 'pld', got {accountant!r}")
     if _is_non_private(event):
         return math.inf
-    if accountant == "pld" and pld_discretization is None:
-        return pld_epsilon(event, delta, orders, neighboring)[0]
     relation = _NEIGHBOURING[neighboring]
     if accountant == "rdp":
         return _rdp_at(canonical_event(event), delta, orders, relation)
+    if pld_discretization is None:
+        return pld_epsilon(event, delta, orders, neighboring)[0]
     return _pld_at(canonical_event(event), check_pld_delta(delta), relation, float(pld_discretization))
 
 
