@@ -311,6 +311,21 @@ def _data_args(p, split: bool = True) -> None:
         help="what to do with repeated (user, item) rows in --ratings: error (default), keep the last / "
         "first / largest, or sum them (play counts)",
     )
+    g.add_argument(
+        "--items",
+        default=None,
+        metavar="FILE",
+        help="the public item catalogue of --ratings: a text file with one item id per line (items without "
+        "ratings get rows too; without it a private fit's item axis comes from the data, which the "
+        "guarantee does not cover)",
+    )
+    g.add_argument(
+        "--users",
+        default=None,
+        metavar="FILE",
+        help="the public user roster of --ratings: a text file with one user id per line (the guarantee is "
+        "stated for zero-out of one user's ratings over a public roster)",
+    )
     g.add_argument("--scale", type=float, default=None, help="shrink a generated dataset (e.g. 0.1)")
     g.add_argument(
         "--seed", type=int, default=0, help="seed of the generated data and of the train/test split (public; default 0)"
@@ -457,7 +472,11 @@ def _check_data_args(args) -> None:
         if args.data_dir is not None:
             _warn(args, "--data-dir is ignored with --ratings")
     else:
-        given = [f for f in ("user_col", "item_col", "rating_col", "duplicates") if getattr(args, f) is not None]
+        given = [
+            f
+            for f in ("user_col", "item_col", "rating_col", "duplicates", "items", "users")
+            if getattr(args, f, None) is not None
+        ]
         if given:
             flags = ", ".join("--" + f.replace("_", "-") for f in given)
             _warn(args, f"{flags} only appl{'y' if len(given) > 1 else 'ies'} to --ratings; ignored")
@@ -474,13 +493,43 @@ def _load(args):
             args.item_col or "item",
             "rating" if args.rating_col is None else args.rating_col,
             duplicates=args.duplicates or "error",
+            user_ids=read_id_list(args.users, "--users") if getattr(args, "users", None) else None,
+            item_ids=read_id_list(args.items, "--items") if getattr(args, "items", None) else None,
         )
     name = args.dataset or X.DEFAULT_DATASET
     return name, X.load_data(name, args.data_dir, args.scale, seed=args.seed)
 
 
+def read_id_list(path, flag: str):
+    """Ids from a text file with one id per line (a public catalogue or roster), typed as pandas
+    types a CSV column (so they compare equal to the ids of a CSV ratings file); blank lines and a
+    repeated id are errors naming the line."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise CommandError(f"{flag} file not found: {path}")
+    try:
+        col = pd.read_csv(path, header=None, sep="\t", skip_blank_lines=False, dtype=None).iloc[:, 0]
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise CommandError(f"cannot read {flag} file {path.name}: {_one_line(exc)}") from None
+    if col.isna().any():
+        raise CommandError(f"{path.name}: line {int(np.flatnonzero(col.isna().to_numpy())[0]) + 1} is blank ({flag})")
+    dup = col.duplicated().to_numpy()
+    if dup.any():
+        line = int(np.flatnonzero(dup)[0]) + 1
+        raise CommandError(f"{path.name}: line {line} repeats the id {str(col.iloc[line - 1])!r} ({flag})")
+    return col.tolist()
+
+
 def load_ratings_file(
-    path, user_col: str = "user", item_col: str = "item", rating_col: str | None = "rating", duplicates: str = "error"
+    path,
+    user_col: str = "user",
+    item_col: str = "item",
+    rating_col: str | None = "rating",
+    duplicates: str = "error",
+    user_ids=None,
+    item_ids=None,
 ):
     """Read a CSV or Parquet file of (user, item[, rating]) rows as ``Interactions``.
 
@@ -512,7 +561,14 @@ def load_ratings_file(
         from_parquet = getattr(D, "from_parquet", None)
         if from_parquet is not None:
             return from_parquet(
-                path, user_col=user_col, item_col=item_col, rating_col=rating_col, duplicates=duplicates, name=path.stem
+                path,
+                user_col=user_col,
+                item_col=item_col,
+                rating_col=rating_col,
+                duplicates=duplicates,
+                name=path.stem,
+                user_ids=user_ids,
+                item_ids=item_ids,
             )
         df = pd.read_parquet(path, columns=wanted)
     else:
@@ -529,7 +585,14 @@ def load_ratings_file(
     from_pandas = getattr(D, "from_pandas", None)
     if from_pandas is not None:
         return from_pandas(
-            df, user_col=user_col, item_col=item_col, rating_col=rating_col, duplicates=duplicates, name=path.stem
+            df,
+            user_col=user_col,
+            item_col=item_col,
+            rating_col=rating_col,
+            duplicates=duplicates,
+            name=path.stem,
+            user_ids=user_ids,
+            item_ids=item_ids,
         )
     if df[[user_col, item_col]].isna().any().any():
         raise CommandError(f"{path.name}: missing user or item ids")
@@ -1229,6 +1292,19 @@ def _fit(args) -> int:
             msg = _delta_warning(delta, split.train.shape[0], split.protocol, args.delta is not None)
             if msg:
                 _warn(args, msg)
+        if private and args.ratings is not None:
+            if args.items is None:
+                _warn(
+                    args,
+                    "the item axis comes from the data (only items with ratings), which the guarantee does not "
+                    "cover; declare the public catalogue with --items FILE",
+                )
+            if args.users is None:
+                _warn(
+                    args,
+                    "the user roster comes from the data (only users with ratings); the guarantee is stated for a "
+                    "public roster: declare it with --users FILE",
+                )
         charged = None
         if args.budget_file is not None:
             label = args.budget_label or f"privrec fit --method {args.method} --epsilon {epsilon:g} on {name}"
@@ -1276,6 +1352,10 @@ def _fit(args) -> int:
     res["privacy_summary"] = privacy_paragraph(report, feedback, _noise_seed(args) if private else None, width=None)
     res["warnings"] = list(args._warnings)
     if args.output:
+        if args.ratings is not None:  # the model was fitted on the split's matrix: say where its axis came from
+            model._item_axis = "catalogue" if args.items is not None else "data"
+            if args.items is not None and split.item_ids is not None:  # public: the declared catalogue
+                model.item_ids_, model._item_ids_given = np.asarray(split.item_ids), True
         model.save(args.output)
         res["output"] = str(args.output)
     res = separate_non_private(res)
