@@ -3,24 +3,43 @@
 An atomic write goes to a temporary file in the same folder, is fsync'ed, then renamed over the
 target, so a crash never leaves a truncated file where a good one is expected.
 
-Every temporary file or folder privrec creates is named ``.privrec-<what>.<random><kind>`` with
-``<kind>`` one of ``.tmp`` (atomic writes, cache entries being written), ``.partial`` (a download
-in progress) or ``.extract`` (an archive being extracted); :data:`TEMP_PATTERN` matches exactly
-these names. A process killed with SIGKILL cannot remove its temporary files, so the next write
-into the same folder (:func:`atomic_path`, a download, a cache write) removes those matching the
-pattern that are older than :data:`STALE_AFTER` seconds (a day): recent ones may belong to a
-process still running. Nothing else is ever removed.
+Every temporary file or folder privrec creates is named
+``.privrec-<what>.h<host>p<pid>.<random><kind>`` with ``<kind>`` one of ``.tmp`` (atomic writes,
+cache entries being written), ``.partial`` (a download in progress) or ``.extract`` (an archive
+being extracted); :data:`TEMP_PATTERN` matches exactly these names (and those of older privrec
+versions, without the ``h<host>p<pid>`` part). ``<pid>`` is the writer's process id and
+``<host>`` 8 hex digits identifying its machine and PID namespace (:func:`writer_tag`). A process
+killed with SIGKILL (or by a signal privrec does not handle) cannot remove its temporary files, so
+the next write into the same folder (:func:`atomic_path`, a download, a cache write) removes those
+matching the pattern whose writer is known to be gone -- same ``<host>``, no process ``<pid>``
+(POSIX only) -- and any that are older than :data:`STALE_AFTER` seconds (a day). A temporary file
+of a live writer, of another machine or container, or whose writer cannot be checked is kept until
+it is a day old. Nothing else is ever removed.
+
+:func:`atomic_path` writes through a symbolic link (the file the link points to is replaced
+atomically; the link stays) and refuses, with a ``ValueError``, to replace anything but a regular
+file (a folder, ``/dev/null``, ``/dev/stdout``, a FIFO or a socket): :func:`check_write_target`.
+While it writes, SIGTERM (when the process has not set its own handler) is handled like SIGINT:
+it raises :class:`Terminated` (a ``SystemExit`` with status 143 = 128 + SIGTERM), so the
+temporary file is removed, ``finally`` blocks run and the process exits quietly.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import functools
+import hashlib
 import json
 import math
 import os
 import re
 import shutil
+import signal
+import socket
+import stat
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -29,12 +48,52 @@ TEMP_PREFIX = ".privrec-"
 TEMP_KINDS = (".tmp", ".partial", ".extract")
 TEMP_PATTERN = re.compile(r"^\.privrec-.+\.(tmp|partial|extract)$")
 STALE_AFTER = 24 * 3600.0
+#: the ``h<host>p<pid>`` part of a temporary name (the last one: ``<what>`` may hold anything)
+_OWNER = re.compile(r"^\.privrec-.*\.h(?P<host>[0-9a-f]{8})p(?P<pid>[1-9][0-9]{0,9})\.")
+
+
+@functools.cache
+def writer_tag() -> str:
+    """8 hex digits identifying this machine and PID namespace (a hash of the host name and, on
+    Linux, of ``/proc/self/ns/pid``): a process id read from a temporary name is only checked
+    when the name carries this tag, i.e. when the writer ran where that id means the same process."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except (OSError, AttributeError):
+        namespace = ""
+    return hashlib.sha256(f"{socket.gethostname()}\0{namespace}".encode()).hexdigest()[:8]
 
 
 def temp_prefix(what: str) -> str:
-    """Prefix of a privrec temporary name for ``what`` (a file or dataset name, sanitised)."""
+    """Prefix of a privrec temporary name for ``what`` (a file or dataset name, sanitised), with
+    this process as the writer (``.privrec-<what>.h<host>p<pid>.``)."""
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", str(what))[:80] or "x"
-    return f"{TEMP_PREFIX}{safe}."
+    return f"{TEMP_PREFIX}{safe}.h{writer_tag()}p{os.getpid()}."
+
+
+def _pid_exists(pid: int) -> bool:
+    """Whether process ``pid`` may exist (``True`` when it cannot be checked)."""
+    if pid == os.getpid():
+        return True
+    if os.name != "posix":  # os.kill(pid, 0) would terminate the process on Windows
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError, ValueError):  # PermissionError: it exists, owned by another user
+        return True
+    return True
+
+
+def writer_gone(name: str) -> bool:
+    """Whether ``name`` is a privrec temporary name whose writer is known to have exited: it was
+    created on this machine and PID namespace (:func:`writer_tag`) by a process that no longer
+    exists. Names of older versions (no writer recorded) and of other machines are never "gone"."""
+    m = _OWNER.match(name)
+    if m is None or not TEMP_PATTERN.match(name) or m.group("host") != writer_tag():
+        return False
+    return not _pid_exists(int(m.group("pid")))
 
 
 def make_temp_file(folder, what: str, kind: str = ".tmp", suffix: str = "") -> Path:
@@ -69,7 +128,8 @@ def remove_path(path) -> None:
 
 
 def clean_stale_temp(folder, max_age: float = STALE_AFTER, now: float | None = None, extra=None) -> list[Path]:
-    """Remove privrec temporary files / folders in ``folder`` older than ``max_age`` seconds.
+    """Remove privrec temporary files / folders in ``folder`` whose writer is gone
+    (:func:`writer_gone`, whatever their age) or that are older than ``max_age`` seconds.
 
     Only names matching :data:`TEMP_PATTERN` (or the compiled regex ``extra``, for names written
     by older privrec versions) are touched; errors are ignored (best effort). Returns what was removed.
@@ -89,10 +149,93 @@ def clean_stale_temp(folder, max_age: float = STALE_AFTER, now: float | None = N
             age = now - entry.stat(follow_symlinks=False).st_mtime
         except OSError:
             continue
-        if age > max_age:
+        if age > max_age or writer_gone(name):
             remove_path(entry.path)
             removed.append(Path(entry.path))
     return removed
+
+
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a file of ``mode`` is when it is not a regular file (or a symbolic link), else ``None``."""
+    if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+        return None
+    return next((what for test, what in _FILE_KINDS if test(mode)), "not a regular file")
+
+
+def check_write_target(path) -> Path:
+    """The file an atomic write to ``path`` replaces, or a one-line ``ValueError``.
+
+    ``path`` itself, or -- when ``path`` is a symbolic link -- the file it points to (every link
+    followed): a write goes through the link, which stays. A dangling link's target is created
+    (its folder must exist). Refused: anything that exists and is not a regular file (a folder, a
+    device such as ``/dev/null`` or ``/dev/stdout``, a FIFO, a socket), a link loop, and a path
+    under a file. Nothing is created or changed.
+    """
+    path = Path(path)
+    try:
+        st = os.stat(path)  # follows links, including /dev/stdout -> /proc/self/fd/1 -> the terminal or pipe
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError(f"cannot write {path}: a loop of symbolic links") from None
+        if exc.errno == errno.ENOTDIR:
+            raise ValueError(f"cannot write {path}: a part of its folder is a file, not a folder") from None
+        raise
+    if st is not None:
+        what = _not_regular(st.st_mode)
+        if what is not None:
+            raise ValueError(
+                f"cannot write {path}: it is {what}, not a regular file (privrec writes only regular files, "
+                "and never replaces a folder, device, FIFO or socket)"
+            )
+    if not path.is_symlink():
+        return path
+    target = Path(os.path.realpath(path))
+    if st is None and not target.parent.is_dir():
+        raise FileNotFoundError(f"cannot write {path}: a symbolic link to {target}, whose folder does not exist")
+    return target
+
+
+class Terminated(SystemExit):
+    """SIGTERM received during an atomic write (:func:`atomic_path`): raised like SIGINT's
+    ``KeyboardInterrupt`` so that the temporary file is removed; exit status 143 (128 + SIGTERM)."""
+
+
+@contextlib.contextmanager
+def sigterm_as_exception():
+    """While active, SIGTERM raises :class:`Terminated` instead of killing the process outright
+    (whose temporary files would then stay behind). Only in the main thread (where Python runs
+    signal handlers) and only when SIGTERM has its default action: a handler the application
+    installed, or SIG_IGN, is left alone. The previous disposition is restored on exit."""
+    sig = getattr(signal, "SIGTERM", None)
+    active = sig is not None and threading.current_thread() is threading.main_thread()
+    if active:
+        try:
+            active = signal.getsignal(sig) is signal.SIG_DFL
+        except (ValueError, OSError):  # pragma: no cover - no signal support
+            active = False
+    if not active:
+        yield
+        return
+
+    def terminated(signum, frame):
+        raise Terminated(128 + signum)
+
+    signal.signal(sig, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(sig, signal.SIG_DFL)
 
 
 @contextlib.contextmanager
@@ -100,23 +243,31 @@ def atomic_path(path, suffix: str = ""):
     """Yield a temporary path beside ``path``; on success it replaces ``path`` atomically.
 
     On any exception the temporary file is removed and ``path`` is left untouched, so a crash
-    or interruption never leaves a truncated file where a good one is expected. The temporary
-    name is ``.privrec-<name>.<random><suffix>.tmp``; stale ones (older than a day, left by a
-    killed process) in the same folder are removed first.
+    or interruption never leaves a truncated file where a good one is expected; SIGTERM counts as
+    one (:func:`sigterm_as_exception`). The temporary name is
+    ``.privrec-<name>.h<host>p<pid>.<random><suffix>.tmp``; those of dead writers and stale ones
+    (older than a day) in the same folder are removed first (:func:`clean_stale_temp`).
+
+    ``path`` goes through :func:`check_write_target`: a symbolic link is written through (its
+    target is replaced atomically, in the target's folder) and anything but a regular file --
+    ``/dev/null``, ``/dev/stdout``, a folder -- is refused with a ``ValueError`` before anything
+    is written. A missing folder of ``path`` is created.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temp(path.parent)
-    tmp = make_temp_file(path.parent, path.name, ".tmp", suffix=suffix)
-    try:
-        yield Path(tmp)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    target = check_write_target(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with sigterm_as_exception():
+        clean_stale_temp(target.parent)
+        tmp = make_temp_file(target.parent, target.name, ".tmp", suffix=suffix)
+        try:
+            yield Path(tmp)
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+            check_write_target(target)  # not replaced by a device or folder meanwhile
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
 
 
 def atomic_write_bytes(path, data: bytes) -> None:

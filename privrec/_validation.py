@@ -78,6 +78,86 @@ def check_finite_array(x, name: str) -> np.ndarray:
     return arr
 
 
+#: largest rating (or rating-scale parameter) magnitude privrec accepts: squared and summed over a
+#: row's ratings it must stay finite in the float32 Gramians (3.4e38); a rating of 1e20 used to give
+#: NaN factors and empty recommendations without an error
+MAX_RATING_MAGNITUDE = 1e15
+#: bound on parameters that scale statistics (budget, max_norm) or their noise (ratios), both ways
+MAX_SCALE = 1e12
+
+
+def check_scale(value, name: str, *, maximum: float = MAX_SCALE, minimum: float | None = None) -> float:
+    """``value`` (a finite number, already range-checked by the caller) within ``[minimum, maximum]``:
+    larger values overflow the float32 statistics (or, for noise ratios, make a multiplier underflow
+    to 0); one-line ``ValueError`` naming ``name``."""
+    v = float(value)
+    if abs(v) > maximum:
+        raise ValueError(
+            f"{name}={value!r} is too large: at most {maximum:g} in magnitude (larger values overflow the "
+            "float32 statistics of the fit); rescale the data instead"
+        )
+    if minimum is not None and abs(v) < minimum:
+        raise ValueError(
+            f"{name}={value!r} is too small: at least {minimum:g} (smaller values make a noise multiplier "
+            "underflow to 0)"
+        )
+    return v
+
+
+def check_rating_magnitude(values, name: str, where=None) -> None:
+    """One-line ``ValueError`` when a rating's magnitude exceeds :data:`MAX_RATING_MAGNITUDE`.
+
+    ``values``: the stored ratings (e.g. ``matrix.data``, before any float32 cast); ``where``: an
+    optional function ``position -> text`` (e.g. ``"row 3, column 7"``) locating the first one.
+    """
+    vals = np.asarray(values)
+    if vals.size == 0 or vals.dtype.kind not in "iuf":
+        return
+    big = np.abs(vals) > MAX_RATING_MAGNITUDE
+    if big.any():
+        first = int(np.flatnonzero(big)[0])
+        at = f" at {where(first)}" if where is not None else ""
+        raise ValueError(
+            f"{name} holds {int(np.count_nonzero(big))} rating(s) of magnitude above {MAX_RATING_MAGNITUDE:g}, "
+            f"e.g. {float(vals[first]):g}{at}: squared and summed they overflow the float32 Gramians; rescale the ratings"
+        )
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def unhashable_id_error(values, name: str) -> ValueError | None:
+    """The one-line ``ValueError`` for ids that are not hashable scalars (lists, dicts, arrays,
+    Parquet structs / lists), naming ``name`` and the first such value; ``None`` if all are hashable."""
+    seq = values.tolist() if isinstance(values, np.ndarray) else list(values)
+    for x in seq:
+        try:
+            hash(x)
+        except TypeError:
+            return ValueError(
+                f"{name} holds an id of type {type(x).__name__} ({_short(x)}): ids must be hashable scalars "
+                "(strings, integers, ...)"
+            )
+    return None
+
+
+def check_ids_not_nul_suffixed(values, name: str) -> None:
+    """``ValueError`` when a string id ends in a NUL character (``'a\\x00'``): numpy strings drop
+    trailing NULs, so it would become the id ``'a'`` -- two users merged, or a model file with a
+    repeated id. ``values``: any sequence of ids (only ``str`` entries are looked at)."""
+    if isinstance(values, np.ndarray) and values.dtype.kind != "O":
+        return  # numeric ids, or numpy strings (trailing NULs already gone)
+    seq = values.tolist() if isinstance(values, np.ndarray) else values
+    for x in seq:
+        if isinstance(x, str) and x.endswith("\x00"):
+            raise ValueError(
+                f"{name} holds the id {_short(x)}, which ends in a NUL character: it would collide with "
+                f"{_short(x.rstrip(chr(0)))} (trailing NULs are dropped by numpy strings); remove the NULs"
+            )
+
+
 def check_random_state_seed(random_state, name: str = "random_state"):
     """Return ``random_state`` unchanged if it is ``None``, a non-negative int seed (< 2**128), a
     ``SeedSequence`` or a numpy ``Generator`` / ``RandomState``; else a one-line ``ValueError``.

@@ -10,19 +10,34 @@ lifetime privacy budget (:class:`privrec.privacy.BudgetExceededError`, e.g. ``pr
 --budget-file``) prints one line ``privrec <command>: refused: ...`` and exits with status 3. A closed output pipe
 (``privrec fit | head``) ends the program quietly, as the Python documentation recommends for
 ``BrokenPipeError``.
+
+With ``--json``, a failure also prints one JSON object on stdout, ``{"error": "...",
+"exit_status": N}``, so that scripts parsing the output always get an object (the one-line
+message still goes to stderr).
+
+SIGINT (Ctrl-C) at any moment of ``privrec`` -- the start-up imports included, which is why this
+module imports only the standard library at import time -- ends it with one line
+``privrec: interrupted`` and exit status 130, without a traceback; SIGINT is then ignored until
+the process exits, so that the interpreter's shutdown cannot print one either. (Only the first
+milliseconds of the interpreter's own start-up, before this module runs, are outside privrec's
+reach.) SIGTERM during a file write removes the temporary file and exits with status 143
+(:func:`privrec._io.sigterm_as_exception`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import json
 import os
+import signal
 import sys
 import traceback
 
 from privrec import __version__
 from privrec.commands import COMMAND_MODULES
-from privrec.privacy.budget import BudgetExceededError
+from privrec.commands._parsers import report_error
 
 #: exit status of a release refused by its privacy budget
 EXIT_REFUSED = 3
@@ -48,12 +63,31 @@ class CommandImportError(RuntimeError):
     """A command module listed in ``COMMAND_MODULES`` could not be imported or registered."""
 
 
+class UsageError(SystemExit):
+    """An argument error (exit status 2); ``text`` is the message, already printed to stderr."""
+
+    def __init__(self, text: str):
+        super().__init__(2)
+        self.text = text
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """``argparse`` parser whose errors are one line (``privrec fit: error: ...``), exit status 2."""
 
     def error(self, message):
         text = " ".join(str(message).split())
-        self.exit(2, f"{self.prog}: error: {text} (see '{self.prog} --help')\n")
+        print(f"{self.prog}: error: {text} (see '{self.prog} --help')", file=sys.stderr)
+        raise UsageError(text)
+
+
+def _wants_json(args, argv) -> bool:
+    """Whether the command line asked for ``--json`` (``args`` may be ``None``: parsing failed)."""
+    if args is not None:
+        return bool(getattr(args, "json", False))
+    tokens = sys.argv[1:] if argv is None else list(argv)
+    if "--" in tokens:
+        tokens = tokens[: tokens.index("--")]
+    return "--json" in tokens
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,18 +116,53 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: exit status after SIGINT (128 + 2, as a shell reports it)
+EXIT_INTERRUPTED = 130
+
+
 def main(argv=None) -> int:
-    """Run the CLI; return the exit status (never raises for user errors)."""
+    """Run the CLI; return the exit status (never raises for user errors or SIGINT).
+
+    ``argv=None`` (the ``privrec`` program, ``python cli.py``) reads ``sys.argv`` and owns the
+    process: after a SIGINT, or once the command is done, SIGINT is ignored until the process
+    exits. A list (tests, callers embedding the CLI) leaves the signal handlers alone.
+    """
+    owner = argv is None
+    state: dict = {}
     try:
-        rc = _main(argv)
-        sys.stdout.flush()  # a closed pipe is detected here, inside the handler below
-        return rc
-    except BrokenPipeError:
-        _silence_stdout()
-        return 1
+        try:
+            rc = _main(argv, state)
+            sys.stdout.flush()  # a closed pipe is detected here, inside the handler below
+            return rc
+        except BrokenPipeError:
+            _silence_stdout()
+            return 1
+    except KeyboardInterrupt:  # start-up imports, argument parsing, the command, the final flush
+        if owner:
+            _ignore_sigint()
+        return _interrupted(state.get("args"), argv)
+    finally:
+        if owner:
+            _ignore_sigint()
 
 
-def _main(argv) -> int:
+def _ignore_sigint() -> None:
+    with contextlib.suppress(ValueError, OSError):  # ValueError: not the main thread
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _interrupted(args, argv) -> int:
+    """One line ``privrec: interrupted`` (and the JSON error object with ``--json``); status 130."""
+    with contextlib.suppress(OSError):  # a closed stderr / stdout: nothing more to say
+        report_error("privrec: interrupted", EXIT_INTERRUPTED, _wants_json(args, argv), "interrupted")
+    return EXIT_INTERRUPTED
+
+
+def _main(argv, state: dict | None = None) -> int:
+    from privrec._io import Terminated
+    from privrec.privacy.budget import BudgetExceededError  # here, not at import: see the module docstring
+
+    state = {} if state is None else state
     try:
         parser = build_parser()
     except CommandImportError as exc:
@@ -102,28 +171,31 @@ def _main(argv) -> int:
         return 1
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help / --version (0) or an argument error (2, message already printed)
+    except UsageError as exc:  # an argument error (2, message already printed)
+        if _wants_json(None, argv):
+            print(json.dumps({"error": exc.text, "exit_status": 2}), flush=True)
+        return 2
+    except SystemExit as exc:  # --help / --version (0)
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+    state["args"] = args
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help(sys.stderr)
         return 2
+    as_json = _wants_json(args, argv)
+    where = f"privrec {args.command}"
     try:
         return int(func(args) or 0)
     except BrokenPipeError:
         raise
-    except KeyboardInterrupt:
-        print("privrec: interrupted", file=sys.stderr)
-        return 130
+    except Terminated as exc:
+        return report_error(f"{where}: terminated", int(exc.code or 143), as_json, "terminated")
     except BudgetExceededError as exc:
-        print(f"privrec {args.command}: refused: {_one_line(exc)}", file=sys.stderr)
-        return EXIT_REFUSED
+        return report_error(f"{where}: refused: {_one_line(exc)}", EXIT_REFUSED, as_json, f"refused: {_one_line(exc)}")
     except (ValueError, FileNotFoundError) as exc:
-        print(f"privrec {args.command}: error: {_one_line(exc)}", file=sys.stderr)
-        return 2
+        return report_error(f"{where}: error: {_one_line(exc)}", 2, as_json, _one_line(exc))
     except OSError as exc:
-        print(f"privrec {args.command}: error: {_one_line(exc)}", file=sys.stderr)
-        return 1
+        return report_error(f"{where}: error: {_one_line(exc)}", 1, as_json, _one_line(exc))
 
 
 def _silence_stdout() -> None:

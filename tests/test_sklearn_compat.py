@@ -321,7 +321,7 @@ def test_grid_search_over_a_private_model_warns_that_selection_is_not_accounted(
     ratings = _ratings(40, 12)
     grid = {"regularization": [5.0, 20.0]}
     private = DPALS(epsilon=4.0, factors=2, iterations=1, budget=5, random_state=0)
-    with pytest.warns(PrivateSelectionWarning, match=r"private model selection \(issue 24\)") as record:
+    with pytest.warns(PrivateSelectionWarning, match=r"privrec.tuning.select_private") as record:
         GridSearchCV(private, grid, cv=RatingSplitCV(2, random_state=0), error_score="raise", refit=False).fit(ratings)
     assert all("no privacy ledger counts" in str(w.message) for w in record if w.category is PrivateSelectionWarning)
     with warnings.catch_warnings(record=True) as quiet:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 
 
 def add_command(subparsers, name: str, help: str, description: str) -> argparse.ArgumentParser:
@@ -10,3 +12,13 @@ def add_command(subparsers, name: str, help: str, description: str) -> argparse.
     return subparsers.add_parser(
         name, help=help, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+
+
+def report_error(line: str, status: int, as_json: bool = False, message: str | None = None) -> int:
+    """Print the one-line error ``line`` to stderr and, when ``as_json`` (``--json``), the object
+    ``{"error": message or line, "exit_status": status}`` as one line on stdout, so that scripts
+    parsing the output get an object on failure too; return ``status``."""
+    print(line, file=sys.stderr)
+    if as_json:
+        print(json.dumps({"error": line if message is None else message, "exit_status": status}), flush=True)
+    return status

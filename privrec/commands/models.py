@@ -23,7 +23,11 @@ report, the budget) is never mixed with what may not.
 
 Errors a user can cause print one line ``privrec <command>: error: ...`` to stderr and exit
 with status 2; a fit refused by its privacy budget prints ``privrec fit: refused: ...`` and exits
-with status 3; warnings (ignored options, a large delta) are one line each on stderr.
+with status 3; with ``--json`` a failure also prints ``{"error": "...", "exit_status": N}`` on
+stdout. Output paths (``--output``, ``--plot``, a new ``--budget-file``) are checked before any
+data is loaded: a folder, a device such as ``/dev/null``, or a folder where no file can be
+created fails at once, not after the fit. Warnings (ignored options, a large delta) are one line
+each on stderr.
 """
 
 from __future__ import annotations
@@ -41,13 +45,15 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from .._io import atomic_path
+from .._validation import check_ids_not_nul_suffixed
 from ..evaluation import experiment as X
 from ..evaluation import ranking_metrics
 from ..evaluation.protocols import item_bias_of, item_factors_of, project_users
 from ..privacy import suggested_delta
 from ..privacy.budget import Budget, BudgetExceededError
 from ..privacy.ledger import check_pld_delta
-from ._parsers import add_command
+from ._parsers import add_command, report_error
 
 # CLI flag -> estimator parameter name (passed only when given; unknown to a method -> error)
 _MODEL_FLAGS = {
@@ -305,6 +311,15 @@ def _data_args(p, split: bool = True) -> None:
         "positive interaction (implicit feedback)",
     )
     g.add_argument(
+        "--numeric-ids",
+        dest="numeric_ids",
+        action="store_true",
+        default=None,
+        help="read the user and item ids of a CSV --ratings file (and of --users / --items) as integers, so "
+        "007 and 7 are one id; by default they are text, 007 and 7 are two ids (a Parquet file's ids keep "
+        "their column types)",
+    )
+    g.add_argument(
         "--duplicates",
         choices=("error", "last", "first", "sum", "max"),
         default=None,
@@ -378,9 +393,12 @@ class CommandError(Exception):
 
 
 class _Exit(Exception):
-    def __init__(self, message: str, status: int = 2):
+    """A failure to report: ``message`` (the stderr line), ``status``, ``detail`` (the JSON ``error``)."""
+
+    def __init__(self, message: str, status: int = 2, detail: str | None = None):
         super().__init__(message)
         self.status = status
+        self.detail = message if detail is None else detail
 
 
 @contextmanager
@@ -390,12 +408,13 @@ def _errors(name: str):
     except BrokenPipeError:  # handled quietly by privrec.cli.main
         raise
     except BudgetExceededError as exc:
-        raise _Exit(f"privrec {name}: refused: {_one_line(exc)}", EXIT_REFUSED) from None
+        msg = f"refused: {_one_line(exc)}"
+        raise _Exit(f"privrec {name}: {msg}", EXIT_REFUSED, msg) from None
     except (ValueError, FileNotFoundError, KeyError, OSError, CommandError) as exc:
         msg = _one_line(exc)
         if isinstance(exc, KeyError):
             msg = f"not found: {msg}"
-        raise _Exit(f"privrec {name}: error: {msg}") from None
+        raise _Exit(f"privrec {name}: error: {msg}", 2, msg) from None
 
 
 def _one_line(exc: BaseException) -> str:
@@ -415,9 +434,8 @@ def _run(name, fn, args) -> int:
             warnings.showwarning = show
             with _errors(name):
                 return fn(args)
-    except _Exit as e:
-        print(str(e), file=sys.stderr)
-        return e.status
+    except _Exit as e:  # one line on stderr; with --json also {"error": ..., "exit_status": ...} on stdout
+        return report_error(str(e), e.status, bool(getattr(args, "json", False)), e.detail)
 
 
 def _warn(args, message: str) -> None:
@@ -471,10 +489,12 @@ def _check_data_args(args) -> None:
             raise CommandError("--scale applies to the generated datasets only, not to a --ratings file")
         if args.data_dir is not None:
             _warn(args, "--data-dir is ignored with --ratings")
+        if getattr(args, "numeric_ids", None) and _is_parquet(args.ratings):
+            _warn(args, "--numeric-ids applies to CSV files; the ids of a Parquet file keep their column types")
     else:
         given = [
             f
-            for f in ("user_col", "item_col", "rating_col", "duplicates", "items", "users")
+            for f in ("user_col", "item_col", "rating_col", "duplicates", "items", "users", "numeric_ids")
             if getattr(args, f, None) is not None
         ]
         if given:
@@ -487,39 +507,162 @@ def _check_data_args(args) -> None:
 def _load(args):
     """``(name, Interactions)`` from ``--ratings`` or ``--dataset``."""
     if args.ratings is not None:
+        numeric = bool(getattr(args, "numeric_ids", False))
+        kinds = ratings_id_kinds(args.ratings, args.user_col or "user", args.item_col or "item", numeric)
+        users, items = getattr(args, "users", None), getattr(args, "items", None)
         return Path(args.ratings).name, load_ratings_file(
             args.ratings,
             args.user_col or "user",
             args.item_col or "item",
             "rating" if args.rating_col is None else args.rating_col,
             duplicates=args.duplicates or "error",
-            user_ids=read_id_list(args.users, "--users") if getattr(args, "users", None) else None,
-            item_ids=read_id_list(args.items, "--items") if getattr(args, "items", None) else None,
+            user_ids=read_id_list(users, "--users", kinds["user"]) if users else None,
+            item_ids=read_id_list(items, "--items", kinds["item"]) if items else None,
+            numeric_ids=numeric,
         )
     name = args.dataset or X.DEFAULT_DATASET
     return name, X.load_data(name, args.data_dir, args.scale, seed=args.seed)
 
 
-def read_id_list(path, flag: str):
-    """Ids from a text file with one id per line (a public catalogue or roster), typed as pandas
-    types a CSV column (so they compare equal to the ids of a CSV ratings file); blank lines and a
-    repeated id are errors naming the line."""
+def _check_ratings_path(path: Path, flag: str = "--ratings") -> None:
+    if path.is_dir():
+        raise CommandError(f"{flag} {path} is a directory, not a file")
+    if not path.is_file():
+        raise CommandError(f"{flag} file not found: {path}")
+
+
+def _is_parquet(path) -> bool:
+    return Path(path).suffix.lower() in (".parquet", ".pq")
+
+
+def ratings_id_kinds(path, user_col: str, item_col: str, numeric_ids: bool = False) -> dict[str, str]:
+    """How the ids of a ``--ratings`` file are typed, by ``"user"`` / ``"item"``: ``"int"`` or
+    ``"str"``. A CSV's ids are text (``007`` and ``7`` are two ids) unless ``numeric_ids``; a
+    Parquet file's follow its column types (integer columns ``"int"``, everything else ``"str"``).
+    The ``--users`` / ``--items`` files are read with the same types, so their ids match."""
+    kinds = {"user": "int" if numeric_ids else "str", "item": "int" if numeric_ids else "str"}
+    if _is_parquet(path) and Path(path).is_file():
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            schema = pq.read_schema(path)
+        except Exception:  # reported by load_ratings_file
+            return kinds
+        for which, col in (("user", user_col), ("item", item_col)):
+            if col in schema.names:
+                t = schema.field(col).type
+                t = t.value_type if pa.types.is_dictionary(t) else t
+                kinds[which] = "int" if pa.types.is_integer(t) else "str"
+    return kinds
+
+
+def _integer_ids(values: list, what: str, where) -> list:
+    """``values`` (text) as Python ints; ``CommandError`` naming the first that is not an integer
+    (``where(k)``: its location, e.g. a line number)."""
+    out = []
+    for k, v in enumerate(values):
+        text = str(v).strip()
+        try:
+            out.append(int(text))
+        except ValueError:
+            raise CommandError(
+                f"{where(k)}: {what} {str(v)[:40]!r} is not an integer (ids are declared numeric with --numeric-ids)"
+            ) from None
+    return out
+
+
+def read_id_list(path, flag: str, kind: str = "str"):
+    """Ids from a text file with one id per line (a public catalogue or roster): text, or integers
+    when ``kind == "int"`` (the types of the ratings file's ids: :func:`ratings_id_kinds`), so they
+    compare equal to the ids of the ratings. A blank line, a repeated id or (``int``) a
+    non-integer are errors naming the line."""
     import pandas as pd
 
     path = Path(path)
-    if not path.is_file():
-        raise CommandError(f"{flag} file not found: {path}")
+    _check_ratings_path(path, flag)
     try:
-        col = pd.read_csv(path, header=None, sep="\t", skip_blank_lines=False, dtype=None).iloc[:, 0]
+        col = pd.read_csv(
+            path, header=None, sep="\t", skip_blank_lines=False, dtype=str, keep_default_na=False, na_values=[""]
+        ).iloc[:, 0]
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise CommandError(f"cannot read {flag} file {path.name}: {_one_line(exc)}") from None
     if col.isna().any():
         raise CommandError(f"{path.name}: line {int(np.flatnonzero(col.isna().to_numpy())[0]) + 1} is blank ({flag})")
-    dup = col.duplicated().to_numpy()
+    values = col.tolist()
+    if kind == "int":
+        values = _integer_ids(values, "id", lambda k: f"{path.name}: line {k + 1} ({flag})")
+    try:
+        check_ids_not_nul_suffixed(values, f"{flag} file {path.name}")
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    dup = pd.Series(values, dtype=object).duplicated().to_numpy()
     if dup.any():
         line = int(np.flatnonzero(dup)[0]) + 1
-        raise CommandError(f"{path.name}: line {line} repeats the id {str(col.iloc[line - 1])!r} ({flag})")
-    return col.tolist()
+        raise CommandError(f"{path.name}: line {line} repeats the id {str(values[line - 1])!r} ({flag})")
+    return values
+
+
+def _csv_problem(path: Path, sep: str, header: list, wanted: list) -> tuple[int, str] | None:
+    """``(line, reason)`` of the first data row of a CSV with a wrong number of fields or an empty
+    wanted field (blank lines are skipped, as pandas does); ``None`` if there is none. Only run
+    after pandas reported a problem, to name the line."""
+    import csv
+
+    positions = [(header.index(c), c) for c in wanted]
+    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+        reader = csv.reader(fh, delimiter=sep)
+        next(reader, None)
+        for row in reader:
+            if not row:
+                continue
+            if len(row) != len(header):
+                return reader.line_num, f"expected {len(header)} fields (as the header), found {len(row)}"
+            for pos, col in positions:
+                if row[pos].strip() == "":
+                    return reader.line_num, f"empty {col!r} field"
+    return None
+
+
+def _read_csv_ratings(path: Path, sep: str, wanted: list, id_cols: list):
+    """The wanted columns of a CSV ratings file: ids as text, every row checked to have as many
+    fields as the header (a row with extra or missing fields is an error naming its line)."""
+    import pandas as pd
+
+    try:
+        header = list(pd.read_csv(path, sep=sep, nrows=0).columns)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise CommandError(f"cannot read {path.name} as CSV: {_one_line(exc)}") from None
+    _check_columns(header, wanted, path)
+    if len(set(header)) != len(header):
+        repeated = sorted({str(c) for c in header if header.count(c) > 1})
+        raise CommandError(f"{path.name}: the header repeats the column name(s) {', '.join(repeated)}")
+
+    def fail(exc) -> CommandError:
+        bad = _csv_problem(path, sep, header, wanted)
+        if bad is not None:
+            return CommandError(f"{path.name}, line {bad[0]}: {bad[1]}")
+        return CommandError(f"cannot read {path.name} as CSV: {_one_line(exc)}")
+
+    try:
+        with warnings.catch_warnings():
+            # index_col=False: never take the first column as an index when rows have one field too
+            # many (pandas then warns and drops fields: an error here)
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            df = pd.read_csv(
+                path,
+                sep=sep,
+                index_col=False,
+                dtype=dict.fromkeys(id_cols, str),
+                keep_default_na=False,
+                na_values={c: [""] for c in wanted},
+            )
+    except (pd.errors.ParserError, pd.errors.ParserWarning, UnicodeDecodeError) as exc:
+        raise fail(exc) from None
+    df = df[wanted]
+    if df.isna().to_numpy().any():
+        raise fail(ValueError("missing values"))
+    return df
 
 
 def load_ratings_file(
@@ -530,26 +673,26 @@ def load_ratings_file(
     duplicates: str = "error",
     user_ids=None,
     item_ids=None,
+    numeric_ids: bool = False,
 ):
     """Read a CSV or Parquet file of (user, item[, rating]) rows as ``Interactions``.
 
     ``rating_col`` empty or ``None``: every row is a positive interaction (value 1).
-    ``duplicates``: policy for repeated (user, item) rows (``"error"`` rejects them). Uses
-    ``privrec.data.from_parquet`` / ``from_pandas`` when the installed privrec has them, else
-    ``Interactions.from_arrays``.
+    ``duplicates``: policy for repeated (user, item) rows (``"error"`` rejects them). A CSV's ids
+    are read as text (``007`` and ``7`` are two users) unless ``numeric_ids`` (then every id must
+    be an integer, and ``007`` is ``7``); a Parquet file's ids keep their column types. Every CSV
+    row must have as many fields as the header (a line with extra or missing fields is an error
+    naming it).
     """
     from .. import data as D
 
     path = Path(path)
-    if not path.is_file():
-        raise CommandError(f"--ratings file not found: {path}")
+    _check_ratings_path(path)
     rating_col = rating_col or None
     wanted = [c for c in (user_col, item_col, rating_col) if c]
     suffix = path.suffix.lower()
     if suffix not in (".parquet", ".pq", ".csv", ".tsv", ".txt"):
         raise CommandError(f"--ratings must be a .csv, .tsv or .parquet file, got {path.name!r}")
-    import pandas as pd
-
     if suffix in (".parquet", ".pq"):
         import pyarrow.parquet as pq
 
@@ -558,34 +701,8 @@ def load_ratings_file(
         except Exception as exc:  # Arrow errors are not ValueErrors
             raise CommandError(f"cannot read {path.name} as Parquet: {_one_line(exc)}") from None
         _check_columns(columns, wanted, path)
-        from_parquet = getattr(D, "from_parquet", None)
-        if from_parquet is not None:
-            return from_parquet(
-                path,
-                user_col=user_col,
-                item_col=item_col,
-                rating_col=rating_col,
-                duplicates=duplicates,
-                name=path.stem,
-                user_ids=user_ids,
-                item_ids=item_ids,
-            )
-        df = pd.read_parquet(path, columns=wanted)
-    else:
-        sep = "\t" if suffix == ".tsv" else ","
-        try:
-            header = list(pd.read_csv(path, sep=sep, nrows=0).columns)
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-            raise CommandError(f"cannot read {path.name} as CSV: {_one_line(exc)}") from None
-        _check_columns(header, wanted, path)
-        try:
-            df = pd.read_csv(path, sep=sep, usecols=wanted)
-        except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-            raise CommandError(f"cannot read {path.name} as CSV: {_one_line(exc)}") from None
-    from_pandas = getattr(D, "from_pandas", None)
-    if from_pandas is not None:
-        return from_pandas(
-            df,
+        return D.from_parquet(
+            path,
             user_col=user_col,
             item_col=item_col,
             rating_col=rating_col,
@@ -594,15 +711,24 @@ def load_ratings_file(
             user_ids=user_ids,
             item_ids=item_ids,
         )
-    if df[[user_col, item_col]].isna().any().any():
-        raise CommandError(f"{path.name}: missing user or item ids")
-    values = None
-    if rating_col:
-        values = pd.to_numeric(df[rating_col], errors="coerce").to_numpy()
-        if np.isnan(values).any():
-            raise CommandError(f"{path.name}: column {rating_col!r} has missing or non-numeric values")
-    return D.Interactions.from_arrays(
-        df[user_col].to_numpy(), df[item_col].to_numpy(), values, duplicates=duplicates, name=path.stem
+    sep = "\t" if suffix == ".tsv" else ","
+    df = _read_csv_ratings(path, sep, wanted, [user_col, item_col])
+    if numeric_ids:
+        for col in (user_col, item_col):
+            try:
+                df[col] = df[col].str.strip().astype(np.int64)
+            except (ValueError, OverflowError):  # name the first bad id
+                _integer_ids(df[col].tolist(), f"{col!r} id", lambda k: f"{path.name}, data row {k + 1}")
+                raise
+    return D.from_pandas(
+        df,
+        user_col=user_col,
+        item_col=item_col,
+        rating_col=rating_col,
+        duplicates=duplicates,
+        name=path.stem,
+        user_ids=user_ids,
+        item_ids=item_ids,
     )
 
 
@@ -1132,6 +1258,34 @@ def _check_plot(path) -> None:
         )
     if not path.parent.is_dir():
         raise CommandError(f"--plot: folder {path.parent} does not exist")
+    _check_output_path(path, "--plot")
+
+
+def _check_output_path(path, flag: str) -> None:
+    """Fail before fitting when ``path`` (``--output``, ``--plot``, a new ``--budget-file``) cannot
+    be written: it is not a regular file (a folder, ``/dev/null``, a FIFO: see
+    :func:`privrec._io.check_write_target`; a symbolic link is checked at its target), a part of
+    its folder is a file, or no file can be created in its folder (or, when the folder is still to
+    be created, in the nearest one that exists) -- probed with a privrec temporary file, removed
+    at once."""
+    if path is None:
+        return
+    from .._io import check_write_target, make_temp_file
+
+    try:
+        target = check_write_target(path)
+    except ValueError as exc:
+        raise CommandError(f"{flag}: {_one_line(exc)}") from None
+    folder = target.parent
+    while not folder.exists() and folder != folder.parent:  # save() creates missing folders
+        folder = folder.parent
+    if not folder.is_dir():
+        raise CommandError(f"{flag} {path}: {folder} is not a folder")
+    try:
+        probe = make_temp_file(folder, target.name)
+    except OSError as exc:
+        raise CommandError(f"{flag} {path}: cannot create a file in {folder} ({exc.strerror or exc})") from None
+    probe.unlink(missing_ok=True)
 
 
 def save_bucket_plot(res: dict, path) -> str:
@@ -1156,7 +1310,8 @@ def save_bucket_plot(res: dict, path) -> str:
     ax.set_title(f"{res.get('dataset')}: {key} per popularity bucket (non-private: exact held-out data)", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path)
+    with atomic_path(path) as tmp:  # atomic, and never over a device or through a replaced link
+        fig.savefig(tmp, format=Path(path).suffix.lower().lstrip("."))
     return str(path)
 
 
@@ -1197,6 +1352,7 @@ def _check_fit_args(args) -> dict:
         v = getattr(args, flag)
         if v is not None and v < (0 if flag == "factors" and private else 1):
             raise CommandError(f"{_FLAG_NAMES[flag]} must be >= {0 if flag == 'factors' and private else 1}, got {v}")
+    _check_output_path(args.output, "--output")
     _check_plot(args.plot)
     return {_MODEL_FLAGS[k]: getattr(args, k) for k in _MODEL_FLAGS if getattr(args, k) is not None}
 
@@ -1237,6 +1393,7 @@ def _check_budget_args(args, private: bool) -> None:
             )
         if not path.parent.is_dir():
             raise CommandError(f"--budget-file: folder {path.parent} does not exist")
+        _check_output_path(path, "--budget-file")
         return
     budget = Budget.open_or_create(path, args.lifetime_epsilon, args.lifetime_delta)  # checks the file and lifetime
     args._budget = budget  # reused for the fit (the check proper runs under its lock then)

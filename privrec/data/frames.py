@@ -25,6 +25,7 @@ see ``FactorizationModel.save``.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import numbers
 from collections.abc import Collection, Hashable
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 import pandas as pd
 
+from privrec._validation import check_ids_not_nul_suffixed, unhashable_id_error
 from privrec.data.interactions import DUPLICATE_POLICIES, Interactions
 
 if TYPE_CHECKING:  # typing.Unpack is Python 3.11+; only the type checker needs it
@@ -48,41 +50,92 @@ RATING_COL = "rating"
 # ---------------------------------------------------------------------- id vocabularies
 
 
-def _tidy_uniques(uniques) -> np.ndarray:
-    """Unique ids as a compact numpy array: unicode for all-string ids, object for mixed ids."""
+def _tidy_uniques(uniques, name: str = "ids") -> np.ndarray:
+    """Unique ids as a compact numpy array: unicode for all-string ids, object for mixed ids.
+
+    A string id ending in NUL is an error (numpy strings drop trailing NULs: ``'a\\x00'`` would
+    become ``'a'``, merging two ids)."""
     arr = np.asarray(uniques)
-    if arr.dtype == object and len(arr) and all(isinstance(x, str) for x in arr):
-        return arr.astype(str)
+    if arr.dtype == object and len(arr):
+        check_ids_not_nul_suffixed(arr, name)
+        if all(isinstance(x, str) for x in arr):
+            return arr.astype(str)
+    return arr
+
+
+def _id_values(values, name: str) -> np.ndarray:
+    """An id column as a 1-D numpy array (object for strings and mixed ids: a NUL-suffixed string
+    stays itself); a structured (struct) column is an error naming ``name``."""
+    arr = values.to_numpy() if isinstance(values, (pd.Series, pd.Index)) else values
+    if not isinstance(arr, np.ndarray):
+        check_ids_not_nul_suffixed(list(arr), name)
+        arr = np.asarray(arr)
+    if arr.dtype.kind == "V":
+        raise ValueError(f"{name} holds structured (struct) ids: ids must be hashable scalars (strings, integers, ...)")
     return arr
 
 
 def _factorize_ids(values, name: str) -> tuple[np.ndarray, np.ndarray]:
     """``(codes, uniques)``: uniques sorted when the ids are mutually comparable, else in order of
-    first appearance (mixed types such as ``"a"`` and ``3`` cannot be sorted)."""
+    first appearance (mixed types such as ``"a"`` and ``3`` cannot be sorted). Ids must be hashable
+    scalars (a list / dict / struct id is a one-line ``ValueError`` naming ``name``)."""
     try:
         codes, uniques = pd.factorize(values, sort=True)
     except TypeError:
-        codes, uniques = pd.factorize(values, sort=False)
+        try:
+            codes, uniques = pd.factorize(values, sort=False)
+        except TypeError:
+            raise (
+                unhashable_id_error(_id_values(values, name), name) or ValueError(f"{name}: ids cannot be hashed")
+            ) from None
     if np.any(codes < 0):
         raise ValueError(f"{name} has {int(np.count_nonzero(codes < 0))} missing (NaN/None) id(s)")
-    return codes.astype(np.int64, copy=False), _tidy_uniques(uniques)
+    return codes.astype(np.int64, copy=False), _tidy_uniques(uniques, name)
+
+
+def _vocabulary_index(vocabulary, name: str) -> tuple[np.ndarray, pd.Index]:
+    """``(vocabulary array, its pandas.Index)`` of a given vocabulary: a non-empty 1-D sequence of
+    distinct, hashable ids (one-line ``ValueError`` otherwise, before any lookup)."""
+    vocab = _id_values(vocabulary, f"the {name} vocabulary")
+    if vocab.ndim != 1 or len(vocab) == 0:
+        raise ValueError(f"the {name} vocabulary must be a non-empty 1-D sequence of ids")
+    check_ids_not_nul_suffixed(vocab, f"the {name} vocabulary")
+    try:
+        index = pd.Index(vocab, tupleize_cols=False)
+        unique = index.is_unique
+    except TypeError:
+        raise (
+            unhashable_id_error(vocab, f"the {name} vocabulary")
+            or ValueError(f"the {name} vocabulary cannot be hashed")
+        ) from None
+    if not unique:
+        raise ValueError(
+            f"the {name} vocabulary holds {int(index.duplicated().sum())} repeated id(s), "
+            f"e.g. {list(index[index.duplicated()][:5])}"
+        )
+    return vocab, index
+
+
+def _indexer(index: pd.Index, values, name: str) -> np.ndarray:
+    """``index.get_indexer(values)`` with a one-line ``ValueError`` for unhashable ids."""
+    try:
+        return index.get_indexer(values)
+    except TypeError:
+        raise (
+            unhashable_id_error(_id_values(values, name), name) or ValueError(f"{name}: ids cannot be hashed")
+        ) from None
 
 
 def _codes_in_vocabulary(values, vocabulary, name: str) -> tuple[np.ndarray, np.ndarray]:
-    vocab = np.asarray(vocabulary)
-    if vocab.ndim != 1 or len(vocab) == 0:
-        raise ValueError(f"the {name} vocabulary must be a non-empty 1-D sequence of ids")
-    index = pd.Index(vocab)
-    if not index.is_unique:
-        raise ValueError(f"the {name} vocabulary holds {int(index.duplicated().sum())} repeated id(s)")
-    codes = index.get_indexer(values)
+    vocab, index = _vocabulary_index(vocabulary, name)
+    codes = _indexer(index, values, f"{name} column")
     if np.any(codes < 0):
         missing = pd.unique(np.asarray(values, dtype=object)[codes < 0])[:5]
         raise ValueError(
             f"{int(np.count_nonzero(codes < 0))} {name} value(s) are not in the given {name} "
             f"vocabulary, e.g. {list(missing)}"
         )
-    return codes.astype(np.int64, copy=False), _tidy_uniques(vocab)
+    return codes.astype(np.int64, copy=False), _tidy_uniques(vocab, f"the {name} vocabulary")
 
 
 def vocabulary_fingerprint(ids) -> str:
@@ -106,20 +159,73 @@ def _missing_column(what: str, col, columns, where: str = "the table") -> ValueE
     return ValueError(f"{what}={col!r} is not a column of {where}; columns are {list(columns)[:20]}{hint}")
 
 
+def _check_single_column(df: pd.DataFrame, col, what: str) -> None:
+    """``ValueError`` when the column name ``col`` appears more than once in ``df``."""
+    n = int(np.count_nonzero(df.columns == col)) if df.columns.has_duplicates else 1
+    if n > 1:
+        raise ValueError(f"{what}={col!r} names {n} columns of the table: column names must be unique")
+
+
 def _column(df: pd.DataFrame, col, what: str):
     if col not in df.columns:
         raise _missing_column(what, col, df.columns)
+    _check_single_column(df, col, what)
     return df[col]
 
 
-def _rating_values(series, name: str) -> np.ndarray:
+#: Python / numpy scalar types that convert to float but are not ratings (a datetime would become
+#: its microseconds since the epoch, a complex number would lose its imaginary part)
+_NOT_RATINGS = (
+    datetime.date,
+    datetime.time,
+    datetime.timedelta,
+    np.datetime64,
+    np.timedelta64,
+    complex,
+    np.complexfloating,
+)
+
+
+def _not_real(name: str, what: str) -> ValueError:
+    return ValueError(f"{name} must hold real numbers (ratings), got {what}")
+
+
+def rating_array(series, name: str) -> np.ndarray:
+    """A rating column as a numeric numpy array (bool, integer or float; an object column of real
+    numbers becomes float64). Datetime, timedelta and complex columns, and object columns holding
+    booleans, datetimes or other non-numbers, are a one-line ``ValueError`` naming ``name``."""
+    dtype = getattr(series, "dtype", None)
+    if dtype is not None and not isinstance(dtype, np.dtype):  # a pandas extension dtype
+        if pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(dtype):
+            raise _not_real(name, f"dtype {dtype}")
+        if isinstance(dtype, pd.CategoricalDtype):
+            return rating_array(np.asarray(series), name)
+        if pd.api.types.is_bool_dtype(dtype) or pd.api.types.is_numeric_dtype(dtype):
+            if pd.api.types.is_complex_dtype(dtype):
+                raise _not_real(name, f"dtype {dtype}")
+            return series.to_numpy(dtype=np.float64, na_value=np.nan)
     vals = np.asarray(series)
-    if vals.dtype.kind not in "biuf":
-        try:
-            vals = vals.astype(np.float64)
-        except (TypeError, ValueError):
-            raise ValueError(f"{name} must be numeric, got dtype {series.dtype}") from None
-    return vals.astype(np.float32, copy=False)
+    kind = vals.dtype.kind
+    if kind in "biuf":
+        return vals
+    if kind in "mMc":
+        what = {"m": "timedeltas", "M": "datetimes", "c": "complex numbers"}[kind]
+        raise _not_real(name, f"{what} (dtype {vals.dtype})")
+    if kind == "O":
+        types = {type(x) for x in vals.ravel().tolist()}
+        for t in types:
+            if issubclass(t, (bool, np.bool_)):
+                raise _not_real(name, "booleans in an object column (use a bool column, or numbers)")
+            if issubclass(t, _NOT_RATINGS):
+                raise _not_real(name, f"{t.__name__} values")
+    try:
+        return vals.astype(np.float64)
+    except (TypeError, ValueError):
+        raise _not_real(name, f"non-numeric values (dtype {dtype if dtype is not None else vals.dtype})") from None
+
+
+def _rating_values(series, name: str) -> np.ndarray:
+    return rating_array(series, name).astype(np.float32, copy=False)
 
 
 def _epoch_seconds(values) -> np.ndarray:
@@ -262,6 +368,8 @@ def from_pandas(
     if len(df) == 0:
         raise ValueError("the rating table is empty (no rows)")
     table.check_columns(df.columns)
+    for what, col in table.columns.items():
+        _check_single_column(df, col, what)
     values = None if rating_col is None else _rating_values(df[rating_col], f"rating column {rating_col!r}")
     ts = None if table.timestamp_col is None else _epoch_seconds(df[table.timestamp_col])
     ucodes, uvocab = _encode_ids(df[user_col], table.user_ids, "user", user_col)
@@ -278,9 +386,15 @@ class _Vocabulary:
         self.ids: list = []
 
     def encode(self, values: pd.Series) -> np.ndarray:
-        if values.isna().any():
-            raise ValueError(f"{self.name} has {int(values.isna().sum())} missing (null) id(s)")
-        codes, uniques = pd.factorize(values, sort=False)
+        try:
+            codes, uniques = pd.factorize(values, sort=False)
+        except TypeError:
+            raise (
+                unhashable_id_error(_id_values(values, self.name), self.name)
+                or ValueError(f"{self.name}: ids cannot be hashed")
+            ) from None
+        if np.any(codes < 0):
+            raise ValueError(f"{self.name} has {int(np.count_nonzero(codes < 0))} missing (null) id(s)")
         uniques = list(uniques)
         lookup = np.empty(len(uniques), dtype=np.int64)
         get = self.codes.get
@@ -299,10 +413,10 @@ class _Vocabulary:
         try:
             order = np.argsort(ids, kind="stable") if len(ids) else np.zeros(0, np.int64)
         except TypeError:  # mutually incomparable ids: keep first-appearance order
-            return codes, _tidy_uniques(ids)
+            return codes, _tidy_uniques(ids, self.name)
         inverse = np.empty_like(order)
         inverse[order] = np.arange(len(order))
-        return inverse[codes], _tidy_uniques(ids[order])
+        return inverse[codes], _tidy_uniques(ids[order], self.name)
 
 
 def from_parquet(
@@ -330,8 +444,9 @@ def from_parquet(
     pf = pq.ParquetFile(path)
     table.check_columns(pf.schema_arrow.names, str(path))
     user_ids, item_ids, timestamp_col = table.user_ids, table.item_ids, table.timestamp_col
-    fixed_users = None if user_ids is None else pd.Index(np.asarray(user_ids))
-    fixed_items = None if item_ids is None else pd.Index(np.asarray(item_ids))
+    # given vocabularies: checked (distinct, hashable) before any lookup
+    fixed_users = None if user_ids is None else _vocabulary_index(user_ids, "user")[1]
+    fixed_items = None if item_ids is None else _vocabulary_index(item_ids, "item")[1]
     uvoc, ivoc = _Vocabulary(f"user column {user_col!r}"), _Vocabulary(f"item column {item_col!r}")
     ucodes, icodes, vals, stamps = [], [], [], []
 
@@ -343,7 +458,7 @@ def from_parquet(
     def encode_fixed(index, series, what):
         if series.isna().any():
             raise ValueError(f"{what} column has {int(series.isna().sum())} missing (null) id(s)")
-        codes = index.get_indexer(series.to_numpy())
+        codes = _indexer(index, series.to_numpy(), f"{what} column")
         if np.any(codes < 0):
             missing = pd.unique(series.to_numpy()[codes < 0])[:5]
             raise ValueError(
@@ -391,7 +506,7 @@ def frame_triples(df: pd.DataFrame, *, rating_required: bool = True):
     users = np.asarray(_column(df, USER_COL, "user_col"))
     items = np.asarray(_column(df, ITEM_COL, "item_col"))
     if RATING_COL in df.columns:
-        vals = _rating_values(df[RATING_COL], f"rating column {RATING_COL!r}")
+        vals = _rating_values(_column(df, RATING_COL, "rating_col"), f"rating column {RATING_COL!r}")
     elif rating_required:
         _column(df, RATING_COL, "rating_col")  # raises with the column list
     else:

@@ -29,16 +29,24 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from privrec._validation import check_csr_structure, sparse_to_csr
+from privrec._validation import check_csr_structure, check_ids_not_nul_suffixed, sparse_to_csr, unhashable_id_error
 from privrec.data._matrix_facts import MatrixShapeFacts
 
 DUPLICATE_POLICIES = ("last", "first", "sum", "max", "error")
 
 
 def _as_id_array(ids, name: str) -> np.ndarray:
+    if not isinstance(ids, np.ndarray):
+        if isinstance(ids, (pd.Series, pd.Index)):
+            ids = ids.to_numpy()
+        else:  # a list: a string id ending in NUL would lose it in a numpy string array
+            ids = ids if isinstance(ids, (list, tuple)) else list(ids)
+            check_ids_not_nul_suffixed(ids, name)
     arr = np.asarray(ids)
     if arr.ndim != 1:
         raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
+    if arr.dtype.kind == "V":
+        raise ValueError(f"{name} holds structured (struct) ids: ids must be hashable scalars (strings, integers, ...)")
     return arr
 
 
@@ -53,17 +61,31 @@ def _factorize(ids: np.ndarray, vocabulary, name: str) -> tuple[np.ndarray, np.n
                 uniques = np.flatnonzero(present) + lo
                 remap = np.cumsum(present, dtype=np.int64) - 1
                 return remap[ids - lo], uniques.astype(ids.dtype, copy=False)
-        codes, uniques = pd.factorize(ids, sort=True)
+        try:
+            codes, uniques = pd.factorize(ids, sort=True)
+        except TypeError:  # unhashable ids, or mixed types that cannot be sorted
+            error = unhashable_id_error(ids, name)
+            if error is not None:
+                raise error from None
+            codes, uniques = pd.factorize(ids, sort=False)
         if np.any(codes < 0):
             raise ValueError(f"{name} contains missing (NaN/None) ids")
         uniques = np.asarray(uniques)
         if uniques.dtype == object:
+            check_ids_not_nul_suffixed(uniques, name)
             # keep string ids as a numpy unicode array when possible (compact, sortable)
             with contextlib.suppress(TypeError, ValueError):  # exotic ids stay objects
                 uniques = uniques.astype(str)
         return codes.astype(np.int64, copy=False), uniques
     vocab = _as_id_array(vocabulary, f"{name} vocabulary")
-    codes = pd.Index(vocab).get_indexer(ids)
+    try:
+        codes = pd.Index(vocab).get_indexer(ids)
+    except TypeError:
+        raise (
+            unhashable_id_error(ids, name)
+            or unhashable_id_error(vocab, f"{name} vocabulary")
+            or ValueError(f"{name}: ids cannot be hashed")
+        ) from None
     if np.any(codes < 0):
         missing = pd.unique(np.asarray(ids)[codes < 0])[:5]
         raise ValueError(

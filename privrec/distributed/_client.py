@@ -95,9 +95,10 @@ def is_serial(client) -> bool:
 
 
 def get_client(client=None):
-    """``client`` itself, else the current ``distributed`` client (``ValueError`` if there is none)."""
+    """``client`` itself, else the current ``distributed`` client (``ValueError`` if there is none, or
+    if the client is closed: Dask's own ``ClosedClientError`` would surface half-way through)."""
     if client is not None:
-        return client
+        return _check_open(client)
     try:
         from distributed import get_client as _current
     except ImportError:  # pragma: no cover - the extra is not installed
@@ -106,12 +107,24 @@ def get_client(client=None):
             "client=SerialClient()"
         ) from None
     try:
-        return _current()
+        current = _current()
     except ValueError:
         raise ValueError(
             "no Dask client: start one (distributed.Client(...)) or pass client=; for an in-process run "
             "pass client=privrec.distributed.SerialClient()"
         ) from None
+    return _check_open(current)
+
+
+def _check_open(client):
+    """``client`` unless it is a closed (or closing) ``distributed.Client``: then a one-line ``ValueError``."""
+    status = getattr(client, "status", None)
+    if isinstance(status, str) and status in ("closing", "closed", "failed"):
+        raise ValueError(
+            f"the Dask client is {status} ({client!r}): start a new one (distributed.Client(...)) or pass "
+            "client=privrec.distributed.SerialClient() for an in-process run"
+        )
+    return client
 
 
 class _SerialCompleted:

@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from privrec._validation import unhashable_id_error
 from privrec.data._matrix_facts import MatrixShapeFacts
 
 from ._client import get_client, is_serial
@@ -178,15 +179,15 @@ def _empty_block(index: int, n_items: int, problems: dict) -> PartitionBlock:
     return PartitionBlock(index, np.zeros(0, dtype=object), m, m.T.tocsr(), problems)
 
 
-def _ratings(series: pd.Series | None, n: int) -> tuple[np.ndarray | None, dict]:
+def _ratings(series: pd.Series | None, n: int, rating_col=None) -> tuple[np.ndarray | None, dict]:
     if series is None:
         return np.ones(n, dtype=np.float32), {}
-    vals = series.to_numpy()
-    if vals.dtype.kind not in "biuf":
-        try:
-            vals = np.asarray(series.to_numpy(dtype=np.float64, na_value=np.nan))
-        except (TypeError, ValueError):
-            return None, {"non_numeric_ratings": 1}
+    from privrec.data.frames import rating_array
+
+    try:  # real numbers only (no datetimes, timedeltas, complex numbers, booleans in objects)
+        vals = rating_array(series, f"rating column {rating_col!r}")
+    except ValueError as exc:
+        return None, {"non_numeric_ratings": 1, "rating_errors": [str(exc)]}
     vals = vals.astype(np.float32, copy=False)
     bad = int(np.count_nonzero(~np.isfinite(vals)))
     return vals, ({"non_finite_ratings": bad} if bad else {})
@@ -215,11 +216,15 @@ def build_block(
     n_null = int(item_values.isna().sum())
     if n_null:
         problems["null_items"] = n_null
-    vals, bad = _ratings(None if rating_col is None else frame[rating_col], n)
+    vals, bad = _ratings(None if rating_col is None else frame[rating_col], n, rating_col)
     problems.update(bad)
     if problems or vals is None:
         return _empty_block(index, n_items, problems)
-    icodes = items.get_indexer(_id_array(item_values))
+    try:
+        icodes = items.get_indexer(_id_array(item_values))
+    except TypeError:
+        error = unhashable_id_error(item_values.to_numpy(dtype=object), f"item column {item_col!r}")
+        return _empty_block(index, n_items, {"id_errors": [str(error or f"item column {item_col!r}: unhashable ids")]})
     unknown = icodes < 0
     if unknown.any():
         examples = pd.unique(np.asarray(item_values.to_numpy(dtype=object))[unknown])[:5]
@@ -229,6 +234,9 @@ def build_block(
     try:
         ucodes, uniques = pd.factorize(_id_array(users), sort=True)
     except TypeError:
+        error = unhashable_id_error(users.to_numpy(dtype=object), f"user column {user_col!r}")
+        if error is not None:
+            return _empty_block(index, n_items, {"id_errors": [str(error)]})
         return _empty_block(index, n_items, {"incomparable_users": 1})
     uids = _tidy(np.asarray(uniques))
     key = ucodes.astype(np.int64) * np.int64(n_items) + icodes.astype(np.int64)
@@ -414,22 +422,119 @@ def _check_duplicates_policy(duplicates: str) -> None:
         )
 
 
-def _column_error(col, what: str, columns) -> ValueError:
+def _column_error(col, what: str, columns, where: str = "the table") -> ValueError:
     hint = " (pass rating_col=None for implicit feedback: every row counts 1)" if what == "rating_col" else ""
-    return ValueError(f"{what}={col!r} is not a column of the table; columns are {list(columns)[:20]}{hint}")
+    return ValueError(f"{what}={col!r} is not a column of {where}; columns are {list(columns)[:20]}{hint}")
 
 
-def _as_dask_frame(data, columns_wanted: Callable[[Sequence], list]):
-    """A Dask DataFrame with only the wanted columns (``columns_wanted(all_columns)``)."""
+def _parquet_files(path: str) -> tuple[Any, list[str]]:
+    """``(filesystem, files)`` a Parquet path / folder / glob stands for (as Dask reads a folder:
+    every file below it whose name does not start with ``_`` or ``.``); one-line ``ValueError``
+    when nothing matches."""
+    import fsspec
+
+    fs, _, paths = fsspec.core.get_fs_token_paths(path)
+    if not paths:
+        raise ValueError(f"no files match {path!r}")
+    files: list[str] = []
+    for p in paths:
+        if fs.isdir(p):
+            root = p.rstrip("/")
+            for f in sorted(fs.find(p)):
+                rel = f[len(root) :].lstrip("/")
+                if not any(part.startswith(("_", ".")) for part in rel.split("/")):
+                    files.append(f)
+        elif fs.exists(p):
+            files.append(p)
+        else:
+            raise ValueError(f"no such file or directory: {p!r}")
+    if not files:
+        raise ValueError(f"{path!r} holds no Parquet files")
+    return fs, files
+
+
+def _arrow_kind(t) -> str:
+    """The kind of an Arrow type that matters for ids and ratings (dictionary-encoded: its values)."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    for kind, test in (
+        ("integer", pa.types.is_integer),
+        ("float", pa.types.is_floating),
+        ("decimal", pa.types.is_decimal),
+        ("boolean", pa.types.is_boolean),
+        ("string", lambda x: pa.types.is_string(x) or pa.types.is_large_string(x) or str(x) == "string_view"),
+        ("binary", lambda x: pa.types.is_binary(x) or pa.types.is_large_binary(x) or pa.types.is_fixed_size_binary(x)),
+        ("null", pa.types.is_null),
+        ("nested", pa.types.is_nested),
+    ):
+        if test(t):
+            return kind
+    return str(t)  # timestamp[us], duration[s], date32, ...
+
+
+def check_parquet_files(path, columns: dict) -> None:
+    """Check every file of a Parquet path / folder / glob before Dask reads it (footers only): each
+    holds the ``columns`` (``{"user_col": name, ...}``), ids are scalars of one kind in every file
+    (integer ids in one file and strings in another used to fail in the shuffle as ``RuntimeError:
+    P2P ... unpack``), and ratings are real numbers. One-line ``ValueError`` naming the file."""
+    import pyarrow.parquet as pq
+
+    fs, files = _parquet_files(os.fspath(path))
+    first: dict = {}
+    for f in files:
+        try:
+            with fs.open(f, "rb") as fh:
+                schema = pq.read_schema(fh)
+        except Exception as exc:  # Arrow errors are not ValueErrors
+            raise ValueError(f"{f}: not a readable Parquet file ({' '.join(str(exc).split())[:200]})") from None
+        for what, col in columns.items():
+            if col not in schema.names:
+                raise _column_error(col, what, schema.names, where=f)
+            t = schema.field(col).type
+            kind = _arrow_kind(t)
+            label = f"{what[: -len('_col')]} column {col!r}"
+            if what == "rating_col":
+                if kind not in ("integer", "float", "decimal", "boolean", "null"):
+                    raise ValueError(f"{label} of {f} has type {t}: ratings must be real numbers")
+                kind = "number"  # integer ratings in one file and float ones in another are the same
+            elif kind == "nested":
+                raise ValueError(
+                    f"{label} of {f} holds {t} values: ids must be hashable scalars (strings, integers, ...)"
+                )
+            if kind == "null":  # an all-null column: reported as missing ids / ratings later
+                continue
+            seen = first.setdefault(col, (kind, t, f))
+            if seen[0] != kind:
+                raise ValueError(
+                    f"{label} has type {seen[1]} in {seen[2]} but {t} in {f}: every file must store it with one "
+                    "type (e.g. cast the ids to strings in every file)"
+                )
+
+
+def _as_dask_frame(data, columns_wanted: Callable[[Sequence], list], required: dict | None = None):
+    """A Dask DataFrame with only the wanted columns (``columns_wanted(all_columns)``); a Parquet path
+    is checked first (:func:`check_parquet_files` with the ``required`` columns)."""
     import dask.dataframe as dd
 
     if isinstance(data, (str, os.PathLike)):
+        check_parquet_files(data, required or {})
         ddf = dd.read_parquet(os.fspath(data))
         return ddf[columns_wanted(ddf.columns)]
     if isinstance(data, pd.DataFrame):
         if len(data) == 0:
             raise ValueError("the rating table is empty (no rows)")
         cols = columns_wanted(data.columns)
+        for what, col in (required or {}).items():  # in memory: checked here, before any task runs
+            if not isinstance(data[col], pd.Series):
+                raise ValueError(
+                    f"{what}={col!r} names {data[col].shape[1]} columns of the table: column names must be unique"
+                )
+            if what != "rating_col" and data[col].dtype == object:
+                error = unhashable_id_error(data[col].to_numpy(), f"{what[: -len('_col')]} column {col!r}")
+                if error is not None:
+                    raise error
         nparts = max(1, min(64, math.ceil(len(data) / (1 << 20))))
         return dd.from_pandas(data[cols], npartitions=nparts, sort=False)
     if isinstance(data, dd.DataFrame):
@@ -437,6 +542,20 @@ def _as_dask_frame(data, columns_wanted: Callable[[Sequence], list]):
     raise ValueError(
         f"data must be a Dask DataFrame, a pandas DataFrame or a Parquet path / glob, got {type(data).__name__}"
     )
+
+
+def _check_rating_dtype(ddf, rating_col) -> None:
+    """Datetime, timedelta and complex rating columns are refused from the frame's metadata (before
+    anything is computed); object columns are checked per partition (:func:`build_block`)."""
+    if rating_col is None:
+        return
+    dtype = ddf._meta[rating_col].dtype
+    if (
+        pd.api.types.is_datetime64_any_dtype(dtype)
+        or pd.api.types.is_timedelta64_dtype(dtype)
+        or pd.api.types.is_complex_dtype(dtype)
+    ):
+        raise ValueError(f"rating column {rating_col!r} must hold real numbers (ratings), got dtype {dtype}")
 
 
 def _item_vocabulary(values: pd.Series | np.ndarray, item_col) -> np.ndarray:
@@ -465,6 +584,9 @@ def _given_vocabulary(items) -> np.ndarray:
 
 
 def _raise_problems(total: dict, user_col, item_col, rating_col) -> None:
+    for key in ("id_errors", "rating_errors"):  # the first message of a task (already one line)
+        if total.get(key):
+            raise ValueError(total[key][0])
     if total.get("null_users"):
         raise ValueError(f"user column {user_col!r} has {total['null_users']} missing (NaN/None) id(s)")
     if total.get("null_items"):
@@ -510,13 +632,20 @@ def partition_interactions(
     matrix columns, in that order; an unknown item is an error); default: the sorted unique item
     ids of the data. ``n_partitions``: number of user partitions (default: one per
     :data:`DEFAULT_ROWS_PER_PARTITION` input rows -- a function of the data alone, never of the
-    cluster; pass it explicitly for a private fit, since it fixes the summation tree).
+    cluster; pass it explicitly for a private fit, since it fixes the summation tree). A given
+    ``n_partitions`` larger than the number of users (a HyperLogLog estimate, computed in the same
+    pass as the row count) is capped at it: the extra partitions would be empty and only cost tasks
+    (``info["n_partitions_requested"]`` keeps the value asked for). The layout then depends on
+    the number of users, which only changes the order of float sums.
     ``duplicates``: ``"error"`` (default), ``"sum"`` or ``"max"``. ``client``: a
     ``distributed.Client`` (default: the current one). ``shuffle_method``: passed to Dask's
     ``set_index`` (default: Dask's choice, P2P on a distributed cluster).
 
     Validation (one-line ``ValueError``, totals over all partitions): missing columns, missing ids,
-    non-numeric or non-finite ratings, unknown items, duplicate (user, item) rows, an empty table.
+    ids that are not hashable scalars, non-numeric (datetime, timedelta, complex) or non-finite
+    ratings, unknown items, duplicate (user, item) rows, an empty table, a closed client. A Parquet
+    path is checked file by file first (:func:`check_parquet_files`: a glob that matches nothing, a
+    file without a column, ids stored with different types in different files).
     """
     _check_duplicates_policy(duplicates)
     client = get_client(client)
@@ -533,25 +662,34 @@ def partition_interactions(
             raise ValueError(f"user_col and item_col must differ, got {user_col!r} for both")
         return [c for c in dict.fromkeys((user_col, item_col, rating_col)) if c is not None]
 
-    ddf = _as_dask_frame(data, wanted)
+    required = {"user_col": user_col, "item_col": item_col}
+    if rating_col is not None:
+        required["rating_col"] = rating_col
+    ddf = _as_dask_frame(data, wanted, required)
+    _check_rating_dtype(ddf, rating_col)
 
     # 1. item axis and row count (one graph: the input is read once) ------------------------------
-    n_rows_expr = ddf.map_partitions(len, meta=(None, "int64")).sum()
+    exprs = {"rows": ddf.map_partitions(len, meta=(None, "int64")).sum()}
+    requested = None if n_partitions is None else _check_partitions(n_partitions)
+    if requested is not None and requested > 1:
+        exprs["users"] = ddf[user_col].nunique_approx()  # HyperLogLog: one pass, bounded memory
     if items is None:
-        with _shuffle_config(shuffle_method):  # drop_duplicates picks its shuffle method when built
-            n_rows, uniq = client.gather(client.compute([n_rows_expr, ddf[item_col].drop_duplicates()]))
-        vocab = _item_vocabulary(uniq, item_col)
+        exprs["items"] = ddf[item_col].drop_duplicates()
     else:
         vocab = _given_vocabulary(items)
-        n_rows = client.compute(n_rows_expr).result()
-    n_rows = int(n_rows)
+    with _shuffle_config(shuffle_method):  # drop_duplicates picks its shuffle method when built
+        values = dict(zip(exprs, client.gather(client.compute(list(exprs.values())))))
+    if items is None:
+        vocab = _item_vocabulary(values["items"], item_col)
+    n_rows = int(values["rows"])
     if n_rows == 0:
         raise ValueError("the rating table is empty (no rows)")
-    n_partitions = (
-        max(1, math.ceil(n_rows / DEFAULT_ROWS_PER_PARTITION))
-        if n_partitions is None
-        else _check_partitions(n_partitions)
-    )
+    if requested is None:
+        n_partitions = max(1, math.ceil(n_rows / DEFAULT_ROWS_PER_PARTITION))
+    else:
+        # more partitions than users would be empty, each costing a shuffle output and tasks in every
+        # ALS step (10000 partitions for 40 users ran 81 s): capped at the (estimated) number of users
+        n_partitions = min(requested, max(1, round(float(values.get("users", 1)))))
 
     # 2. shuffle rows to their user partition: partition p holds exactly the rows with p = hash % n -
     # set_index with divisions 0, 1, ..., n puts the value p into output partition p (Dask's own
@@ -582,15 +720,27 @@ def partition_interactions(
         )
         for p in range(n_partitions)
     ]
-    summaries = client.gather(
-        [client.submit(_block_summary, b, key=f"privrec-partition-summary-{token}-{p}") for p, b in enumerate(blocks)]
-    )
+    try:
+        summaries = client.gather(
+            [
+                client.submit(_block_summary, b, key=f"privrec-partition-summary-{token}-{p}")
+                for p, b in enumerate(blocks)
+            ]
+        )
+    except RuntimeError as exc:
+        if "P2P" not in str(exc):
+            raise
+        raise ValueError(
+            f"the shuffle of the rows to their user partitions failed ({' '.join(str(exc).split())[:160]}): a "
+            "column probably has different types in different input partitions (e.g. user ids int in one and "
+            "str in another); cast it to one type, or pass shuffle_method='tasks'"
+        ) from None
     del frames  # the blocks keep their lineage on the scheduler (recomputed if a worker is lost)
     _release_freed_memory(client)
     total: dict[str, Any] = {}
     for s in summaries:
         for k, v in s["problems"].items():
-            if k == "unknown_examples":
+            if isinstance(v, list):  # unknown_examples, id_errors, rating_errors
                 total.setdefault(k, []).extend(v)
             else:
                 total[k] = total.get(k, 0) + v
@@ -604,6 +754,7 @@ def partition_interactions(
         "source": "partitioned",
         "item_vocabulary": "given" if items is not None else "data",
         "n_partitions": n_partitions,
+        "n_partitions_requested": requested,
         "hash_key": HASH_KEY,
         "input_rows": n_rows,
         "duplicate_policy": duplicates,

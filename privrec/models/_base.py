@@ -35,8 +35,8 @@ cloned by scikit-learn keep the constructor value: ``show_progress=True`` asks f
 Model selection over a private model: scores computed for scikit-learn's model selection
 (``GridSearchCV``, ``cross_val_score``, ...) are functions of the private data that no privacy
 ledger counts, and choosing among the candidates spends privacy that none of their (epsilon, delta)
-guarantees covers; :class:`PrivateSelectionWarning` says so once per model (private model selection
-is planned work: issue 24).
+guarantees covers; :class:`PrivateSelectionWarning` says so once per model and points to
+:func:`privrec.tuning.select_private`, which accounts for the whole selection.
 
 Item catalogue: ``fit(X, items=catalogue)`` declares the public item catalogue (the item axis is
 then the catalogue, whatever items have ratings: :func:`with_item_catalogue`), as
@@ -71,11 +71,13 @@ import io
 import json
 import math
 import numbers
+import os
 import sys
 import warnings
 import weakref
 import zipfile
 import zlib
+from collections.abc import Mapping, Set
 from pathlib import Path
 from typing import Any
 
@@ -86,13 +88,28 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
 from .._io import atomic_path
-from .._validation import check_csr_structure, check_int, check_memory, sparse_to_csr
+from .._validation import (
+    _gib,
+    check_csr_structure,
+    check_int,
+    check_memory,
+    check_rating_magnitude,
+    memory_limit,
+    sparse_to_csr,
+    unhashable_id_error,
+)
 
 FORMAT_NAME = "privrec-model"
 FORMAT_VERSION = 2
 _READABLE_VERSIONS = (1, 2)
 _FLOAT_DTYPES = ("float32", "float64")
 _MAX_META_BYTES = 256 << 20  # UTF-32 text of the metadata (privacy reports with many events)
+#: zip compression methods a model file may use -> the most bytes one compressed byte can expand
+#: to. numpy writes .npz members stored (``np.savez``, 1:1) or deflated (``np.savez_compressed``);
+#: deflate cannot exceed 1032:1 (RFC 1951: a 258-byte match costs at least 2 bits). bzip2 and lzma
+#: (whose ratios are unbounded in practice) are refused, so every declared size is bounded by the
+#: size of the file itself before anything is read.
+_MAX_EXPANSION = {zipfile.ZIP_STORED: 1, zipfile.ZIP_DEFLATED: 1032}
 _MAX_JSON_DEPTH = 64
 _EPS_RTOL = 1e-6
 
@@ -155,7 +172,8 @@ class PrivateStateWarning(UserWarning):
 class PrivateSelectionWarning(UserWarning):
     """A private model is scored for scikit-learn's model selection (``GridSearchCV``,
     ``cross_val_score``, ...): the scores and the choice among candidates are computed from the
-    private data, and no privacy ledger counts that spending (private model selection: issue 24)."""
+    private data, and no privacy ledger counts that spending. :func:`privrec.tuning.select_private`
+    selects among private candidates with every release in one ledger."""
 
 
 def called_by_sklearn(package: str = "sklearn") -> bool:
@@ -185,8 +203,9 @@ def warn_private_selection(model, stacklevel: int = 3) -> None:
         f"scoring a private {type(model).__name__} (epsilon={model.epsilon}) for scikit-learn's model selection: "
         "each candidate's (epsilon, delta) covers its own release only, while the scores and the choice among "
         "candidates are computed from the private training and held-out data, spending privacy that no privacy "
-        "ledger counts. Select settings on public or synthetic data, or account for the search yourself; "
-        "private model selection (issue 24) is planned work",
+        "ledger counts. Select settings on public or synthetic data, or use privrec.tuning.select_private, "
+        "which fits the candidates, releases their held-out scores with noise and refits the winner under one "
+        "ledger",
         PrivateSelectionWarning,
         stacklevel=stacklevel,
     )
@@ -206,12 +225,20 @@ def _dense_to_csr(user_items, name: str) -> sp.csr_matrix:
             f"{name}: a DataFrame is read as a long-format rating table (columns 'user', 'item', "
             f"'rating'), got columns {list(user_items.columns)[:10]}; see privrec.data.from_pandas"
         )
-    arr = np.asarray(user_items)
+    arr = None if isinstance(user_items, (Mapping, Set, str, bytes)) else np.asarray(user_items)
+    if arr is None or arr.ndim == 0:
+        raise ValueError(
+            f"{name} must be a users x items ratings matrix (scipy.sparse, a 2-D array, a privrec.data."
+            f"Interactions or a long-format DataFrame), got {type(user_items).__name__}"
+        )
     if arr.dtype.kind == "c":
         raise ValueError(f"Complex data not supported: {name} must hold real-valued ratings")
     if arr.dtype.kind not in "biuf":
         if arr.dtype.kind in "OUSV":
-            arr = arr.astype(np.float64)  # a TypeError / ValueError names the non-numeric value
+            from ..data.frames import rating_array
+
+            # real numbers only: datetimes, complex numbers, booleans in an object array are refused
+            arr = rating_array(arr, name) if arr.dtype.kind == "O" else _float_or_error(arr, name)
         else:
             raise ValueError(f"{name} must hold numeric ratings, got dtype {arr.dtype}")
     if arr.ndim != 2:
@@ -235,6 +262,13 @@ def _dense_to_csr(user_items, name: str) -> sp.csr_matrix:
     np.cumsum(rated.sum(axis=1), out=indptr[1:])
     cols = np.nonzero(rated)[1]
     return sp.csr_matrix((arr[rated].astype(np.float32), cols, indptr), shape=arr.shape)
+
+
+def _float_or_error(arr: np.ndarray, name: str) -> np.ndarray:
+    try:
+        return arr.astype(np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must hold numeric ratings, got dtype {arr.dtype}") from None
 
 
 def as_user_items(
@@ -269,6 +303,11 @@ def as_user_items(
     data = np.asarray(matrix.data)
     indices = np.asarray(matrix.indices)
     indptr = np.asarray(matrix.indptr)
+    check_rating_magnitude(
+        data,
+        name,
+        lambda k: f"row {int(np.searchsorted(indptr, k, side='right') - 1)}, column {int(indices[k])}",
+    )
     small = max(matrix.shape) < np.iinfo(np.int32).max and len(indices) < np.iinfo(np.int32).max
     idx_dtype = np.int32 if small else np.int64
     out = sp.csr_matrix(
@@ -308,10 +347,15 @@ def _id_array(ids) -> np.ndarray:
     if isinstance(ids, (list, tuple)):
         values = list(ids)
         kinds = {type(v) for v in values}
-        if values and all(issubclass(k, str) for k in kinds):
+        # (a str id ending in NUL stays an object: a numpy string would drop the NUL and match another id)
+        if values and all(issubclass(k, str) for k in kinds) and not any(v.endswith("\x00") for v in values):
             return np.asarray(values, dtype=str)
         if values and all(issubclass(k, numbers.Integral) and not issubclass(k, (bool, np.bool_)) for k in kinds):
-            return np.asarray(values, dtype=np.int64)
+            try:
+                return np.asarray(values, dtype=np.int64)
+            except OverflowError:  # ids beyond int64 (e.g. uint64 ids >= 2**63)
+                if min(values) >= 0 and max(values) < 1 << 64:
+                    return np.asarray(values, dtype=np.uint64)
         arr = np.empty(len(values), dtype=object)
         for k, v in enumerate(values):
             arr[k] = v
@@ -527,6 +571,15 @@ def check_rating_range(rating_range, name: str = "rating_range") -> tuple[float,
     return float(low), float(high)
 
 
+def _distinct(ids: np.ndarray) -> np.ndarray:
+    """Candidate ids with repeats removed (first occurrence kept): a candidate set, so a repeated
+    candidate is ranked once, never returned twice."""
+    if ids.size < 2:
+        return ids
+    _, first = np.unique(ids, return_index=True)
+    return ids if first.size == ids.size else ids[np.sort(first)]
+
+
 def _topk(scores: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Row-wise top-n (descending) of a 2-D score array; -inf entries are never returned."""
     n = min(n, scores.shape[1])
@@ -668,6 +721,7 @@ def _wrap_fit(fit):
         self._item_ids_given = bool(given)
         self._item_axis = axis
         self._id_lookup = {}
+        self._fitted_params = _param_fingerprint(self)  # save() refuses parameters changed since
         return out
 
     fit_wrapper._privrec_fit_input = True
@@ -990,7 +1044,12 @@ class FactorizationModel(BaseEstimator):
                 )
             codes[ok] = arr[ok].astype(np.int64)
         else:
-            codes = index.get_indexer(arr).astype(np.int64)
+            try:
+                codes = index.get_indexer(arr).astype(np.int64)
+            except TypeError:
+                raise (
+                    unhashable_id_error(arr, f"the {which} ids") or ValueError(f"{which} ids cannot be hashed")
+                ) from None
         if strict and np.any(codes < 0):
             missing = list(arr[codes < 0][:5])
             raise ValueError(f"unknown {which} id(s) {missing}: not in the model's {which}_ids_")
@@ -1215,7 +1274,7 @@ class FactorizationModel(BaseEstimator):
         scores = self._score_all(uvec, ubias)
         candidates = None
         if items is not None:
-            candidates, _ = check_ids(items, n_items, "items")
+            candidates = _distinct(check_ids(items, n_items, "items")[0])
         if filter_items is not None:
             fi, _ = check_ids(filter_items, n_items, "filter_items")
             scores[:, fi] = -np.inf
@@ -1242,15 +1301,20 @@ class FactorizationModel(BaseEstimator):
         """Rank ``selected_items`` for the user(s): ``(ids, scores)`` sorted by decreasing score.
 
         As implicit 0.7 (``recommend`` with ``items=selected_items`` and no filtering of rated
-        items), except that every selected item is returned (implicit caps at N=10).
+        items), except that every selected item is returned (implicit caps at N=10), once: a
+        repeated item is ranked once.
         """
         sel = np.atleast_1d(np.asarray(selected_items))
         if sel.size == 0:
             raise ValueError("selected_items is empty")
+        try:
+            n_distinct = int(np.unique(sel).size) if sel.ndim == 1 else int(sel.size)
+        except TypeError:  # mixed objects: check_ids refuses them in recommend
+            n_distinct = int(sel.size)
         return self.recommend(
             userid,
             user_items,
-            N=int(sel.size),
+            N=n_distinct,
             filter_already_liked_items=False,
             recalculate_user=recalculate_user,
             items=sel,
@@ -1372,6 +1436,12 @@ class FactorizationModel(BaseEstimator):
             raise ValueError(f"X holds no ratings (a DataFrame needs a {RATING_COL!r} column)")
         if truth.size == 0:
             raise ValueError("X holds no ratings to score")
+        bad = ~np.isfinite(truth)
+        if bad.any():
+            raise ValueError(
+                f"X holds {int(np.count_nonzero(bad))} NaN or infinite rating(s) (e.g. entry {int(np.flatnonzero(bad)[0])}): "
+                "score() needs every held-out rating; drop the missing ones first"
+            )
         err = self._predict_indices(u, i).astype(np.float64) - truth
         return -float(np.sqrt(np.mean(err * err)))
 
@@ -1382,7 +1452,7 @@ class FactorizationModel(BaseEstimator):
             fi, _ = check_ids(filter_ids, n, f"filter_{what}s")
             scores[:, fi] = -np.inf
         if candidates is not None:
-            cand, _ = check_ids(candidates, n, f"{what}s")
+            cand = _distinct(check_ids(candidates, n, f"{what}s")[0])
             top, vals = _topk(scores[:, cand], N)
             return _as_ids(cand[top], n), vals
         top, vals = _topk(scores, N)
@@ -1618,9 +1688,15 @@ class FactorizationModel(BaseEstimator):
         ``path``: a file name (written exactly there; unlike implicit no ``.npz`` is appended, but
         :meth:`load` finds ``name.npz`` when given ``name``) or a binary file object open for
         writing (implicit 0.7's ``save(file)``). A write to a path is atomic: an interrupted save
-        never leaves a truncated file at ``path`` (its temporary file,
-        ``.privrec-<name>.<random>.tmp``, is removed by the next save into the same folder once it
-        is a day old). The file carries a SHA-256 of its content, checked on load.
+        (an exception, SIGINT, or SIGTERM -- handled like SIGINT while the file is written, unless
+        the program set its own SIGTERM handler) never leaves a truncated file at ``path``, and
+        its temporary file, ``.privrec-<name>.h<host>p<pid>.<random>.tmp``, is removed; one left by
+        a killed process is removed by the next save into the same folder as soon as that
+        process is gone (or once it is a day old). A symbolic link at ``path`` is written through:
+        the file it points to is replaced atomically and the link stays. A ``path`` that is not a
+        regular file -- a folder, ``/dev/null``, ``/dev/stdout``, a FIFO -- is refused with a
+        ``ValueError`` before anything is written (:func:`privrec._io.check_write_target`). The
+        file carries a SHA-256 of its content, checked on load.
 
         Id maps (``user_ids_`` / ``item_ids_`` of a model fitted with ids; str or int ids) are saved
         in the metadata: user ids only with the user factors, and a *private* model saves item ids
@@ -1629,6 +1705,7 @@ class FactorizationModel(BaseEstimator):
         ``UserWarning`` says so).
         """
         self._check_fitted()
+        self._check_params_unchanged()
         arrays = {}
         for name in self._saved_arrays:
             val = getattr(self, name, None)
@@ -1661,6 +1738,22 @@ class FactorizationModel(BaseEstimator):
             return
         with atomic_path(path) as tmp, open(tmp, "wb") as fh:
             np.savez(fh, __meta__=np.array(meta_text), __sha256__=np.array(digest), **members)
+
+    def _check_params_unchanged(self) -> None:
+        """``ValueError`` when a parameter that shapes the fitted arrays or the privacy report was
+        changed (``set_params``) after the fit: the file would pair the old arrays with the new
+        values (e.g. ``factors=8`` with 4-column factors, which no load accepts)."""
+        fitted = self.__dict__.get("_fitted_params")
+        if fitted is None:  # fitted elsewhere (privrec.distributed) or unpickled from an older privrec
+            return
+        now = _param_fingerprint(self)
+        changed = [k for k in now if k not in _RUNTIME_PARAMS and now[k] != fitted.get(k, now[k])]
+        if changed:
+            detail = ", ".join(f"{k}: {fitted[k]} -> {now[k]}" for k in changed[:5])
+            raise ValueError(
+                f"cannot save this {type(self).__name__}: parameter(s) changed by set_params since the fit ({detail}); "
+                "the fitted arrays belong to the old values. Refit, or set them back before save()"
+            )
 
     def _id_metadata(self) -> dict[str, Any]:
         out = {}
@@ -1726,7 +1819,10 @@ class FactorizationModel(BaseEstimator):
         ``fileobj_or_path``: a file name (if it does not exist but ``name + ".npz"`` does, that
         file is read, as implicit 0.7 does) or a binary file object open for reading.
         Checked (see docs/data-and-model-files.md): the zip members (only ``__meta__``,
-        ``__sha256__`` and the arrays this class saves), each array's dtype, dimensions, shape and
+        ``__sha256__`` and the arrays this class saves; stored or deflated), their declared sizes
+        before anything is read (each bounded by the file size -- deflate expands at most 1032:1
+        -- and all arrays together by :func:`privrec._validation.memory_limit`, so a small forged
+        file cannot make ``load`` allocate what it declares), each array's dtype, dimensions, shape and
         finiteness, the parameters (a dict of known names with plain JSON values), the content
         hash, and a stored privacy report: its epsilons are recomputed from its events with
         ``dp_accounting`` and must match. Version-1 files (no dtypes, no hash) are still read.
@@ -1773,11 +1869,13 @@ class FactorizationModel(BaseEstimator):
         if isinstance(source, Path):
             with open(source, "rb") as fh:
                 head = fh.read(8)
+                file_size = os.fstat(fh.fileno()).st_size
         else:  # a file object: zipfile needs to seek, so read a non-seekable stream into memory
             if not (hasattr(source, "seekable") and source.seekable()):
                 source = io.BytesIO(source.read())
             start = source.tell()
             head = source.read(8)
+            file_size = source.seek(0, io.SEEK_END) - start
             source.seek(start)
         if not isinstance(head, bytes):
             raise _BadModelFile("the file object must be opened in binary mode ('rb')")
@@ -1786,7 +1884,7 @@ class FactorizationModel(BaseEstimator):
         if not head.startswith(b"PK"):
             raise _BadModelFile("not a privrec model file (not an .npz archive)")
         with zipfile.ZipFile(source) as zf:
-            members = _npz_members(zf)
+            members = _npz_members(zf, file_size)
             if "__meta__" not in members:
                 raise _BadModelFile("not a privrec model file (no metadata record)")
             meta_text = _read_text_member(zf, members["__meta__"], "__meta__", _MAX_META_BYTES)
@@ -1834,6 +1932,7 @@ class FactorizationModel(BaseEstimator):
             missing = sorted(set(specs) - set(members))
             if missing:
                 raise _BadModelFile(f"arrays {missing} are declared in the metadata but missing from the file")
+            _check_declared_sizes(specs, members, file_size)
             arrays = {}
             for k, (shape, dtype, ndims, dtypes) in specs.items():
                 arrays[k] = _read_array_member(zf, members[k], k, shape, dtype, ndims, dtypes)
@@ -1873,6 +1972,7 @@ class FactorizationModel(BaseEstimator):
         except (KeyError, TypeError, AttributeError) as exc:
             raise _BadModelFile(f"malformed {name} metadata ({type(exc).__name__}: {exc})") from None
         model._restore_ids(meta)
+        model._fitted_params = _param_fingerprint(model)
         return model
 
     def _check_loaded_arrays(self, arrays: dict[str, np.ndarray], path) -> None:
@@ -1932,7 +2032,10 @@ def _ids_from_json(entry, which: str, n: int) -> np.ndarray:
     is_int = [isinstance(v, int) and not isinstance(v, bool) for v in values]
     is_str = [isinstance(v, str) for v in values]
     if kind == "int" and all(is_int):
-        arr = np.array(values, dtype=np.int64) if values else np.zeros(0, np.int64)
+        if values and max(values) >= 1 << 63 and min(values) >= 0 and max(values) < 1 << 64:
+            arr = np.array(values, dtype=np.uint64)  # uint64 ids >= 2**63 (saved as such by _ids_to_json)
+        else:
+            arr = np.array(values, dtype=np.int64) if values else np.zeros(0, np.int64)
     elif kind == "str" and all(is_str):
         arr = np.array(values, dtype=str) if values else np.zeros(0, dtype=str)
     elif kind == "object" and all(a or b for a, b in zip(is_int, is_str)):
@@ -1966,7 +2069,9 @@ def _content_hash(meta_text: str, arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def _npz_members(zf: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
+def _npz_members(zf: zipfile.ZipFile, file_size: int | None = None) -> dict[str, zipfile.ZipInfo]:
+    """The members of an .npz by array name; with ``file_size`` (bytes of the whole file), each
+    member's declared sizes are checked against it first (:func:`_check_member_size`)."""
     members: dict[str, zipfile.ZipInfo] = {}
     for info in zf.infolist():
         fname = info.filename
@@ -1975,8 +2080,57 @@ def _npz_members(zf: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
         key = fname[:-4]
         if key in members:
             raise _BadModelFile(f"member {key[:60]!r} appears twice")
+        if file_size is not None:
+            _check_member_size(info, key, file_size)
         members[key] = info
     return members
+
+
+def _check_member_size(info: zipfile.ZipInfo, what: str, file_size: int) -> None:
+    """A member's declared sizes must be possible in a file of ``file_size`` bytes: its compressed
+    bytes fit in the file, and its uncompressed size is at most :data:`_MAX_EXPANSION` times them
+    (stored: equal; deflated: 1032:1). The zip directory is not trusted: a forged size would
+    otherwise make the reader allocate what it declares."""
+    expansion = _MAX_EXPANSION.get(info.compress_type)
+    if expansion is None:
+        raise _BadModelFile(
+            f"member {what[:60]!r} uses zip compression method {info.compress_type}; a model file's members are "
+            "stored or deflated (as numpy writes them)"
+        )
+    if info.compress_size > file_size:
+        raise _BadModelFile(
+            f"member {what[:60]!r} claims {info.compress_size:,} compressed bytes, more than the whole file "
+            f"({file_size:,} bytes)"
+        )
+    if info.file_size > expansion * info.compress_size:
+        how = "stored" if expansion == 1 else f"deflated, at most {expansion}:1"
+        raise _BadModelFile(
+            f"member {what[:60]!r} claims {info.file_size:,} bytes but holds {info.compress_size:,} "
+            f"({how}): its size is forged"
+        )
+
+
+def _check_declared_sizes(specs: dict, members: dict[str, zipfile.ZipInfo], file_size: int) -> None:
+    """Before any array is read: every array the metadata declares fits in its member (whose size
+    :func:`_check_member_size` bounded by the file's), and all of them together fit in
+    :func:`privrec._validation.memory_limit` (``$PRIVREC_MAX_ARRAY_BYTES``)."""
+    total = 0
+    for k, (shape, dtype_str, _, dtypes) in specs.items():
+        itemsize = np.dtype(dtype_str).itemsize if dtype_str is not None else min(np.dtype(t).itemsize for t in dtypes)
+        nbytes = math.prod(shape) * itemsize  # exact Python ints: no overflow
+        info = members[k]
+        if nbytes > info.file_size:
+            raise _BadModelFile(
+                f"array {k}: the metadata says shape {tuple(shape)} ({_gib(nbytes)}), but its member holds only "
+                f"{info.file_size:,} bytes (the file has {file_size:,})"
+            )
+        total += nbytes
+    limit = memory_limit()
+    if total > limit:
+        raise _BadModelFile(
+            f"its arrays declare {_gib(total)}, more than the memory limit of {_gib(limit)} (set "
+            "PRIVREC_MAX_ARRAY_BYTES to raise it)"
+        )
 
 
 def _read_header(fh, what: str):
@@ -2018,6 +2172,10 @@ def _read_text_member(zf, info, what: str, max_bytes: int) -> str:
         shape, fortran, dtype = _read_header(fh, what)
         if shape != () or dtype.kind != "U":
             raise _BadModelFile(f"member {what} must be a text scalar, got dtype {dtype} shape {shape}")
+        if dtype.itemsize > info.file_size:  # checked before allocating what the header declares
+            raise _BadModelFile(
+                f"member {what} declares {dtype.itemsize:,} bytes of text but holds only {info.file_size:,}"
+            )
         raw = _read_exact(fh, dtype.itemsize, what)
     return str(raw.view(dtype)[0])
 
@@ -2156,6 +2314,15 @@ def _verify_privacy_report(report, params: dict) -> None:
                 f"privacy report claims epsilon_{accountant} = {value:g} but its recorded events "
                 f"give {actual:g}: the report was edited"
             )
+
+
+#: parameters that do not shape a fit's result (changing them after the fit does not stop save())
+_RUNTIME_PARAMS = frozenset({"show_progress", "num_threads"})
+
+
+def _param_fingerprint(model) -> dict[str, str]:
+    """The saved parameters as JSON text, by name (what :meth:`FactorizationModel.save` would write)."""
+    return {k: json.dumps(_jsonable(v), sort_keys=True, default=repr) for k, v in model._saved_params().items()}
 
 
 def _jsonable(v):

@@ -60,7 +60,7 @@ from .._constraints import (
 )
 from .._io import progress_steps
 from .._params import Hyperparameters, param
-from .._validation import check_delta, check_epsilon, check_fit_memory
+from .._validation import MAX_RATING_MAGNITUDE, check_delta, check_epsilon, check_fit_memory, check_scale
 from ..pipeline import Plan, PrivatePipeline
 from ..privacy import check_noise_random_state, clip_labels, clip_rows, default_count_fraction, make_rng
 from ..solvers import PrivateSolver, TaskBatch, make_solver
@@ -379,6 +379,7 @@ class DPALS(Hyperparameters, FactorizationModel):
         cfg["global_ratio"], cfg["unobserved_weight"] = float(self.global_ratio), float(self.unobserved_weight)
         cfg["gd_iterations"], cfg["init_scale"] = int(self.gd_iterations), float(self.init_scale)
         cfg["user_solver"], cfg["cg_steps"] = str(self.user_solver), int(self.cg_steps)
+        _check_scales(cfg)
         return DPALSConfig(accountant=self.accountant, **cfg)
 
     def _label_bound(self, implicit: bool, center: bool, rating_range, rating_bound: float) -> float:
@@ -401,6 +402,11 @@ class DPALS(Hyperparameters, FactorizationModel):
             raise ValueError(f"rating_range must be a (low, high) pair of numbers, got {self.rating_range!r}") from None
         if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
             raise ValueError(f"rating_range must be finite with low < high, got {self.rating_range!r}")
+        if max(abs(lo), abs(hi)) > MAX_RATING_MAGNITUDE:
+            raise ValueError(
+                f"rating_range={self.rating_range!r} is too wide: its bounds must be at most "
+                f"{MAX_RATING_MAGNITUDE:g} in magnitude (larger ratings overflow the float32 Gramians); rescale the ratings"
+            )
         return lo, hi
 
     def _check_ratings(self, R: sp.csr_matrix, cfg: DPALSConfig) -> None:
@@ -573,6 +579,7 @@ class DPALS(Hyperparameters, FactorizationModel):
         for t in progress_steps(cfg.iterations, show_progress, "DPALS"):
             t_step = time.perf_counter()
             U, b_users, warm = self._user_step(cfg, centered, V, b_items, reg_users, warm)
+            _check_overflow(cfg, t, "user", U, b_users)
             user_times.append(time.perf_counter() - t_step)
             labels = centered.copy()
             if b_users is not None:
@@ -601,6 +608,7 @@ class DPALS(Hyperparameters, FactorizationModel):
             V = np.ascontiguousarray(params[:, :d])
             if cfg.biases:
                 b_items = np.ascontiguousarray(params[:, d] * c)
+            _check_overflow(cfg, t, "item", V, b_items)
             step_times.append(time.perf_counter() - t_step)
             if callback is not None:  # implicit 0.7 contract: callback(iteration, elapsed_seconds, loss)
                 callback(t - 1, step_times[-1], None)
@@ -681,9 +689,10 @@ class DPALS(Hyperparameters, FactorizationModel):
         unnormalised ``user_reg * (n + 1)^e`` (normaliser 1, which is also what the billboard
         projection uses after loading); ``epsilon = inf`` keeps the normalisation of :class:`ALS`.
         """
+        names = ("user_regularization", "user_reg_exponent")
         if cfg.private:
-            return scaled_regularization(user_counts, cfg.user_reg, cfg.user_reg_exponent), 1.0
-        return frequency_regularization(user_counts, cfg.user_reg, cfg.user_reg_exponent)
+            return scaled_regularization(user_counts, cfg.user_reg, cfg.user_reg_exponent, names=names), 1.0
+        return frequency_regularization(user_counts, cfg.user_reg, cfg.user_reg_exponent, names=names)
 
     def _user_step(self, cfg: DPALSConfig, centered: sp.csr_matrix, V: np.ndarray, b_items, reg_users, warm=None):
         """Non-private user step on the current item side: ``(U, b_users, solution)``; rows of U
@@ -755,7 +764,7 @@ class DPALS(Hyperparameters, FactorizationModel):
         A private model (finite ``epsilon``) scored by scikit-learn's model selection
         (``GridSearchCV``, ``cross_val_score``, ...) warns once with
         :class:`~privrec.models._base.PrivateSelectionWarning`: the scores and the choice among
-        candidates spend privacy that no ledger counts (private model selection is issue 24).
+        candidates spend privacy that no ledger counts (use :func:`privrec.tuning.select_private`).
         """
         from ._base import warn_private_selection
 
@@ -855,6 +864,37 @@ class DPALS(Hyperparameters, FactorizationModel):
             self.item_bias_ = None
         self.user_bias_ = None
         self.user_factors_ = None
+
+
+def _check_scales(cfg: dict) -> None:
+    """Magnitude bounds of the resolved scale settings (one-line ``ValueError`` naming the parameter):
+    beyond them a fit used to fail with a raw error (``OverflowError`` for ``max_norm=1e300``,
+    ``ZeroDivisionError`` for ``gramian_ratio=1e-300``) or with "weights contains NaN"
+    (``budget=1e300``)."""
+    check_scale(cfg["budget"], "budget")
+    check_scale(cfg["max_norm"], "max_norm")
+    check_scale(cfg["bias_feature"], "bias_scale * max_norm")
+    check_scale(cfg["rating_bound"], "rating_bound", maximum=MAX_RATING_MAGNITUDE)
+    check_scale(cfg["label_bound"], "label_bound", maximum=MAX_RATING_MAGNITUDE)
+    for name in ("gramian_ratio", "global_ratio"):
+        check_scale(cfg[name], name, maximum=_MAX_RATIO, minimum=1.0 / _MAX_RATIO)
+
+
+def _check_overflow(cfg: DPALSConfig, step: int, side: str, factors: np.ndarray, bias) -> None:
+    """One-line ``ValueError`` when a step's factors overflowed the dtype (NaN / infinity): ratings
+    far larger than the user clip ``max_norm`` make the item factors (and their noise) huge, and
+    their squares overflow float32 (it used to end in "features contains NaN")."""
+    if np.isfinite(factors).all() and (bias is None or np.isfinite(bias).all()):
+        return
+    raise ValueError(
+        f"the {side} factors of ALS step {step} overflowed {cfg.dtype.name} (NaN or infinity): ratings of magnitude "
+        f"up to {cfg.rating_bound:g} are too large for max_norm={cfg.max_norm:g}; rescale the ratings (e.g. to a "
+        f"1-5 scale and rating_range), or pass dtype=np.float64"
+    )
+
+
+#: noise ratios (``gramian_ratio``, ``global_ratio``) lie in [1 / _MAX_RATIO, _MAX_RATIO]
+_MAX_RATIO = 1e6
 
 
 def _binarised(m: sp.csr_matrix) -> sp.csr_matrix:

@@ -56,29 +56,60 @@ def chunk_slots(d: int, itemsize: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -
     return max(256, int(chunk_bytes) // max(1, d * itemsize))
 
 
-def frequency_regularization(counts: np.ndarray, reg: float, exponent: float) -> tuple[np.ndarray, float]:
+#: largest per-row ridge accepted: beyond it the float32 normal equations lose every other term
+#: (and ridges of 1e39 and more are infinite in float32: NaN factors)
+MAX_RIDGE = 1e30
+
+_REG_NAMES = ("regularization", "reg_exponent")
+
+
+def _checked_ridge(rows: np.ndarray, counts: np.ndarray, reg: float, exponent: float, names) -> np.ndarray:
+    """``rows`` unless a ridge is not finite or above :data:`MAX_RIDGE` (one-line ``ValueError``
+    naming both parameters, instead of NaN factors or a solver's shape error)."""
+    if rows.size and not (np.all(np.isfinite(rows)) and float(rows.max()) <= MAX_RIDGE):
+        bad = int(np.flatnonzero(~(np.isfinite(rows) & (rows <= MAX_RIDGE)))[0])
+        raise ValueError(
+            f"{names[0]}={reg!r} with {names[1]}={exponent!r} gives a ridge of {float(rows[bad]):g} for a row with "
+            f"{int(counts[bad])} ratings (at most {MAX_RIDGE:g} is accepted): use a smaller {names[0]} or |{names[1]}|"
+        )
+    return rows
+
+
+def frequency_regularization(
+    counts: np.ndarray, reg: float, exponent: float, names: tuple[str, str] = _REG_NAMES
+) -> tuple[np.ndarray, float]:
     """Per-row ridge reg * (count + 1)^exponent, normalised so sum(count * w) = sum(count).
 
     The reference implementation's "frequency-based regularisation". Returns ``(reg_rows, norm)`` where ``norm``
     is the normalising constant (kept so later projections use the same scale). ``exponent = 0``
-    gives a constant ridge.
+    gives a constant ridge. A ridge that overflows (e.g. ``exponent = 1e6``) or exceeds
+    :data:`MAX_RIDGE` is a ``ValueError`` naming ``names`` (the parameters of ``reg`` and ``exponent``).
     """
     counts = np.asarray(counts, dtype=np.float64)
     if exponent == 0:
-        return scaled_regularization(counts, reg, 0.0), 1.0
-    denom = float(np.dot(counts, (counts + 1.0) ** exponent))
+        return scaled_regularization(counts, reg, 0.0, names=names), 1.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        denom = float(np.dot(counts, (counts + 1.0) ** exponent))
+    if not np.isfinite(denom):
+        scaled_regularization(counts, reg, exponent, names=names)  # raises, naming the parameters
+        raise ValueError(f"{names[1]}={exponent!r} overflows (count + 1) ** {names[1]}: use a smaller |{names[1]}|")
     norm = float(counts.sum()) / denom if denom > 0 else 1.0
-    return scaled_regularization(counts, reg, exponent, norm), norm
+    return scaled_regularization(counts, reg, exponent, norm, names=names), norm
 
 
-def scaled_regularization(counts: np.ndarray, reg: float, exponent: float, norm: float = 1.0) -> np.ndarray:
+def scaled_regularization(
+    counts: np.ndarray, reg: float, exponent: float, norm: float = 1.0, names: tuple[str, str] = _REG_NAMES
+) -> np.ndarray:
     """Per-row ridge reg * (count + 1)^exponent * norm with a given normaliser (float64); a
     constant ``reg`` when ``exponent = 0``. :func:`frequency_regularization` with the fit's
-    ``norm`` reproduces its rows; private fits use ``norm = 1`` (no data-dependent normaliser)."""
+    ``norm`` reproduces its rows; private fits use ``norm = 1`` (no data-dependent normaliser).
+    Checked as in :func:`frequency_regularization`."""
     counts = np.asarray(counts, dtype=np.float64)
     if exponent == 0:
-        return np.full(counts.shape, reg, dtype=np.float64)
-    return reg * (counts + 1.0) ** exponent * float(norm)
+        return _checked_ridge(np.full(counts.shape, reg, dtype=np.float64), counts, reg, exponent, names)
+    with np.errstate(over="ignore", invalid="ignore"):
+        rows = reg * (counts + 1.0) ** exponent * float(norm)
+    return _checked_ridge(rows, counts, reg, exponent, names)
 
 
 def row_chunks(counts: np.ndarray, max_slots: int = DEFAULT_CHUNK_SLOTS):

@@ -1,0 +1,83 @@
+"""Issue 24: private model selection, accounted in one ledger."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from privrec.data import load_dataset
+from privrec.data.synthetic import generate_preset
+from privrec.models import DPALS
+from privrec.privacy import epsilon_from_report
+from privrec.tuning import holdout_mask, select_private
+
+
+@pytest.fixture(scope="module")
+def flat():
+    """No interaction structure: the truth is biases only."""
+    return generate_preset("synthetic-biases", scale=0.1, random_state=3).interactions.matrix.tocsr()
+
+
+def test_selection_is_accounted_in_one_ledger(flat, tmp_path):
+    res = select_private(
+        [DPALS(factors=0), DPALS(factors=4, iterations=2)], flat, epsilon=2.0, delta=1e-5, random_state=0
+    )
+    report = res.privacy_report()
+    assert report["epsilon"] <= 2.0
+    assert report["epsilon"] > 1.9  # the whole budget is used, not a fraction of it
+    assert epsilon_from_report(report, report["accountant"]) == pytest.approx(report["epsilon"], rel=1e-9)
+    labels = [e["label"] for e in report["events"]]
+    assert any(lab.startswith("selection candidate 0: ") for lab in labels)
+    assert any(lab.startswith("selection candidate 1: ") for lab in labels)
+    assert "selection scores" in labels
+    assert any(lab.startswith("refit: ") for lab in labels)
+    model = res.best_estimator_
+    assert model.selection_["chosen"] == res.best_index_
+    # the selected model, saved, carries the whole procedure's report and reloads verified
+    path = tmp_path / "m.npz"
+    model.save(path)
+    assert DPALS.load(path).privacy_report()["epsilon"] == pytest.approx(report["epsilon"])
+
+
+def test_no_structure_selects_the_bias_model(flat):
+    picks = []
+    for eps in (1.0, 20.0):
+        for seed in range(10):
+            res = select_private(
+                [DPALS(factors=0), DPALS(factors=8, iterations=3)],
+                flat,
+                epsilon=eps,
+                delta=1e-5,
+                random_state=100 + seed,
+            )
+            picks.append(res.best_index_)
+    assert np.mean(np.asarray(picks) == 0) >= 0.95
+
+
+def test_holdout_of_a_user_depends_on_that_user_only():
+    R = sp.random(50, 30, density=0.3, format="csr", random_state=0)
+    R.data[:] = 3.0
+    a = holdout_mask(R, 0.3, key=7)
+    keep = np.ones(50, dtype=bool)
+    keep[10] = False
+    # deleting a user leaves the roster in place under the zero-out relation: empty that row
+    Z = R.copy().tolil()
+    Z[10, :] = 0
+    Z = Z.tocsr()
+    Z.eliminate_zeros()
+    b = holdout_mask(Z, 0.3, key=7)
+    rows_a = np.repeat(np.arange(50), np.diff(R.indptr))
+    rows_b = np.repeat(np.arange(50), np.diff(Z.indptr))
+    np.testing.assert_array_equal(a[rows_a != 10], b[rows_b != 10])
+    assert 0.2 < a.mean() < 0.4
+
+
+def test_invalid_arguments():
+    R = load_dataset("synthetic-skew").matrix
+    with pytest.raises(ValueError, match="two candidates"):
+        select_private([DPALS()], R, epsilon=1.0, delta=1e-5)
+    with pytest.raises(ValueError, match="finite"):
+        select_private([DPALS(), DPALS(factors=2)], R, epsilon=float("inf"), delta=1e-5)
+    with pytest.raises(ValueError, match="share"):
+        select_private([DPALS(), DPALS(factors=2)], R, epsilon=1.0, delta=1e-5, refit_share=0.95)
