@@ -477,6 +477,12 @@ def _noise_seed(args):
     return getattr(args, "noise_seed", None)
 
 
+def _yardstick_seed(args) -> int:
+    """Seed of the non-private ALS yardstick's initial factors: the public ``--seed`` (it adds no
+    noise, so a known seed costs nothing), so ``fit`` and ``evaluate`` refit the same yardstick."""
+    return int(getattr(args, "seed", 0) or 0)
+
+
 # ---------------------------------------------------------------------------------------- data
 def _check_data_args(args) -> None:
     """Reject contradictory data options; warn about ignored ones."""
@@ -864,7 +870,10 @@ def _fit_model(split, method, epsilon, delta, params, seed, show_progress: bool,
     import inspect
     import time
 
-    model = X.make_model(method, epsilon, delta, params, seed, split.protocol)
+    if method == "als":  # the non-private yardstick: implicit-feedback ALS on held-out users (X.make_yardstick)
+        model = X.make_yardstick(split.train.shape, split.protocol, params, seed)
+    else:
+        model = X.make_model(method, epsilon, delta, params, seed, split.protocol)
     kwargs = (
         {"show_progress": bool(show_progress)} if "show_progress" in inspect.signature(model.fit).parameters else {}
     )
@@ -918,18 +927,21 @@ def _baselines(
         }
     out["als"] = None
     if _want_als(args, method, split.train.nnz):
-        als_params = {k: params[k] for k in ("factors", "iterations") if k in params}
-        fitted = _fit_model(split, "als", None, None, als_params, _noise_seed(args), False)
-        als, res = X.run_experiment(
-            split, "als", params=als_params, seed=_noise_seed(args), dataset=name, fitted=fitted
-        )
+        # the private model's factors / iterations when given (a bias-only model's factors = 0 has no ALS twin)
+        als_params = {k: params[k] for k in ("factors", "iterations") if params.get(k)}
+        seed = _yardstick_seed(args)
+        fitted = _fit_model(split, "als", None, None, als_params, seed, False)
+        als, res = X.run_experiment(split, "als", params=als_params, seed=seed, dataset=name, fitted=fitted)
         metrics = dict(res["metrics"])
         if explicit:
             metrics.update(ranking_metrics_of(als, split, threshold))
+        kind = "" if explicit else " implicit (Hu et al. 2008)"
         out["als"] = {
-            "name": "ALS" + (" (same factors, iterations)" if als_params else ""),
+            "name": f"ALS{kind}" + (" (same factors, iterations)" if als_params else ""),
             "private": False,
             "params": als_params,
+            "config": dict(getattr(als, "config_", {}) or {}),
+            "seed": seed,
             "metrics": metrics,
             "sliced": res["sliced"],
             "fit_seconds": res["fit_seconds"],

@@ -332,16 +332,32 @@ class ItemIndex:
         return top, vals
 
 
-def recall_at_k(approx_ids, exact_ids) -> float:
-    """Mean over queries of ``|approx ∩ exact| / |exact|`` (ids -1 ignored): recall@k of an approximate
-    top-k against the exact top-k."""
+def recall_at_k(approx_ids, exact_ids, approx_scores=None, exact_scores=None, tol: float = 1e-5) -> float:
+    """Recall@k of an approximate top-k against the exact top-k, averaged over queries (rows; ids -1
+    are padding).
+
+    Without scores: ``|approx ∩ exact| / |exact|``. With both score arrays (the exact scores of
+    the returned items, as :class:`ItemIndex` and the models return): tie-aware, an approximate
+    item counts when its score reaches the exact k-th score (within ``tol``, relative), so that
+    items tied at the k-th place are equally right -- item factors of rarely rated items are often
+    parallel (cosine exactly 1), and exact search breaks such ties arbitrarily.
+    """
     a = np.atleast_2d(np.asarray(approx_ids))
     e = np.atleast_2d(np.asarray(exact_ids))
     if a.shape[0] != e.shape[0]:
         raise ValueError(f"approx_ids and exact_ids need one row per query, got {a.shape[0]} and {e.shape[0]}")
-    hits, total = 0, 0
-    for ra, re in zip(a, e):
-        want = set(re[re >= 0].tolist())
-        total += len(want)
-        hits += len(want.intersection(ra[ra >= 0].tolist()))
+    if (approx_scores is None) != (exact_scores is None):
+        raise ValueError("pass both approx_scores and exact_scores, or neither")
+    want = (e >= 0).sum(axis=1)
+    if approx_scores is None:
+        hits = sum(len(set(re[re >= 0].tolist()).intersection(ra[ra >= 0].tolist())) for ra, re in zip(a, e))
+    else:
+        sa = np.atleast_2d(np.asarray(approx_scores, dtype=np.float64))
+        se = np.atleast_2d(np.asarray(exact_scores, dtype=np.float64))
+        if sa.shape != a.shape or se.shape != e.shape:
+            raise ValueError("score arrays must have the shapes of their id arrays")
+        kth = np.array([row[ids >= 0].min() if np.any(ids >= 0) else np.inf for row, ids in zip(se, e)])
+        ok = (a >= 0) & np.isfinite(sa) & (sa >= (kth - tol * (1.0 + np.abs(kth)))[:, None])
+        hits = int(np.minimum(ok.sum(axis=1), want).sum())
+    total = int(want.sum())
     return hits / total if total else 1.0
