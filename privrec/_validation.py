@@ -78,10 +78,11 @@ def check_finite_array(x, name: str) -> np.ndarray:
     return arr
 
 
-#: largest rating (or rating-scale parameter) magnitude privrec accepts: squared and summed over a
-#: row's ratings it must stay finite in the float32 Gramians (3.4e38); a rating of 1e20 used to give
-#: NaN factors and empty recommendations without an error
-MAX_RATING_MAGNITUDE = 1e15
+#: largest rating (or rating-scale parameter) magnitude privrec accepts: a rating of 1e20 used to
+#: give NaN factors and empty recommendations without an error. Measured on float32 ALS (CG and
+#: Cholesky, explicit and implicit, regularization 0.01 to 1000, 4 to 32 factors): one rating of
+#: 1e10 already overflows the CG residual norms, 1e8 never did (a factor of 10 below the first failure)
+MAX_RATING_MAGNITUDE = 1e8
 #: bound on parameters that scale statistics (budget, max_norm) or their noise (ratios), both ways
 MAX_SCALE = 1e12
 

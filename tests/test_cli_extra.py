@@ -115,3 +115,65 @@ def test_model_label_never_calls_an_infinite_epsilon_private():
         _model_label({"method": "ada-dpals", "privacy_events": events, "epsilon_spent": 4.99})[1] == "private, eps 4.99"
     )
     assert _model_label({"method": "als"}) == ("als", "non-private")
+
+
+# ---------------------------------------------------------------- output paths: checked before anything is loaded
+
+
+@pytest.fixture
+def nothing_may_run(monkeypatch):
+    """Loading the data or fitting fails the test: the command must stop before."""
+    import privrec.commands.models as M
+
+    def ran(*args, **kwargs):
+        raise AssertionError("data was loaded or a model fitted before the output paths were checked")
+
+    monkeypatch.setattr(M, "_load", ran)
+    monkeypatch.setattr(M, "_fit_model", ran)
+
+
+def _unwritable_outputs(tmp_path):
+    import os
+
+    (tmp_path / "models.npz").mkdir()  # a folder where a file is expected
+    (tmp_path / "notes.txt").write_text("a file, not a folder")
+    cases = {
+        "folder": (["--output", str(tmp_path / "models.npz")], "it is a folder"),
+        "under a file": (["--output", str(tmp_path / "notes.txt" / "m.npz")], "is a file, not a folder"),
+        "plot is a folder": (["--plot", str(tmp_path / "plot.png")], "it is a folder"),
+    }
+    (tmp_path / "plot.png").mkdir()
+    if os.path.exists("/dev/null"):
+        (tmp_path / "null.npz").symlink_to("/dev/null")
+        cases["device"] = (["--output", str(tmp_path / "null.npz")], "it is a character device")
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(tmp_path / "fifo.npz")
+        cases["fifo"] = (["--output", str(tmp_path / "fifo.npz")], "it is a FIFO")
+    if hasattr(os, "geteuid") and os.geteuid() != 0:  # root may write anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        cases["read-only folder"] = (["--output", str(locked / "m.npz")], "cannot create a file in")
+    return cases
+
+
+def test_unwritable_output_paths_fail_before_loading_or_fitting(tmp_path, capsys, nothing_may_run):
+    import json
+
+    pytest.importorskip("matplotlib")
+    for what, (flags, needle) in _unwritable_outputs(tmp_path).items():
+        rc, out, err = _run(["fit", "--method", "als", "-q", *flags], capsys)
+        assert rc == 2 and out == "", what
+        assert err.startswith("privrec fit: error: --") and needle in err and "\n" not in err, (what, err)
+        rc, out, _ = _run(["fit", "--method", "als", "--json", *flags], capsys)
+        assert rc == 2 and needle in json.loads(out)["error"], what
+    left = [p.name for p in tmp_path.rglob(".privrec-*")]
+    assert left == []  # the write probe leaves nothing behind
+
+
+def test_missing_output_folders_are_fine_and_created_only_by_the_save(tmp_path, capsys, monkeypatch):
+    import privrec.commands.models as M
+
+    monkeypatch.setattr(M, "_load", lambda args: (_ for _ in ()).throw(ValueError("stop after the checks")))
+    rc, _, err = _run(["fit", "--method", "als", "-q", "--output", str(tmp_path / "new" / "dir" / "m.npz")], capsys)
+    assert rc == 2 and err.endswith("stop after the checks")  # the path passed; nothing was created yet
+    assert list(tmp_path.iterdir()) == []

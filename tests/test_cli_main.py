@@ -1,8 +1,12 @@
 """The ``privrec`` entry point itself: plain help, one-line errors, broken pipes, broken command modules."""
 
+import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -88,3 +92,83 @@ def test_closed_stdout_pipe_exits_quietly(argv):
 def test_version(capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("privrec ")
+
+
+# ---------------------------------------------------------------- --json failures: an object on stdout
+
+
+@pytest.mark.parametrize(
+    "argv, status, needle",
+    [
+        (["fit", "--json", "--epsilon", "-1"], 2, "--epsilon must be > 0"),  # a command's own check
+        (["fit", "--json", "--bogus"], 2, "unrecognized arguments: --bogus"),  # argparse
+        (["datasets", "info", "no-such-dataset", "--json"], 2, "no-such-dataset"),  # a library ValueError
+        (["datasets", "list", "--json", "--data-dir"], 2, "expected one argument"),
+    ],
+)
+def test_json_failures_print_an_error_object_on_stdout(argv, status, needle, capsys):
+    assert main(argv) == status
+    cap = capsys.readouterr()
+    lines = cap.out.strip().splitlines()
+    assert len(lines) == 1, cap.out
+    obj = json.loads(lines[0])
+    assert set(obj) == {"error", "exit_status"} and obj["exit_status"] == status
+    assert needle in obj["error"] and "\n" not in obj["error"]
+    assert len(cap.err.strip().splitlines()) == 1  # the one-line message is still on stderr
+    assert main([a for a in argv if a != "--json"]) == status  # without --json: nothing on stdout
+    assert capsys.readouterr().out == ""
+
+
+def test_json_interrupt_prints_an_error_object(monkeypatch, capsys):
+    import privrec.commands.datasets as D
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(D, "cmd_list", interrupted)
+    assert main(["datasets", "list", "--json"]) == 130
+    cap = capsys.readouterr()
+    assert json.loads(cap.out) == {"error": "interrupted", "exit_status": 130}
+    assert cap.err.strip() == "privrec: interrupted"
+
+
+# ---------------------------------------------------------------- SIGINT at any moment
+
+
+def _console_script(trigger: str | None, argv: list[str], after: str = "") -> str:
+    """What the installed ``privrec`` script runs, with a SIGINT sent to itself when module
+    ``trigger`` is first imported (or, with ``after``, code run after ``main`` returned)."""
+    return textwrap.dedent(f"""
+        import os, signal, sys, time
+
+        class InterruptOnImport:
+            def find_spec(self, name, path=None, target=None):
+                if name == {trigger!r}:
+                    sys.meta_path.remove(self)
+                    os.kill(os.getpid(), signal.SIGINT)
+                return None
+
+        sys.meta_path.insert(0, InterruptOnImport())
+        sys.argv = ["privrec", *{argv!r}]
+        from privrec.cli import main
+        rc = main()
+        {after}
+        sys.exit(rc)
+    """)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGINT") or os.name != "posix", reason="needs POSIX signals")
+@pytest.mark.parametrize("trigger", ["numpy", "pandas", "privrec.privacy", "privrec.commands.models"])
+def test_sigint_during_start_up_imports_is_one_line_and_status_130(trigger):
+    code = _console_script(trigger, ["datasets", "list"])
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["privrec: interrupted"] and proc.stdout == ""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGINT") or os.name != "posix", reason="needs POSIX signals")
+def test_sigint_after_the_command_finished_is_ignored_until_exit():
+    code = _console_script(None, ["--version"], after="os.kill(os.getpid(), signal.SIGINT); time.sleep(0.2)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("privrec ")
+    assert proc.stderr == ""

@@ -35,6 +35,8 @@ REQUIRED = {
     "warnings",
     "non_private",
 }
+#: what was fitted (model.describe()): public settings, beside the release
+DESCRIBED = {"label", "personal", "personal_part", "config"}
 #: figures computed from the exact data: only ever inside "non_private"
 NON_PRIVATE = {"n_users", "n_items", "n_train", "fit_seconds", "metrics", "sliced", "bucket_items", "baselines"}
 
@@ -214,7 +216,7 @@ def test_readable_als_output_says_non_private(capsys):
 def unmarked_figures(out: str) -> list[str]:
     """Printed lines with a number that are neither marked [non-private] (themselves or their section's
     heading) nor part of what the guarantee covers (privacy summary, budget) or names (dataset, files)."""
-    exempt = ("dataset", "method", "privacy", "budget", "saved", "plot", "model")
+    exempt = ("dataset", "method", "personal", "settings", "privacy", "budget", "saved", "plot", "card", "model")
     bad, marked, section = [], False, ""
     for line in out.splitlines():
         if not line.strip():
@@ -223,7 +225,7 @@ def unmarked_figures(out: str) -> list[str]:
             section, marked = line.split()[0], M.MARK in line
             if re.search(r"\d", line) and not marked and section not in exempt:
                 bad.append(line)
-        elif re.search(r"\d", line) and not marked and section != "privacy":
+        elif re.search(r"\d", line) and not marked and section not in ("privacy", "personal", "settings"):
             bad.append(line)
     return bad
 
@@ -274,7 +276,15 @@ def test_json_keeps_every_exact_figure_in_the_non_private_object(argv, capsys):
     assert set(ex(res)) >= NON_PRIVATE | {"note", "eval_seconds"}
     assert "does not cover them" in ex(res)["note"]
     # the top level is what may accompany the release
-    assert set(res) <= REQUIRED | {"protocol", "seed", "noise_seed", "output", "plot", "budget"}
+    assert set(res) <= REQUIRED | DESCRIBED | {
+        "protocol",
+        "seed",
+        "noise_seed",
+        "output",
+        "plot",
+        "budget",
+        "model_card",
+    }
     assert ex(res)["baselines"]["trivial"]["private"] is False
 
 
@@ -488,7 +498,8 @@ def readers(request, monkeypatch):
 def test_fit_on_own_csv_and_parquet_files(ratings_files, readers, capsys):
     folder, df = ratings_files
     cols = ["--user-col", "uid", "--item-col", "mid", "--rating-col", "stars", "--json", "-q", *FAST]
-    a = run_json(capsys, ["fit", "--method", "als", "--ratings", str(folder / "r.csv"), *cols])
+    # the CSV's ids declared numeric, as the Parquet file stores them (else they are text: another order)
+    a = run_json(capsys, ["fit", "--method", "als", "--ratings", str(folder / "r.csv"), "--numeric-ids", *cols])
     b = run_json(capsys, ["fit", "--method", "als", "--ratings", str(folder / "r.parquet"), *cols])
     assert a["dataset"] == "r.csv" and b["dataset"] == "r.parquet"
     for res in (a, b):
@@ -676,3 +687,58 @@ def test_private_noise_comes_from_os_entropy_unless_a_noise_seed_is_given(capsys
     _, c = item_factors(["--noise-seed", "7"], "c")
     _, d = item_factors(["--noise-seed", "7"], "d")
     assert (c == d).all()  # reproducible experiment
+
+
+# ---------------------------------------------------------------------- issue 26: ratings files
+
+
+def test_csv_ids_are_text_unless_declared_numeric(tmp_path):
+    """CSV ids 007 and 7 used to become one user."""
+    (tmp_path / "r.csv").write_text("user,item,rating\n007,1,4\n7,2,3\n8,1,5\n8,2,1\n")
+    data = M.load_ratings_file(tmp_path / "r.csv")
+    assert data.user_ids.tolist() == ["007", "7", "8"] and data.nnz == 4
+    numeric = M.load_ratings_file(tmp_path / "r.csv", numeric_ids=True)
+    assert numeric.user_ids.tolist() == [7, 8] and numeric.item_ids.tolist() == [1, 2]
+    (tmp_path / "users.txt").write_text("007\n7\n8\n9\n")
+    assert M.read_id_list(tmp_path / "users.txt", "--users") == ["007", "7", "8", "9"]
+    roster = M.load_ratings_file(tmp_path / "r.csv", user_ids=M.read_id_list(tmp_path / "users.txt", "--users"))
+    assert roster.user_ids.tolist() == ["007", "7", "8", "9"]
+    with pytest.raises(M.CommandError, match=r"users\.txt: line 2 repeats the id '7'"):
+        M.read_id_list(tmp_path / "users.txt", "--users", "int")  # 007 and 7 are one number
+    (tmp_path / "bad.csv").write_text("user,item,rating\n1,1,4\nx,2,3\n")
+    with pytest.raises(M.CommandError, match=r"bad\.csv, data row 2: 'user' id 'x' is not an integer"):
+        M.load_ratings_file(tmp_path / "bad.csv", numeric_ids=True)
+    assert M.ratings_id_kinds(tmp_path / "r.csv", "user", "item") == {"user": "str", "item": "str"}
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "reason"),
+    [
+        ("user,item,rating\n1,1,4\n2,2,3\n3,1,5\n3,2,1,9\n", 5, "found 4"),  # a trailing row
+        ("user,item,rating\n1,1,4\n2,2,3,8\n3,2,1\n", 3, "found 4"),
+        ("user,item,rating\n1,1,4,9\n2,2,3,9\n", 2, "found 4"),  # every row: pandas took column 1 as an index
+        ("user,item,rating\n1,1,4\n2,2\n3,2,1\n", 3, "found 2"),
+        ("user,item,rating\n1,1,4\n2,,3\n", 3, "empty 'item' field"),
+    ],
+)
+def test_csv_rows_with_extra_or_missing_fields_name_the_line(tmp_path, text, line, reason):
+    (tmp_path / "r.csv").write_text(text)
+    with pytest.raises(M.CommandError, match=rf"r\.csv, line {line}: .*{reason}"):
+        M.load_ratings_file(tmp_path / "r.csv")
+
+
+def test_bad_ratings_inputs_are_one_line_cli_errors(tmp_path, capsys):
+    """A directory used to be "file not found"; list ids a traceback."""
+    assert main(["fit", "--method", "als", "--ratings", str(tmp_path), *FAST]) == 2
+    err = capsys.readouterr().err
+    assert "is a directory, not a file" in err and len(err.strip().splitlines()) == 1
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = 30
+    pq.write_table(
+        pa.table({"user": [[k] for k in range(n)], "item": list(range(n)), "rating": [1.0] * n}), tmp_path / "l.parquet"
+    )
+    assert main(["fit", "--method", "als", "--ratings", str(tmp_path / "l.parquet"), *FAST]) == 2
+    err = capsys.readouterr().err
+    assert "holds an id of type" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from privrec._io import TEMP_PATTERN, atomic_path, atomic_write_text, clean_stale_temp
+from privrec._io import TEMP_PATTERN, atomic_path, atomic_write_text, clean_stale_temp, writer_gone, writer_tag
 from privrec._validation import check_csr_structure, check_memory, check_random_state_seed, memory_limit
 
 DAY = 86400
@@ -68,6 +68,62 @@ def test_atomic_path_names_and_failure(tmp_path):
             tmp.write_text("half")
             raise RuntimeError("boom")
     assert target.read_text() == "ok" and sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+
+
+def _dead_pid() -> int:
+    """The id of a process that has exited (and been reaped)."""
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(proc.stdout)
+
+
+@pytest.mark.skipif(os.name != "posix" or not hasattr(signal, "SIGKILL"), reason="needs POSIX processes")
+def test_temp_files_of_dead_writers_are_removed_by_the_next_write_even_when_fresh(tmp_path):
+    code = textwrap.dedent(f"""
+        import os, signal
+        from privrec._io import atomic_path
+        with atomic_path({str(tmp_path / "model.npz")!r}) as tmp:
+            open(tmp, "wb").write(b"x" * 100000)
+            os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    assert proc.wait(timeout=120) == -signal.SIGKILL
+    (left,) = list(tmp_path.iterdir())
+    assert TEMP_PATTERN.match(left.name) and f"p{proc.pid}." in left.name  # the writer is in the name
+    assert writer_gone(left.name)
+    atomic_write_text(tmp_path / "model.npz", "new")  # seconds later, not a day
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.npz"]
+
+
+def test_only_privrec_temp_files_of_known_dead_writers_go_early(tmp_path):
+    dead, tag = _dead_pid(), writer_tag()
+    other_tag = "0" * 8 if tag != "0" * 8 else "1" * 8
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        names = {
+            "dead": f".privrec-a.npz.h{tag}p{dead}.k3j4abcd.tmp",
+            "dead dir": f".privrec-ml-100k.h{tag}p{dead}.x1y2z3w4.extract",
+            "alive": f".privrec-b.npz.h{tag}p{sleeper.pid}.k3j4abcd.tmp",
+            "mine": f".privrec-c.npz.h{tag}p{os.getpid()}.k3j4abcd.tmp",
+            "other machine": f".privrec-d.npz.h{other_tag}p{dead}.k3j4abcd.tmp",
+            "no writer (older privrec)": ".privrec-e.npz.k3j4abcd.tmp",
+            "not privrec's": f".e.npz.h{tag}p{dead}.k3j4abcd.tmp",
+            "not a temp kind": f".privrec-f.npz.h{tag}p{dead}.k3j4abcd.bak",
+        }
+        for what, name in names.items():
+            if what == "dead dir":
+                (tmp_path / name).mkdir()
+                (tmp_path / name / "f").write_text("x")
+            else:
+                (tmp_path / name).write_text("x")
+        removed = clean_stale_temp(tmp_path)
+        assert sorted(p.name for p in removed) == sorted([names["dead"], names["dead dir"]])
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+            n for w, n in names.items() if w not in ("dead", "dead dir")
+        )
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert clean_stale_temp(tmp_path) == [tmp_path / names["alive"]]  # its writer is gone now
 
 
 # ---------------------------------------------------------------- check_csr_structure

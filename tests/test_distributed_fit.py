@@ -21,9 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-distributed = pytest.importorskip(
-    "distributed", reason="dask.distributed is optional (pip install 'dask[distributed]')"
-)
+distributed = pytest.importorskip("distributed", reason="dask.distributed is optional (pip install 'privrec[dask]')")
 pytest.importorskip("dask.dataframe", reason="dask.dataframe is optional (pip install 'dask[dataframe]')")
 
 from privrec.distributed import SerialClient, fit, partition_interactions  # noqa: E402
@@ -88,6 +86,11 @@ def _assert_same_release(dist, local):
     else:
         _close(dist.item_bias_, local.item_bias_, "item_bias_")
     assert abs(float(dist.global_mean_) - float(local.global_mean_)) <= 1e-12 * max(1.0, abs(float(local.global_mean_)))
+    np.testing.assert_array_equal(dist.item_counts_, local.item_counts_)
+    if local.item_exposure_ is None:  # the exposure term of ranking: from the same noisy Gramians
+        assert dist.item_exposure_ is None
+    else:
+        _close(dist.item_exposure_, local.item_exposure_, "item_exposure_")
     assert _ledger(dist) == _ledger(local)
     assert [e.label for e in dist.ledger_.entries] == [e.label for e in local.ledger_.entries]
     assert dist.noise_scales_ == local.noise_scales_

@@ -7,9 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-distributed = pytest.importorskip(
-    "distributed", reason="dask.distributed is optional (pip install 'dask[distributed]')"
-)
+distributed = pytest.importorskip("distributed", reason="dask.distributed is optional (pip install 'privrec[dask]')")
 dd = pytest.importorskip("dask.dataframe", reason="dask.dataframe is optional (pip install 'dask[dataframe]')")
 
 from privrec.data import from_pandas  # noqa: E402
@@ -230,3 +228,63 @@ def test_duplicates_policy_matches_local(client):
         rows = pd.Index(ref.user_ids).get_indexer(local.user_ids)
         np.testing.assert_array_equal(local.matrix.indices, ref.matrix[rows].indices)
         np.testing.assert_allclose(local.matrix.data, ref.matrix[rows].data, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------- bad inputs (issue 26)
+
+
+def test_parquet_files_with_mixed_id_types_missing_columns_or_no_match(client, tmp_path):
+    """Checked file by file before Dask reads them (they used to end in RuntimeError: P2P ... unpack,
+    a KeyError, or "columns are []")."""
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    pd.DataFrame({"user": [1, 2, 3], "item": [1, 2, 3], "rating": [1.0, 2.0, 3.0]}).to_parquet(mixed / "a.parquet")
+    pd.DataFrame({"user": ["x", "y"], "item": [1, 2], "rating": [1.0, 2.0]}).to_parquet(mixed / "b.parquet")
+    with pytest.raises(
+        ValueError, match=r"user column 'user' has type int64 in .*a\.parquet but .*string in .*b\.parquet"
+    ):
+        partition_interactions(str(mixed), n_partitions=2, client=client)
+    with pytest.raises(ValueError, match="one type"):
+        partition_interactions(str(mixed / "*.parquet"), n_partitions=2, client=client)
+    gap = tmp_path / "gap"
+    gap.mkdir()
+    pd.DataFrame({"user": [1, 2], "item": [1, 2], "rating": [1.0, 2.0]}).to_parquet(gap / "a.parquet")
+    pd.DataFrame({"user": [4, 5], "item": [1, 2]}).to_parquet(gap / "b.parquet")
+    with pytest.raises(ValueError, match=r"rating_col='rating' is not a column of .*b\.parquet"):
+        partition_interactions(str(gap), n_partitions=2, client=client)
+    with pytest.raises(ValueError, match="no files match"):
+        partition_interactions(str(tmp_path / "nothing-*.parquet"), n_partitions=2, client=client)
+    with pytest.raises(ValueError, match="no such file"):
+        partition_interactions(str(tmp_path / "absent.parquet"), n_partitions=2, client=client)
+    # integer ratings in one file and float ones in another are one kind: accepted
+    pd.DataFrame({"user": [4, 5], "item": [1, 2], "rating": [1, 2]}).to_parquet(gap / "b.parquet")
+    assert partition_interactions(str(gap), n_partitions=2, client=SerialClient()).nnz == 4
+
+
+def test_datetime_ratings_and_unhashable_ids_are_refused(client, tmp_path):
+    df = _ratings(n_rows=60, n_users=10, seed=7)
+    for bad in (pd.date_range("2020", periods=len(df)), pd.to_timedelta(np.arange(len(df)), unit="s")):
+        with pytest.raises(ValueError, match="rating column 'rating' must be numeric"):
+            partition_interactions(df.assign(rating=bad), n_partitions=2, client=client)
+    df.assign(rating=pd.date_range("2020", periods=len(df))).to_parquet(tmp_path / "dt.parquet")
+    with pytest.raises(ValueError, match=r"rating column 'rating' of .*dt\.parquet has type timestamp"):
+        partition_interactions(str(tmp_path / "dt.parquet"), n_partitions=2, client=client)
+    with pytest.raises(ValueError, match="user column 'user' holds an id of type list"):
+        partition_interactions(df.assign(user=[[k] for k in range(len(df))]), n_partitions=2, client=client)
+
+
+def test_partitions_are_capped_by_the_number_of_users(client):
+    """More partitions than users used to run every empty one (10000 partitions, 40 users: 81 s)."""
+    df = _ratings(n_rows=60, n_users=5, seed=8, string_ids=False)
+    parts = partition_interactions(df, n_partitions=500, client=client)
+    assert parts.n_partitions == df["user"].nunique() == parts.n_users
+    assert parts.info["n_partitions_requested"] == 500
+    _assert_matches_local(parts, df)
+    parts.release()
+
+
+def test_a_closed_client_is_a_clear_error(client):
+    other = distributed.Client(client.scheduler.address)
+    other.close()
+    with pytest.raises(ValueError, match="the Dask client is closed"):
+        partition_interactions(_ratings(n_rows=20), n_partitions=2, client=other)

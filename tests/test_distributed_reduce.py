@@ -8,9 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-distributed = pytest.importorskip(
-    "distributed", reason="dask.distributed is optional (pip install 'dask[distributed]')"
-)
+distributed = pytest.importorskip("distributed", reason="dask.distributed is optional (pip install 'privrec[dask]')")
 dd = pytest.importorskip("dask.dataframe", reason="dask.dataframe is optional (pip install 'dask[dataframe]')")
 
 from privrec.distributed import (  # noqa: E402

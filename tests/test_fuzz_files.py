@@ -9,6 +9,7 @@ a model file is read back unchanged or rejected, never returned changed. Determi
 """
 
 import functools
+import math
 import os
 import re
 import shutil
@@ -301,3 +302,354 @@ def test_mutated_archives(workdir, ops):
     assert not [p for p in root.iterdir() if TEMP_PATTERN.match(p.name)]
     assert sorted(p.name for p in case.iterdir()) == ["ml-100k.zip", "root"]  # nothing written outside root
     shutil.rmtree(case, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- model files with forged sizes
+# A crafted file may lie in its zip directory (sizes, compression method), its .npy headers and its
+# metadata. Whatever it claims, load_model must answer with a one-line ValueError or the very model
+# that was saved, without ever allocating what the file merely declares.
+
+_BIG = [2**31 - 1, 2**31, 2**32 + 7, 4_800_000_128, 2**40, 2**62]
+
+
+@st.composite
+def size_forgeries(draw):
+    return (
+        draw(st.sampled_from(["__meta__", "item_factors_", "user_factors_", "item_bias_"])),
+        # what lies, together (the probe's file: header + metadata + directory sizes)
+        draw(st.sets(st.sampled_from(["file_size", "compress_size", "header", "metadata", "method"]), min_size=1)),
+        draw(st.sampled_from(_BIG) | st.integers(0, 1 << 20)),
+        draw(st.booleans()),  # deflate the members (np.savez_compressed) instead of storing them
+        draw(st.booleans()),  # keep __sha256__
+    )
+
+
+def _npy_header(shape, descr) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_2_0(buf, {"descr": descr, "fortran_order": False, "shape": tuple(shape)})
+    return buf.getvalue()
+
+
+def _forge(raw: bytes, forgery) -> bytes:
+    """``raw`` with ``forgery``'s lies: a member's header and / or the metadata declare about
+    ``value`` bytes, its zip directory entry claims ``value`` bytes (or exactly what the forged
+    header needs), or it uses another compression method."""
+    import io
+    import json
+    import zipfile
+
+    target, fields, value, deflate, keep_sha = forgery
+    with zipfile.ZipFile(io.BytesIO(raw)) as zf:
+        members = {n[:-4]: zf.read(n) for n in zf.namelist()}
+    meta = json.loads(str(np.load(io.BytesIO(members["__meta__"]))))
+    if not keep_sha:
+        members.pop("__sha256__", None)
+    claimed = value
+    if target == "__meta__":
+        if "header" in fields:  # a text scalar claiming `value` bytes
+            header = _npy_header((), f"<U{max(1, min(value // 4, 2**29))}")
+            members["__meta__"] = header + members["__meta__"][128:]
+            claimed = len(header) + max(4, min(value, 2**31))
+    elif fields & {"header", "metadata"}:
+        arr = np.load(io.BytesIO(members[target]))
+        shape = (max(1, value // (4 * max(1, math.prod(arr.shape[1:])))), *arr.shape[1:]) if arr.ndim else ()
+        if "header" in fields:  # the member's own header claims the big shape
+            header = _npy_header(shape, arr.dtype.str)
+            members[target] = header + arr.tobytes()
+            claimed = len(header) + math.prod(shape) * arr.dtype.itemsize
+        if "metadata" in fields or "header" in fields:
+            meta["arrays"][target]["shape"] = list(shape)
+            members["__meta__"] = _npy_to_bytes(np.array(json.dumps(meta)))
+    method = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
+    if "method" in fields:
+        method = zipfile.ZIP_BZIP2 if value % 2 else zipfile.ZIP_LZMA
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", method) as zf:
+        for name, data in members.items():
+            with zf.open(name + ".npy", "w", force_zip64=True) as fh:
+                fh.write(data)
+            info = zf.filelist[-1]
+            if name == target and "file_size" in fields:
+                info.file_size = claimed
+            if name == target and "compress_size" in fields:
+                info.compress_size = claimed
+    return out.getvalue()
+
+
+def _npy_to_bytes(arr) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    return buf.getvalue()
+
+
+@FUZZ
+@given(size_forgeries())
+def test_forged_sizes_never_allocate_what_they_declare(workdir, forgery):
+    import tracemalloc
+
+    raw, model = _model_file("als")
+    forged = _forge(raw, forgery)
+    tracemalloc.start()
+    try:
+        _check_model_bytes(workdir, forged, model)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 50 << 20, f"{peak / 2**20:.0f} MiB for a {len(forged)}-byte file"
+
+
+# ---------------------------------------------------------------- save() targets
+
+_TARGETS = ["new", "regular", "link", "link-chain", "dangling", "loop", "folder", "fifo", "under-file", "to-dev-null"]
+
+
+@FUZZ_SLOW
+@given(st.sampled_from(_TARGETS), st.booleans())
+def test_save_to_any_kind_of_path(workdir, kind, relative):
+    """A save writes a loadable model at the path (through any links, which stay) or refuses with
+    a one-line error and changes nothing; it never leaves a temporary file or replaces a node that
+    is not a regular file."""
+    _, model = _model_file("als")
+    case = Path(tempfile.mkdtemp(dir=workdir))
+    path = case / "m.npz"
+    real = case / "real.npz"
+    if kind == "regular":
+        path.write_bytes(b"old")
+    elif kind in ("link", "link-chain", "dangling"):
+        if kind != "dangling":
+            real.write_bytes(b"old")
+        hop = case / "hop.npz"
+        first = hop if kind == "link-chain" else real
+        path.symlink_to(first.name if relative else first)
+        if kind == "link-chain":
+            hop.symlink_to(real.name if relative else real)
+    elif kind == "loop":
+        path.symlink_to(path.name)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        if not hasattr(os, "mkfifo"):
+            return
+        os.mkfifo(path)
+    elif kind == "under-file":
+        (case / "file").write_text("x")
+        path = case / "file" / "m.npz"
+    elif kind == "to-dev-null":
+        if not os.path.exists("/dev/null"):
+            return
+        path.symlink_to("/dev/null")
+    before = {p.name: os.lstat(p) for p in case.iterdir()}
+    try:
+        model.save(path)
+    except (ValueError, FileNotFoundError) as exc:
+        assert kind in ("loop", "folder", "fifo", "under-file", "to-dev-null"), (kind, exc)
+        assert "\n" not in str(exc)
+        after = {p.name: os.lstat(p) for p in case.iterdir()}
+        assert {k: (v.st_mode, v.st_ino) for k, v in after.items()} == {
+            k: (v.st_mode, v.st_ino) for k, v in before.items()
+        }
+    else:
+        assert kind in ("new", "regular", "link", "link-chain", "dangling"), kind
+        written = real if kind in ("link", "link-chain", "dangling") else path
+        np.testing.assert_array_equal(load_model(written).item_factors_, model.item_factors_)
+        if written is real:
+            assert path.is_symlink()
+    assert not [p for p in case.rglob("*") if TEMP_PATTERN.match(p.name)]
+    shutil.rmtree(case, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- temporary files: what the next write removes
+
+
+@FUZZ
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["privrec", "legacy", "foreign"]),  # our name, an older privrec's, someone else's
+            st.sampled_from(["dead", "alive", "self", "other-host"]),
+            st.sampled_from([".tmp", ".partial", ".extract", ".bak"]),
+            st.booleans(),  # older than a day
+            st.booleans(),  # a folder
+        ),
+        max_size=6,
+    )
+)
+def test_temp_cleanup_removes_exactly_dead_or_stale_privrec_temporaries(workdir, entries):
+    import time
+
+    from privrec._io import STALE_AFTER, clean_stale_temp, writer_tag
+
+    pids = {"dead": _dead_pid(), "alive": os.getppid(), "self": os.getpid(), "other-host": _dead_pid()}
+    case = Path(tempfile.mkdtemp(dir=workdir))
+    expect = set()
+    for k, (origin, writer, kind, old, folder) in enumerate(entries):
+        tag = writer_tag() if writer != "other-host" else ("0" * 8 if writer_tag() != "0" * 8 else "1" * 8)
+        owner = f"h{tag}p{pids[writer]}."
+        name = {
+            "privrec": f".privrec-f{k}.npz.{owner}abcd{k:04d}{kind}",
+            "legacy": f".privrec-f{k}.npz.abcd{k:04d}{kind}",
+            "foreign": f".notes-f{k}.{owner}abcd{k:04d}{kind}",
+        }[origin]
+        p = case / name
+        if folder:
+            p.mkdir()
+            (p / "inside").write_text("x")
+        else:
+            p.write_text("x")
+        if old:
+            t = time.time() - 2 * STALE_AFTER
+            os.utime(p, (t, t))
+        ours = origin != "foreign" and kind != ".bak"
+        gone = origin == "privrec" and writer == "dead"
+        if ours and (old or gone):
+            expect.add(name)
+    created = {p.name for p in case.iterdir()}
+    removed = {p.name for p in clean_stale_temp(case)}
+    assert removed == expect
+    assert {p.name for p in case.iterdir()} == created - expect
+    shutil.rmtree(case, ignore_errors=True)
+
+
+@functools.cache
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(proc.stdout)
+
+
+# ---------------------------------------------------------------- CLI failures with --json
+
+_BAD_FLAGS = [
+    ["--epsilon", "-1"],
+    ["--epsilon", "nan"],
+    ["--delta", "2"],
+    ["--factors", "-3"],
+    ["--iterations", "0"],
+    ["--heldout-users", "0"],
+    ["--method", "no-such-method"],
+    ["--bogus"],
+    ["--ratings", "/no/such/file.csv"],
+    ["--dataset", "no-such-dataset"],
+    ["--output", "/dev/null"],
+    ["--output", "{dir}"],
+    ["--output", "{file}/m.npz"],
+    ["--plot", "{dir}/x.unknown-type"],
+    ["--budget-file", "{dir}/no-budget.json"],
+    ["--lifetime-epsilon", "1"],
+]
+
+
+@FUZZ
+@given(st.lists(st.sampled_from(_BAD_FLAGS), min_size=1, max_size=3), st.booleans())
+def test_cli_failures_with_json_print_one_error_object(workdir, flags, json_first):
+    """Any failing ``privrec fit --json`` prints exactly one JSON object ``{"error", "exit_status"}``
+    on stdout, whose status is the exit status, and one line on stderr -- before any fit."""
+    import contextlib
+    import io
+    import json
+
+    import privrec.commands.models as M
+    from privrec.cli import main
+
+    case = Path(tempfile.mkdtemp(dir=workdir))
+    (case / "file").write_text("x")
+    argv = [a.format(dir=case, file=case / "file") for f in flags for a in f]
+    argv = ["fit", "--json", *argv] if json_first else ["fit", *argv, "--json"]
+    out, err = io.StringIO(), io.StringIO()
+
+    def ran(*args, **kwargs):
+        raise AssertionError(f"a fit ran for {argv}")
+
+    fit_model = M._fit_model
+    M._fit_model = ran
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(argv)
+    finally:
+        M._fit_model = fit_model
+        shutil.rmtree(case, ignore_errors=True)
+    assert rc in (1, 2, 3), (argv, rc)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1, (argv, out.getvalue())
+    obj = json.loads(lines[0])
+    assert set(obj) == {"error", "exit_status"} and obj["exit_status"] == rc and obj["error"]
+    assert len(err.getvalue().strip().splitlines()) == 1, err.getvalue()
+
+
+# ---------------------------------------------------------------- signals at random moments (slow)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.name != "posix", reason="needs POSIX signals")
+@settings(FUZZ, max_examples=N or 6)
+@given(st.sampled_from(["SIGTERM", "SIGINT"]), st.floats(0.0, 1.0))
+def test_signal_at_a_random_moment_of_a_save_keeps_a_valid_file_and_no_temporary(workdir, signame, when):
+    """Old file or new file, never a truncated one, and never a temporary file left behind."""
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    case = Path(tempfile.mkdtemp(dir=workdir))
+    raw, model = _model_file("als")
+    path = case / "m.npz"
+    path.write_bytes(raw)
+    code = textwrap.dedent(f"""
+        import numpy as np
+        from privrec.models import ALS
+        rng = np.random.default_rng(0)
+        model = ALS(factors=64).fit(__import__("scipy.sparse").sparse.random(
+            3000, 2000, density=0.01, format="csr", dtype=np.float32, random_state=0))
+        print("saving", flush=True)
+        for _ in range(20):
+            model.save({str(path)!r})
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "saving"
+        time.sleep(when)
+        proc.send_signal(getattr(signal, signame))
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    sig = getattr(signal, signame)
+    assert proc.returncode in (0, 128 + sig, -sig), (proc.returncode, err)
+    assert not [p for p in case.iterdir() if TEMP_PATTERN.match(p.name)]
+    loaded = load_model(path) if path.read_bytes() != raw else None  # the old file, or a complete new one
+    assert loaded is None or loaded.item_factors_.shape == (2000, 64)
+    shutil.rmtree(case, ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.name != "posix", reason="needs POSIX signals")
+@settings(FUZZ, max_examples=N or 6)
+@given(st.floats(0.05, 2.5))
+def test_sigint_at_a_random_moment_of_the_cli_never_prints_a_traceback(when):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen(
+        [sys.executable, str(root / "cli.py"), "datasets", "info", "synthetic-skew", "--scale", "0.1"],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(when)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    # 130 with one line; 0 if it had finished; -SIGINT only before Python installed its handler
+    assert proc.returncode in (0, 130, -signal.SIGINT), (proc.returncode, err)
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    if proc.returncode == 130:
+        assert err.strip().splitlines()[-1] == "privrec: interrupted"

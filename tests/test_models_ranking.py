@@ -67,7 +67,8 @@ def test_exposure_scores_are_log_counts_plus_scaled_rating(skew_split):
     ids, scores = model.recommend(7, train[7], N=10)
     pred = model.predict(np.full(ids.size, 7), ids)
     scale = model.config_["label_bound"]
-    expected = (pred - model._global()) / scale + np.log(np.maximum(model.item_counts_[ids], 1.0))
+    assert model.item_exposure_ is not None and np.all(model.item_exposure_ > 0)
+    expected = (pred - model._global()) / scale + np.log(model.item_exposure_[ids])
     np.testing.assert_allclose(scores, expected, rtol=1e-4, atol=1e-4)
     # ranking="rating": the scores are the predicted ratings
     rated = DPALS(epsilon=5.0, random_state=0, ranking="rating").fit(train, show_progress=False)
@@ -82,6 +83,7 @@ def test_saved_model_keeps_counts_and_ranking(tmp_path, skew_split):
     model.save(path)
     loaded = DPALS.load(path)
     np.testing.assert_array_equal(loaded.item_counts_, model.item_counts_)
+    np.testing.assert_array_equal(loaded.item_exposure_, model.item_exposure_)
     users = np.arange(6)
     a, _ = model.recommend(users, train[users], N=10, recalculate_user=True)
     b, _ = loaded.recommend(users, train[users], N=10)
@@ -218,3 +220,24 @@ def test_ml100k_default_ranks_far_better_than_by_rating():
     # the empirical-Bayes ridge shrinks rare items' biases, which already helps rating-ranking;
     # exposure-aware ranking stays well ahead (validation split)
     assert rec > 0.15 and rec > 1.3 * by_rating
+
+
+def test_exposure_is_the_noisy_weighted_count_released_by_the_item_step(skew_split):
+    """The exposure term is post-processing of the SSP release: the bias feature's diagonal entry
+    of each item's noisy Gramian over c^2 (no extra event), divided by the public task weight."""
+    train, _ = skew_split
+    model = DPALS(epsilon=5.0, random_state=4).fit(train, show_progress=False)
+    labels = [e.label for e in model.ledger_.entries]
+    assert labels == [
+        e.label for e in DPALS(epsilon=5.0, random_state=5).fit(train, show_progress=False).ledger_.entries
+    ]
+    exact = np.diff(train.tocsc().indptr).astype(float)
+    # it finds the popular head better than the released counts do (more of the budget is behind it)
+    def head_overlap(v, k=200):
+        return len(set(np.argsort(-v)[:k]) & set(np.argsort(-exact)[:k])) / k
+
+    assert head_overlap(model.item_exposure_) > 0.9  # measured 0.955
+    assert head_overlap(model.item_exposure_) >= head_overlap(model.item_counts_)  # counts: 0.875
+    # noisy GD releases no Gramian: ranking falls back to the released counts
+    gd = DPALS(epsilon=5.0, method="ada-dpsgd", random_state=4).fit(train, show_progress=False)
+    assert gd.item_exposure_ is None and gd._ranking_mode() == "exposure"

@@ -12,4 +12,5 @@ COMMAND_MODULES = [
     "datasets",
     "models",
     "benchmark",
+    "export",
 ]

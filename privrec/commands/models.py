@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import textwrap
 import warnings
@@ -64,6 +65,7 @@ _MODEL_FLAGS = {
     "budget": "budget",
     "max_norm": "max_norm",
     "unobserved_weight": "unobserved_weight",
+    "rating_range": "rating_range",
 }
 _FLAG_NAMES = {k: "--" + k.replace("_", "-") for k in _MODEL_FLAGS}
 #: training matrices with fewer stored ratings than this get the non-private ALS comparison by default
@@ -209,6 +211,17 @@ def register(subparsers) -> None:
         help="weight of unobserved (user, item) pairs (gravity)",
     )
     g.add_argument(
+        "--rating-range",
+        dest="rating_range",
+        nargs=2,
+        type=float,
+        metavar=("LOW", "HIGH"),
+        default=None,
+        help="the public scale of valid ratings, e.g. --rating-range 1 5 (from the data's documentation, "
+        "never from the data): private methods reject ratings outside it and clip to it, and the "
+        "relevance threshold of Recall@20 is the top quarter of it",
+    )
+    g.add_argument(
         "--noise-seed",
         dest="noise_seed",
         type=int,
@@ -228,6 +241,15 @@ def register(subparsers) -> None:
         default=None,
         help="save a per-popularity-bucket bar chart (PNG, PDF or SVG by extension; needs matplotlib, "
         "the 'plots' extra)",
+    )
+    g.add_argument(
+        "--model-card",
+        dest="model_card",
+        metavar="FILE",
+        default=None,
+        help="write a Markdown model card: data shape, neighbouring relation, epsilon / delta, accountant, "
+        "the resolved settings, the metrics against the yardsticks (when evaluated; marked non-private) "
+        "and what is released and what is not",
     )
     _compare_args(g)
     _out_args(g)
@@ -411,7 +433,7 @@ def _errors(name: str):
         msg = f"refused: {_one_line(exc)}"
         raise _Exit(f"privrec {name}: {msg}", EXIT_REFUSED, msg) from None
     except (ValueError, FileNotFoundError, KeyError, OSError, CommandError) as exc:
-        msg = _one_line(exc)
+        msg = cli_wording(_one_line(exc))
         if isinstance(exc, KeyError):
             msg = f"not found: {msg}"
         raise _Exit(f"privrec {name}: error: {msg}", 2, msg) from None
@@ -422,11 +444,26 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(text.split()) if text else type(exc).__name__
 
 
+#: the library's advice in Python words -> the same advice as CLI flags
+_CLI_WORDS = (
+    (re.compile(r"\bduplicates='(\w+)'"), r"--duplicates \1"),
+    (re.compile(r"\brating_range=\(low, high\)"), "--rating-range LOW HIGH"),
+)
+
+
+def cli_wording(message: str) -> str:
+    """An error or warning of the library as the CLI says it: ``duplicates='sum'`` becomes
+    ``--duplicates sum``, ``rating_range=(low, high)`` becomes ``--rating-range LOW HIGH``."""
+    for pattern, repl in _CLI_WORDS:
+        message = pattern.sub(repl, message)
+    return message
+
+
 def _run(name, fn, args) -> int:
     """Run ``fn(args)``: user errors -> one line and status 2; warnings -> one line each."""
 
     def show(message, category, filename, lineno, file=None, line=None):
-        print(f"privrec {name}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+        print(f"privrec {name}: warning: {cli_wording(' '.join(str(message).split()))}", file=sys.stderr)
 
     try:
         with warnings.catch_warnings():
@@ -707,8 +744,35 @@ def load_ratings_file(
         except Exception as exc:  # Arrow errors are not ValueErrors
             raise CommandError(f"cannot read {path.name} as Parquet: {_one_line(exc)}") from None
         _check_columns(columns, wanted, path)
-        return D.from_parquet(
-            path,
+        from_parquet = getattr(D, "from_parquet", None)
+        if from_parquet is not None:
+            return from_parquet(
+                path,
+                user_col=user_col,
+                item_col=item_col,
+                rating_col=rating_col,
+                duplicates=duplicates,
+                name=path.stem,
+                user_ids=user_ids,
+                item_ids=item_ids,
+            )
+        import pandas as pd
+
+        df = pd.read_parquet(path, columns=wanted)
+    else:
+        sep = "\t" if suffix == ".tsv" else ","
+        df = _read_csv_ratings(path, sep, wanted, [user_col, item_col])
+        if numeric_ids:
+            for col in (user_col, item_col):
+                try:
+                    df[col] = df[col].str.strip().astype(np.int64)
+                except (ValueError, OverflowError):  # name the first bad id
+                    _integer_ids(df[col].tolist(), f"{col!r} id", lambda k: f"{path.name}, data row {k + 1}")
+                    raise
+    from_pandas = getattr(D, "from_pandas", None)
+    if from_pandas is not None:
+        return from_pandas(
+            df,
             user_col=user_col,
             item_col=item_col,
             rating_col=rating_col,
@@ -717,24 +781,15 @@ def load_ratings_file(
             user_ids=user_ids,
             item_ids=item_ids,
         )
-    sep = "\t" if suffix == ".tsv" else ","
-    df = _read_csv_ratings(path, sep, wanted, [user_col, item_col])
-    if numeric_ids:
-        for col in (user_col, item_col):
-            try:
-                df[col] = df[col].str.strip().astype(np.int64)
-            except (ValueError, OverflowError):  # name the first bad id
-                _integer_ids(df[col].tolist(), f"{col!r} id", lambda k: f"{path.name}, data row {k + 1}")
-                raise
-    return D.from_pandas(
-        df,
-        user_col=user_col,
-        item_col=item_col,
-        rating_col=rating_col,
-        duplicates=duplicates,
-        name=path.stem,
-        user_ids=user_ids,
-        item_ids=item_ids,
+    values = None
+    if rating_col:
+        from ..data.frames import rating_array
+
+        values = rating_array(df[rating_col], f"rating column {rating_col!r}")
+        if np.isnan(values).any():
+            raise CommandError(f"{path.name}: column {rating_col!r} has missing values")
+    return D.Interactions.from_arrays(
+        df[user_col].to_numpy(), df[item_col].to_numpy(), values, duplicates=duplicates, name=path.stem
     )
 
 
@@ -1092,12 +1147,21 @@ def separate_non_private(res: dict) -> dict:
 
 
 def _model_label(res: dict) -> tuple[str, str]:
-    """(name, privacy) of the fitted model for the tables."""
+    """(name, privacy) of the fitted model for the tables (the name says when the model is bias-only)."""
+    name = str(res.get("label") or res.get("method", "model"))
     if res.get("method") == "als" or not res.get("privacy_events", {}).get("events"):
-        return str(res.get("method", "model")), "non-private"
+        return name, "non-private"
     if math.isinf(_as_float(res.get("epsilon_spent"))):  # epsilon = inf: events, but no guarantee
-        return str(res["method"]), "non-private (eps inf)"
-    return str(res["method"]), f"private, eps {_fmt_eps(res.get('epsilon_spent'))}"
+        return name, "non-private (eps inf)"
+    return name, f"private, eps {_fmt_eps(res.get('epsilon_spent'))}"
+
+
+def _fmt_setting(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (list, tuple)):
+        return "(" + ", ".join(_fmt_setting(x) for x in v) + ")"
+    return str(v)
 
 
 def _fmt_eps(v) -> str:
@@ -1242,7 +1306,17 @@ def _print_non_private(res: dict) -> None:
 
 def _print_result(res: dict) -> None:
     print(f"dataset   {res.get('dataset')}  (protocol {res['protocol']})")
-    print(f"method    {res['method']}" + ("  (non-private reference)" if res["method"] == "als" else ""))
+    label = res.get("label") or res["method"]
+    print(f"method    {label}" + ("  (non-private reference)" if res["method"] == "als" else ""))
+    if res.get("personal_part"):
+        print(textwrap.fill(res["personal_part"], _WIDTH, initial_indent="personal  ", subsequent_indent="          "))
+    if res.get("config"):
+        settings = ", ".join(f"{k}={_fmt_setting(v)}" for k, v in res["config"].items())
+        print(
+            textwrap.fill(
+                settings, _WIDTH, initial_indent="settings  ", subsequent_indent="          ", break_on_hyphens=False
+            )
+        )
     if "metrics" in res["non_private"]:
         _print_comparison(res)
     _print_budget(res)
@@ -1365,7 +1439,13 @@ def _check_fit_args(args) -> dict:
         if v is not None and v < (0 if flag == "factors" and private else 1):
             raise CommandError(f"{_FLAG_NAMES[flag]} must be >= {0 if flag == 'factors' and private else 1}, got {v}")
     _check_output_path(args.output, "--output")
+    _check_output_path(getattr(args, "model_card", None), "--model-card")
     _check_plot(args.plot)
+    if args.rating_range is not None:
+        lo, hi = args.rating_range
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+            raise CommandError(f"--rating-range must be two finite numbers LOW < HIGH, got {lo:g} {hi:g}")
+        args.rating_range = (float(lo), float(hi))
     return {_MODEL_FLAGS[k]: getattr(args, k) for k in _MODEL_FLAGS if getattr(args, k) is not None}
 
 
@@ -1520,16 +1600,23 @@ def _fit(args) -> int:
     report = res["privacy_events"] if private else None
     res["privacy_summary"] = privacy_paragraph(report, feedback, _noise_seed(args) if private else None, width=None)
     res["warnings"] = list(args._warnings)
+    _add_description(res, model)
     if args.output:
-        if args.ratings is not None:  # the model was fitted on the split's matrix: say where its axis came from
-            model._item_axis = "catalogue" if args.items is not None else "data"
-            if args.items is not None and split.item_ids is not None:  # public: the declared catalogue
-                model.item_ids_, model._item_ids_given = np.asarray(split.item_ids), True
+        # the model was fitted on the split's matrix: say where its item axis came from (a declared
+        # catalogue, or the data) and give it the split's ids when they may be saved -- a declared
+        # catalogue is public, a non-private model keeps everything -- so that recommend / similar
+        # can check a data file against them (a private model's data-derived ids are not saved)
+        declared = args.ratings is not None and args.items is not None
+        model._item_axis = "catalogue" if declared else "data"
+        if split.item_ids is not None and (declared or not model._is_private()):
+            model.item_ids_, model._item_ids_given = np.asarray(split.item_ids), declared
         model.save(args.output)
         res["output"] = str(args.output)
     res = separate_non_private(res)
     if args.plot is not None:
         res["plot"] = save_bucket_plot(res, args.plot)
+    if getattr(args, "model_card", None):
+        res["model_card"] = write_model_card(args.model_card, model, res)
     if args.json:
         print(json.dumps(X.json_safe(res)))
     else:
@@ -1538,7 +1625,34 @@ def _fit(args) -> int:
             print(f"saved     {args.output}")
         if args.plot is not None:
             print(f"plot      {args.plot}")
+        if getattr(args, "model_card", None):
+            print(f"card      {args.model_card}")
     return 0
+
+
+def _add_description(res: dict, model) -> None:
+    """What was fitted (``model.describe()``): the label (``"ada-dpals (bias-only: factors=0)"`` for
+    a model without a personal part), whether the model is personal and how users use that part,
+    and the resolved configuration -- all public settings, so they stay beside the release. The
+    data shape in the configuration is left to the ``non_private`` object (``n_users`` /
+    ``n_items``), as everywhere in the CLI's output."""
+    d = model.describe()
+    res["label"] = d["label"]
+    res["personal"] = bool(d["personal"])
+    res["personal_part"] = d["personal_part"]
+    res["config"] = {k: v for k, v in d["config"].items() if k not in ("n_users", "n_items")}
+
+
+def write_model_card(path, model, res: dict) -> str:
+    """Write ``model.model_card`` with the metrics of the model and of its yardsticks (when evaluated)."""
+    metrics = None
+    if "metrics" in res.get("non_private", {}):
+        hidden = ("n_users", "n_test", "ranking_users")
+        metrics = {
+            f"{name} ({privacy})": {k: v for k, v in m.items() if k not in hidden} for name, privacy, m, _ in _rows(res)
+        }
+    model.model_card(path, metrics=metrics, dataset=res.get("dataset"))
+    return str(path)
 
 
 def cmd_evaluate(args) -> int:
@@ -1580,6 +1694,7 @@ def _evaluate(args) -> int:
     report = res["privacy_events"] if res["privacy_events"].get("events") else None
     res["privacy_summary"] = privacy_paragraph(report, getattr(model, "feedback", "explicit"), width=None)
     res["warnings"] = list(args._warnings)
+    _add_description(res, model)
     res = separate_non_private(res)
     if args.json:
         print(json.dumps(X.json_safe(res)))
@@ -1623,11 +1738,37 @@ def _show_items(args, data, ids, scores, header: str) -> None:
         print(f"{r:>3}. {row['item']!s:<12} {row['score']:8.4f}  {row.get('title', '')}")
 
 
-def _check_model_matches(model, data, name):
-    if model.item_factors_.shape[0] != data.matrix.shape[1]:
+def _check_model_matches(model, data, name, args=None):
+    """The data must have the model's items: the same number and, when the model file has item ids,
+    the same ids in the same order (a file with other ids would map rows to the wrong items and
+    titles). A model saved without ids (a private model whose item axis came from the data) cannot
+    be checked beyond the count: a ``--ratings`` file then gets a warning."""
+    n_model, n_data = model.item_factors_.shape[0], data.matrix.shape[1]
+    if n_model != n_data:
         raise CommandError(
-            f"model has {model.item_factors_.shape[0]} items but dataset {name} has "
-            f"{data.matrix.shape[1]}; pass the dataset the model was fitted on"
+            f"model has {n_model} items but dataset {name} has {n_data}; pass the dataset the model was fitted on"
+        )
+    saved, ids = getattr(model, "item_ids_", None), getattr(data, "item_ids", None)
+    if saved is not None and ids is not None:
+        a, b = np.asarray(saved).astype(str).tolist(), np.asarray(ids).astype(str).tolist()
+        diff = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+        if diff:
+            i = diff[0]
+            how = (
+                "the same ids in another order (pass the --items catalogue the model was fitted with)"
+                if sorted(a) == sorted(b)
+                else f"{len(diff)} item ids differ"
+            )
+            raise CommandError(
+                f"{name} does not match the model: both have {n_model} items, but {how}; row {i} is item "
+                f"{a[i]!r} in the model and {b[i]!r} in {name}: pass the data the model was fitted on"
+            )
+    elif args is not None and args.ratings is not None and model._item_ids_dropped():
+        _warn(
+            args,
+            f"cannot check that the items of {name} are the model's: the model was saved without item ids (its item "
+            "axis was not a declared catalogue), so only the count was compared; a file with other ids gives wrong "
+            "items. Fit with --items FILE to have them checked",
         )
 
 
@@ -1643,7 +1784,7 @@ def _model_and_data(args):
     _check_data_args(args)
     model = _load_model(args.model)
     name, data = _load(args)
-    _check_model_matches(model, data, name)
+    _check_model_matches(model, data, name, args)
     return model, data
 
 

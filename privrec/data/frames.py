@@ -187,7 +187,17 @@ _NOT_RATINGS = (
 
 
 def _not_real(name: str, what: str) -> ValueError:
-    return ValueError(f"{name} must hold real numbers (ratings), got {what}")
+    return ValueError(f"{name} must be numeric: ratings are real numbers, got {what}")
+
+
+def check_real_objects(vals: np.ndarray, name: str) -> None:
+    """``ValueError`` naming ``name`` when an object array holds booleans, datetimes, timedeltas or
+    complex numbers (which ``astype(float)`` would turn into numbers without complaint)."""
+    for t in {type(x) for x in vals.ravel().tolist()}:
+        if issubclass(t, (bool, np.bool_)):
+            raise _not_real(name, "booleans in an object column (use a bool column, or numbers)")
+        if issubclass(t, _NOT_RATINGS):
+            raise _not_real(name, f"{t.__name__} values")
 
 
 def rating_array(series, name: str) -> np.ndarray:
@@ -212,12 +222,7 @@ def rating_array(series, name: str) -> np.ndarray:
         what = {"m": "timedeltas", "M": "datetimes", "c": "complex numbers"}[kind]
         raise _not_real(name, f"{what} (dtype {vals.dtype})")
     if kind == "O":
-        types = {type(x) for x in vals.ravel().tolist()}
-        for t in types:
-            if issubclass(t, (bool, np.bool_)):
-                raise _not_real(name, "booleans in an object column (use a bool column, or numbers)")
-            if issubclass(t, _NOT_RATINGS):
-                raise _not_real(name, f"{t.__name__} values")
+        check_real_objects(vals, name)
     try:
         return vals.astype(np.float64)
     except (TypeError, ValueError):

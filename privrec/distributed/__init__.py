@@ -1,4 +1,4 @@
-"""Data-parallel building blocks for DP-ALS on Dask (optional extra: ``dask[distributed]``).
+"""Data-parallel building blocks for DP-ALS on Dask (optional extra: ``pip install "privrec[dask]"``).
 
 * :mod:`~privrec.distributed.partition` -- :func:`partition_interactions`: users hash-partitioned
   (stable hash of the id) into CSR blocks that stay on the workers (:class:`PartitionedInteractions`);

@@ -103,7 +103,7 @@ def get_client(client=None):
         from distributed import get_client as _current
     except ImportError:  # pragma: no cover - the extra is not installed
         raise ValueError(
-            "privrec.distributed needs dask.distributed (pip install 'dask[distributed]') or an explicit "
+            "privrec.distributed needs dask.distributed (pip install 'privrec[dask]') or an explicit "
             "client=SerialClient()"
         ) from None
     try:

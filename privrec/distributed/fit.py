@@ -300,19 +300,22 @@ def _release_blocks(total, k: int, seeds, solver, reg: np.ndarray, gram, block_t
     G, b = total
     t0 = k * block_tasks
     out = np.empty(b.shape, dtype=np.dtype(solver.dtype))
+    keep = gd is None and getattr(solver, "keep_diagonal", False)
+    diag = np.empty(b.shape, dtype=np.float64) if keep else None
     n_bad = 0
     with single_threaded_blas():
         for j, seed in enumerate(seeds):
             s0, s1 = solver.block_tasks(j, j + 1, len(b))
             lo, hi = t0 + s0, t0 + s1
             if gd is None:
-                out[s0:s1], bad = solver.release_block(G[s0:s1], b[s0:s1], reg[lo:hi], gram, seed)
+                extra = {} if diag is None else {"diagonal_out": diag[s0:s1]}
+                out[s0:s1], bad = solver.release_block(G[s0:s1], b[s0:s1], reg[lo:hi], gram, seed, **extra)
                 n_bad += bad
             else:
                 out[s0:s1] = solver.release_block(
                     G[s0:s1], b[s0:s1], reg[lo:hi], gram, seed, gd["theta0"][lo:hi], gd["steps"][:, lo:hi]
                 )
-    return out, n_bad
+    return (out, n_bad) if diag is None else (out, n_bad, diag)
 
 
 def _solve_exact(total, k: int, seed, reg: np.ndarray, gram, block_tasks: int):
@@ -342,6 +345,11 @@ def _check_model(model) -> None:
 
     if not isinstance(model, (DPALS, ALS)):
         raise TypeError(f"privrec.distributed.fit fits a DPALS or an ALS, got {type(model).__name__}")
+    if isinstance(model, ALS) and model.feedback != "explicit":
+        raise ValueError(
+            "privrec.distributed.fit runs ALS as the exact DPALS path, which has no confidence weights: "
+            "ALS(feedback='implicit') is fitted locally only (or use DPALS(feedback='implicit', epsilon=inf))"
+        )
 
 
 def _als_proxy(als):
@@ -592,6 +600,8 @@ class _Driver:
                 _prepare, base, head, mu, counts_h, alloc_key, n_users, task_model, cfg, name="state", user_keys=ukeys
             )
 
+        if not self.als:
+            model._exposure_parts = []  # this fit's noisy weighted counts (DPALS._collect_exposure)
         # 2. ridges and initial factors ------------------------------------------------------------
         reg_items, norm_i = proxy._item_regularization(cfg, counts_h, cal.train_scale)
         norm_u = 1.0
@@ -702,6 +712,8 @@ class _Driver:
                     if gd is None
                     else {"solver": "noisy_gd", "unit_budget": beta, "iterations": int(solver.iterations)}
                 )
+                if out and len(out[0]) > 2:  # SSP with keep_diagonal: the noisy Gramians' diagonals
+                    info["noisy_gramian_diagonal"] = np.concatenate([r[2] for r in out])
             else:
                 if gravity:
                     g0 = np.asarray(self.total(self._grams(step_futs, t), f"gram-sum-{t}"))
@@ -729,6 +741,8 @@ class _Driver:
             params = np.concatenate([r[0] for r in out]) if out else np.zeros((0, width), dtype=dtype)
             result = Release(params, solver.labelled_events(), info)
             pipe.record(result, prefix=f"ALS step {t}: ")
+            if not self.als:
+                model._collect_exposure(cfg, result, solver)
             params = np.asarray(result.params, dtype=dtype)
             V = np.ascontiguousarray(params[:, :d])
             if cfg.biases:

@@ -555,7 +555,7 @@ def _check_rating_dtype(ddf, rating_col) -> None:
         or pd.api.types.is_timedelta64_dtype(dtype)
         or pd.api.types.is_complex_dtype(dtype)
     ):
-        raise ValueError(f"rating column {rating_col!r} must hold real numbers (ratings), got dtype {dtype}")
+        raise ValueError(f"rating column {rating_col!r} must be numeric: ratings are real numbers, got dtype {dtype}")
 
 
 def _item_vocabulary(values: pd.Series | np.ndarray, item_col) -> np.ndarray:
@@ -669,15 +669,15 @@ def partition_interactions(
     _check_rating_dtype(ddf, rating_col)
 
     # 1. item axis and row count (one graph: the input is read once) ------------------------------
-    exprs = {"rows": ddf.map_partitions(len, meta=(None, "int64")).sum()}
     requested = None if n_partitions is None else _check_partitions(n_partitions)
-    if requested is not None and requested > 1:
-        exprs["users"] = ddf[user_col].nunique_approx()  # HyperLogLog: one pass, bounded memory
-    if items is None:
-        exprs["items"] = ddf[item_col].drop_duplicates()
-    else:
+    if items is not None:
         vocab = _given_vocabulary(items)
     with _shuffle_config(shuffle_method):  # drop_duplicates picks its shuffle method when built
+        exprs = {"rows": ddf.map_partitions(len, meta=(None, "int64")).sum()}
+        if requested is not None and requested > 1:
+            exprs["users"] = ddf[user_col].nunique_approx()  # HyperLogLog: one pass, bounded memory
+        if items is None:
+            exprs["items"] = ddf[item_col].drop_duplicates()
         values = dict(zip(exprs, client.gather(client.compute(list(exprs.values())))))
     if items is None:
         vocab = _item_vocabulary(values["items"], item_col)

@@ -86,6 +86,7 @@ def make_yardstick(shape: tuple[int, int], protocol: str, params: dict | None = 
     kwargs.update({k: v for k, v in (params or {}).items() if v is not None})
     return ALS(**kwargs, dtype="float32", random_state=seed)
 
+
 #: synthetic presets whose target sizes are those of the already-binarised benchmark data (Krichene et al.
 #: 2023, App. D, Table 1)
 _PROCESSED_PRESETS = ("ml20m-like", "msd-like")

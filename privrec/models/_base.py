@@ -89,6 +89,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._io import atomic_path
 from .._validation import (
+    MAX_RATING_MAGNITUDE,
     _gib,
     check_csr_structure,
     check_int,
@@ -235,10 +236,12 @@ def _dense_to_csr(user_items, name: str) -> sp.csr_matrix:
         raise ValueError(f"Complex data not supported: {name} must hold real-valued ratings")
     if arr.dtype.kind not in "biuf":
         if arr.dtype.kind in "OUSV":
-            from ..data.frames import rating_array
+            if arr.dtype.kind == "O":
+                from ..data.frames import check_real_objects
 
-            # real numbers only: datetimes, complex numbers, booleans in an object array are refused
-            arr = rating_array(arr, name) if arr.dtype.kind == "O" else _float_or_error(arr, name)
+                # real numbers only: datetimes, complex numbers, booleans in an object array are refused
+                check_real_objects(arr, name)
+            arr = arr.astype(np.float64)  # a TypeError / ValueError names the non-numeric value
         else:
             raise ValueError(f"{name} must hold numeric ratings, got dtype {arr.dtype}")
     if arr.ndim != 2:
@@ -250,6 +253,8 @@ def _dense_to_csr(user_items, name: str) -> sp.csr_matrix:
     if np.isinf(arr).any():
         raise ValueError(f"{name} contains {int(np.isinf(arr).sum())} infinite value(s)")
     rated = ~np.isnan(arr)
+    # before the float32 cast below (a float64 rating of 1e40 would become infinite)
+    check_rating_magnitude(arr[rated], name, lambda k: "row {}, column {}".format(*np.argwhere(rated)[k]))
     n_zero = int(np.count_nonzero(arr == 0))
     if n_zero:
         warnings.warn(
@@ -262,13 +267,6 @@ def _dense_to_csr(user_items, name: str) -> sp.csr_matrix:
     np.cumsum(rated.sum(axis=1), out=indptr[1:])
     cols = np.nonzero(rated)[1]
     return sp.csr_matrix((arr[rated].astype(np.float32), cols, indptr), shape=arr.shape)
-
-
-def _float_or_error(arr: np.ndarray, name: str) -> np.ndarray:
-    try:
-        return arr.astype(np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must hold numeric ratings, got dtype {arr.dtype}") from None
 
 
 def as_user_items(
@@ -568,6 +566,11 @@ def check_rating_range(rating_range, name: str = "rating_range") -> tuple[float,
             raise ValueError(f"{name} must hold two finite numbers, got {rating_range!r}")
     if not float(low) < float(high):
         raise ValueError(f"{name} must have low < high, got {rating_range!r}")
+    if max(abs(float(low)), abs(float(high))) > MAX_RATING_MAGNITUDE:
+        raise ValueError(
+            f"{name}={rating_range!r} is too wide: its bounds must be at most {MAX_RATING_MAGNITUDE:g} in magnitude "
+            "(larger ratings overflow the float32 Gramians); rescale the ratings"
+        )
     return float(low), float(high)
 
 
@@ -596,6 +599,16 @@ def _topk(scores: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
 #: dtype of the ids returned by recommend / similar_items / similar_users / rank_items: implicit 0.7's
 #: (its CPU models return int32 ids, and ``implicit.evaluation`` reads them into C ``int`` buffers)
 ID_DTYPE = np.int32
+
+
+def _dropped_item_ids() -> ValueError:
+    """The error of an id lookup in a model whose data-derived item ids were not kept."""
+    return ValueError(
+        "this model was saved without item ids (its item axis was not a declared catalogue): its ids came from the "
+        "training data, which the privacy guarantee does not cover, so they were not kept and ids cannot be mapped "
+        "to rows; use row indices (similar_items, recommend), or refit with the public catalogue (fit(X, "
+        "items=catalogue); privrec fit --items FILE) to keep the ids"
+    )
 
 
 def _as_ids(ids: np.ndarray, n: int) -> np.ndarray:
@@ -680,6 +693,19 @@ def _progress_arguments(model, args: tuple, kwargs: dict, progress_second: bool,
     return args, {**kwargs, "show_progress": show}
 
 
+def _check_fitted_factors(model) -> None:
+    """One-line ``ValueError`` (and the model left unfitted) when a fit produced NaN or infinite
+    factors: a numerical overflow must not pass for a model (``recommend`` then returned ``[]``)."""
+    for name in ("item_factors_", "user_factors_", "item_bias_", "user_bias_"):
+        value = getattr(model, name, None)
+        if value is not None and not np.isfinite(value).all():
+            model.item_factors_ = None  # not fitted (sklearn's check and every method agree)
+            raise ValueError(
+                f"the fit of this {type(model).__name__} overflowed: {name} holds NaN or infinite values; rescale the "
+                "ratings (e.g. to a 1-5 scale) or fit with dtype=np.float64"
+            )
+
+
 def _wrap_fit(fit):
     """Wrap a subclass's ``fit``: one input conversion (module docstring), scikit-learn's ``y``
     ignored, ``show_progress`` resolved (``None``: the constructor's value; module docstring), and
@@ -716,6 +742,7 @@ def _wrap_fit(fit):
             out = fit(self, R, *args, **kwargs)
         finally:
             self.__dict__.pop("_fit_user_ids", None)
+        _check_fitted_factors(self)
         self.user_ids_ = user_ids
         self.item_ids_ = item_ids
         self._item_ids_given = bool(given)
@@ -835,6 +862,24 @@ class FactorizationModel(BaseEstimator):
     def _is_implicit_feedback(self) -> bool:
         return getattr(self, "feedback", "explicit") == "implicit"
 
+    def describe(self):
+        """What was fitted: a dict (``model``, ``label``, ``method``, ``feedback``, ``shape``,
+        ``factors``, ``personal``, ``personal_part``, ``config`` = the resolved ``config_``,
+        ``privacy`` = the guarantee in plain words with epsilon, delta, accountant, relation,
+        public and released parts) whose ``str()`` is printable text
+        (:mod:`privrec.models._describe`). Reads the model only: no privacy cost."""
+        from ._describe import describe
+
+        return describe(self)
+
+    def model_card(self, path=None, metrics=None, dataset: str | None = None) -> str:
+        """Markdown model card (data shape, relation, epsilon / delta, accountant, settings, the
+        ``metrics`` against the yardsticks when given as ``{row: {metric: value}}``, what is released
+        and what is not); written atomically to ``path`` when given. Returns the text."""
+        from ._describe import model_card
+
+        return model_card(self, path, metrics=metrics, dataset=dataset)
+
     def _private_refusal(self, what: str) -> PrivateReleaseError:
         return PrivateReleaseError(
             f"{what} is not available for a private {type(self).__name__} (epsilon={self.epsilon}): it would compute "
@@ -906,6 +951,8 @@ class FactorizationModel(BaseEstimator):
         "item_bias_",
         "global_mean_",
         "item_counts_",
+        "item_exposure_",
+        "selection_",
         "trained_items_",
         "ledger_",
         "privacy_report_",
@@ -1030,6 +1077,8 @@ class FactorizationModel(BaseEstimator):
         """Indices of original ids (``-1`` for unknown ones unless ``strict``: then ``ValueError``)."""
         arr = _id_array(ids)
         index = self._lookup(which)
+        if index is None and which == "item" and self._item_ids_dropped():
+            raise _dropped_item_ids()
         if index is None:  # fitted from a bare matrix: ids are indices
             codes = np.full(arr.shape, -1, dtype=np.int64)
             if arr.dtype.kind in "iu":
@@ -1055,7 +1104,14 @@ class FactorizationModel(BaseEstimator):
             raise ValueError(f"unknown {which} id(s) {missing}: not in the model's {which}_ids_")
         return codes
 
+    def _item_ids_dropped(self) -> bool:
+        """Whether the model had item ids that were not kept: its item axis came from the data (no
+        declared catalogue) and a private save or pickle dropped those ids (issue 27)."""
+        return getattr(self, "_item_axis", None) == "data" and getattr(self, "item_ids_", None) is None
+
     def _item_id_values(self, idx: np.ndarray) -> np.ndarray:
+        if self._item_ids_dropped():
+            raise _dropped_item_ids()
         ids = getattr(self, "item_ids_", None)
         return idx if ids is None else np.asarray(ids)[idx]
 
@@ -1569,7 +1625,7 @@ class FactorizationModel(BaseEstimator):
         import pandas as pd
 
         N = check_int(N, "N", minimum=1)
-        scalar = np.ndim(user_id) == 0 and not isinstance(user_id, (list, tuple))
+        scalar = not isinstance(user_id, (list, tuple)) and np.ndim(user_id) == 0
         req = _id_array([user_id] if scalar else user_id)
         uf = getattr(self, "user_factors_", None)
         n_users = 0 if uf is None else uf.shape[0]
@@ -1635,7 +1691,7 @@ class FactorizationModel(BaseEstimator):
     def similar_items_ids(self, item_id, N: int = 10, filter_items=None, items=None):
         """``similar_items`` by original item ids: ``(item ids, scores)`` (``filter_items`` / ``items`` are ids)."""
         self._check_fitted()
-        scalar = np.ndim(item_id) == 0 and not isinstance(item_id, (list, tuple))
+        scalar = not isinstance(item_id, (list, tuple)) and np.ndim(item_id) == 0
         q = self._codes("item", [item_id] if scalar else item_id, self.n_items_)
         fi = None if filter_items is None else self._codes("item", filter_items, self.n_items_)
         cand = None if items is None else self._codes("item", items, self.n_items_)

@@ -328,16 +328,17 @@ class ALS(Hyperparameters, FactorizationModel):
         bi = np.zeros(n_items, dtype=dtype) if biases else None
         from tqdm.auto import tqdm
 
-        common = dict(solver=self.solver, cg_steps=self.cg_steps, num_threads=self.num_threads)
+        solver, steps, threads = self.solver, self.cg_steps, self.num_threads
+        alpha, alpha0 = self.alpha, self.unobserved_weight
         with tqdm(total=self.iterations, disable=not show_progress, desc="ALS", unit="sweep") as progress:
             for it in range(self.iterations):
                 t0 = time.perf_counter()
                 if implicit:
-                    U = implicit_half_step(R, V, reg_u, self.alpha, x0=U, **common)
-                    V = implicit_half_step(RT, U, reg_i, self.alpha, x0=V, **common)
+                    U = implicit_half_step(R, V, reg_u, alpha, solver, U, steps, threads)
+                    V = implicit_half_step(RT, U, reg_i, alpha, solver, V, steps, threads)
                 else:
-                    U, bu = half_step(R, V, bi, mu, reg_u, self.unobserved_weight, biases, x0=U, **common)
-                    V, bi = half_step(RT, U, bu, mu, reg_i, self.unobserved_weight, biases, x0=V, **common)
+                    U, bu = half_step(R, V, bi, mu, reg_u, alpha0, biases, solver, U, steps, threads)
+                    V, bi = half_step(RT, U, bu, mu, reg_i, alpha0, biases, solver, V, steps, threads)
                 progress.update(1)
                 if callback is not None:
                     callback(it, time.perf_counter() - t0, None)
@@ -416,6 +417,20 @@ class ImplicitALS(Hyperparameters, FactorizationModel):
     def _is_implicit_feedback(self) -> bool:
         return True
 
+    def _resolved(self) -> dict[str, Any]:
+        """The settings of the fit (``config_``): implicit's parameters (confidence 1 + alpha * r)."""
+        return {
+            "backend": "implicit.cpu.als.AlternatingLeastSquares",
+            "feedback": "implicit",
+            "factors": int(self.factors),
+            "iterations": int(self.iterations),
+            "regularization": float(self.regularization),
+            "alpha": float(self.alpha),
+            "use_cg": bool(self.use_cg),
+            "dtype": np.dtype(self.dtype).name,
+            "private": False,
+        }
+
     def fit(self, user_items, show_progress: bool = True, callback=None):
         """Fit implicit's ALS (same inputs as :meth:`ALS.fit`; ``show_progress`` / ``callback`` are
         passed to implicit)."""
@@ -426,6 +441,7 @@ class ImplicitALS(Hyperparameters, FactorizationModel):
         self._inner = inner
         self.user_factors_ = np.asarray(inner.user_factors)
         self.item_factors_ = np.asarray(inner.item_factors)
+        self.config_ = self._resolved()
         return self
 
     def _synced_inner(self):

@@ -944,10 +944,10 @@ def tap_solver(solver: Any) -> tuple[Any, SolverTap]:
                 tap._seeds(seeds, n_tasks)
                 return seeds
 
-            def release_block(self, G, b, reg, gram, seed):
+            def release_block(self, G, b, reg, gram, seed, **kwargs):
                 tap._enter(seed)
                 try:
-                    return super().release_block(G, b, reg, gram, seed)
+                    return super().release_block(G, b, reg, gram, seed, **kwargs)
                 finally:
                     tap._leave()
 

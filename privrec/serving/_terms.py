@@ -50,7 +50,8 @@ class RankingTerms:
 
     def queries(self, uvec: np.ndarray) -> np.ndarray:
         """``(b, d + 1)`` float32 rows ``[u, 1]``."""
-        uvec = np.asarray(uvec, dtype=np.float32).reshape(-1, self.factors.shape[1])
+        uvec = np.asarray(uvec, dtype=np.float32)
+        uvec = uvec.reshape(uvec.shape[0] if uvec.ndim == 2 else -1, self.factors.shape[1])
         out = np.ones((uvec.shape[0], uvec.shape[1] + 1), dtype=np.float32)
         out[:, :-1] = uvec
         return out

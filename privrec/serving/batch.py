@@ -6,7 +6,9 @@ scores against every item (the model's own ``recommend``; or an :class:`~privrec
 for approximate search), the top N, and one Parquet row per (user, rank). Rows are buffered up to
 ``row_group_size`` and written with one ``pyarrow.parquet.ParquetWriter``, so memory is bounded by
 the batch, not by the number of users: exact scoring holds about ``20 * batch_size * n_items``
-bytes at a time (the score matrix and the top-N selection), on top of the ratings matrix itself.
+bytes at a time (the score matrix and the top-N selection), and a batch also holds at most
+``max_batch_ratings`` ratings (the projection's temporaries grow with them), on top of the
+ratings matrix itself.
 The file is written atomically (:func:`privrec._io.atomic_path`).
 
 Output columns: ``user`` (the ``Interactions``' user ids, or row indices for a bare matrix),
@@ -29,6 +31,10 @@ from ..models._base import _is_identity_ids, as_user_items
 
 #: entries (users x items) of one batch's score matrix when ``batch_size`` is not given
 DEFAULT_BATCH_ENTRIES = 1 << 24
+#: float64 entries of the d x d per-rating temporaries a batch's projection may hold when
+#: ``max_batch_ratings`` is not given (the billboard projection with leave-one-out shrinkage forms
+#: one (d + 1) x (d + 1) outer product per rating)
+DEFAULT_PROJECTION_ENTRIES = 1 << 25
 #: default Parquet row-group size (rows)
 ROW_GROUP_SIZE = 1_000_000
 
@@ -37,6 +43,25 @@ def default_batch_size(n_items: int) -> int:
     """Users per batch so that a batch's score matrix holds about :data:`DEFAULT_BATCH_ENTRIES` entries
     (64 MiB of float32; about 320 MiB with the top-N selection's temporaries)."""
     return int(min(8192, max(1, DEFAULT_BATCH_ENTRIES // max(int(n_items), 1))))
+
+
+def default_batch_ratings(factors: int) -> int:
+    """Ratings per batch so that per-rating ``(d + 1) x (d + 1)`` temporaries hold about
+    :data:`DEFAULT_PROJECTION_ENTRIES` float64 entries (256 MiB)."""
+    return int(max(1024, DEFAULT_PROJECTION_ENTRIES // (int(factors) + 1) ** 2))
+
+
+def user_batches(indptr: np.ndarray, batch_size: int, max_ratings: int):
+    """``(start, stop)`` user ranges of at most ``batch_size`` users and ``max_ratings`` ratings each
+    (a single user with more ratings is a batch of one)."""
+    n = indptr.size - 1
+    b0 = 0
+    while b0 < n:
+        b1 = min(b0 + batch_size, n)
+        limit = int(np.searchsorted(indptr, indptr[b0] + max_ratings, side="right")) - 1
+        b1 = max(b0 + 1, min(b1, limit))
+        yield b0, b1
+        b0 = b1
 
 
 def aligned_user_items(model, user_items) -> tuple[sp.csr_matrix, np.ndarray | None]:
@@ -112,6 +137,7 @@ def recommend_all(
     N: int = 10,
     batch_size: int | None = None,
     *,
+    max_batch_ratings: int | None = None,
     filter_already_liked_items: bool = True,
     recalculate_user: bool | None = None,
     index=None,
@@ -129,6 +155,8 @@ def recommend_all(
         items matrix indexed like the model's items.
     N : items per user.
     batch_size : users per batch (``None``: :func:`default_batch_size`, about 64 MiB of scores).
+    max_batch_ratings : ratings per batch at most (``None``: :func:`default_batch_ratings`; the
+        projection of users without stored factors holds per-rating temporaries).
     filter_already_liked_items : leave out each user's rated items.
     recalculate_user : ``None`` (default): score with the stored user factors when the model has
         them for exactly these users (same user ids, or the same number of rows for a matrix),
@@ -147,6 +175,9 @@ def recommend_all(
     matrix, user_ids = aligned_user_items(model, user_items)
     n_users = matrix.shape[0]
     batch_size = default_batch_size(model.n_items_) if batch_size is None else check_int(batch_size, "batch_size", 1)
+    if max_batch_ratings is None:
+        max_batch_ratings = default_batch_ratings(model.item_factors_.shape[1])
+    max_batch_ratings = check_int(max_batch_ratings, "max_batch_ratings", 1)
     stored = _use_stored_factors(model, n_users, user_ids, recalculate_user)
     users_pa = pa.array(np.arange(n_users, dtype=np.int64) if user_ids is None else user_ids)
     model_items = getattr(model, "item_ids_", None)
@@ -159,17 +190,16 @@ def recommend_all(
             ("score", pa.float32()),
         ]
     )
-    starts = range(0, n_users, batch_size)
+    batches = user_batches(np.asarray(matrix.indptr), batch_size, max_batch_ratings)
     if show_progress:
         from tqdm.auto import tqdm
 
-        starts = tqdm(starts, desc="recommend_all", unit="batch")
+        batches = tqdm(batches, desc="recommend_all", unit="batch")
     total = 0
     with atomic_path(path) as tmp, pq.ParquetWriter(str(tmp), schema) as writer:
         buffered: list = []
         n_buffered = 0
-        for b0 in starts:
-            b1 = min(b0 + batch_size, n_users)
+        for b0, b1 in batches:
             rows = matrix[b0:b1]
             ids = np.arange(b0, b1) if stored else np.arange(b1 - b0)
             if index is None:
@@ -205,5 +235,6 @@ def recommend_all(
         "rows": int(total),
         "N": N,
         "batch_size": int(batch_size),
+        "max_batch_ratings": int(max_batch_ratings),
         "approximate": index is not None,
     }
