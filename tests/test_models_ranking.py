@@ -232,6 +232,7 @@ def test_exposure_is_the_noisy_weighted_count_released_by_the_item_step(skew_spl
         e.label for e in DPALS(epsilon=5.0, random_state=5).fit(train, show_progress=False).ledger_.entries
     ]
     exact = np.diff(train.tocsc().indptr).astype(float)
+
     # it finds the popular head better than the released counts do (more of the budget is behind it)
     def head_overlap(v, k=200):
         return len(set(np.argsort(-v)[:k]) & set(np.argsort(-exact)[:k])) / k
@@ -241,3 +242,35 @@ def test_exposure_is_the_noisy_weighted_count_released_by_the_item_step(skew_spl
     # noisy GD releases no Gramian: ranking falls back to the released counts
     gd = DPALS(epsilon=5.0, method="ada-dpsgd", random_state=4).fit(train, show_progress=False)
     assert gd.item_exposure_ is None and gd._ranking_mode() == "exposure"
+
+
+# ---------------------------------------------------------------------- the rule over an epsilon grid
+EPS_GRID = [0.1, 0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 10.0, 15.0, 20.0, 50.0, 100.0]
+
+
+@pytest.mark.parametrize("n_users", [500, 943, 5_000, 20_000, 70_000, 500_000])
+@pytest.mark.parametrize("implicit", [False, True])
+def test_rule_is_monotone_in_epsilon(n_users, implicit):
+    """More budget never removes capacity: factors, iterations and the item fraction never shrink
+    as epsilon grows, and the bias model's empirical-Bayes ridge never grows."""
+    from privrec.models.dpals import auto_config
+
+    rows = [auto_config(n_users, 2_000, eps, 1e-6, 5.0, implicit=implicit) for eps in EPS_GRID]
+    for key in ("factors", "iterations"):
+        vals = [r[key] for r in rows]
+        assert vals == sorted(vals), (key, vals)
+
+
+def test_empirical_bayes_ridge_shrinks_with_epsilon_and_count():
+    R = load_dataset("synthetic-skew").matrix
+    counts = np.array([1.0, 10.0, 100.0, 1000.0])
+    ridges = []
+    for eps in (0.5, 1.0, 5.0, 20.0, 100.0):
+        model = DPALS(epsilon=eps)
+        cfg = model._resolve_config(R.shape)
+        assert cfg.reg_rule == "empirical-bayes"
+        z = model._pipeline(cfg, None).calibrate().train_scale
+        reg, _ = DPALS._item_regularization(cfg, counts, z)
+        assert np.all(np.diff(reg) < 0)  # more ratings, less shrinkage
+        ridges.append(reg)
+    assert np.all(np.diff(np.stack(ridges), axis=0) < 0)  # more budget, less shrinkage
