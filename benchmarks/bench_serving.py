@@ -45,6 +45,8 @@ except ImportError:  # pragma: no cover - script mode
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import _common as C  # type: ignore
 
+from privrec.serving.ann import DEFAULT_EF_SEARCH
+
 RECALL_TARGET = 0.95
 RSS_TARGET_GB = 2.0
 EF_VALUES = (16, 32, 64, 128, 256)
@@ -59,7 +61,8 @@ def config(quick: bool) -> dict:
             dpals_factors=8,
             iterations=3,
             queries=200,
-            ef_values=(32, 128),
+            ef_values=(32, DEFAULT_EF_SEARCH),
+            variant_ef=128,
             memory_dataset="synthetic-skew",
             memory_scale=1.0,
             memory_fit_scale=1.0,
@@ -73,6 +76,7 @@ def config(quick: bool) -> dict:
         iterations=8,
         queries=2000,
         ef_values=EF_VALUES,
+        variant_ef=128,
         memory_dataset="msd-like",
         memory_scale=1.0,
         memory_fit_scale=0.05,
@@ -129,9 +133,48 @@ def measure_recall(cfg: dict, quiet: bool = False) -> dict:
                 entry[kind][str(ef)] = recall_at_k(approx[0], exact[0])
                 entry[f"{kind}_ties"][str(ef)] = recall_at_k(approx[0], exact[0], approx[1], exact[1])
         C.log(f"{name}: similar {entry['similar_items_ties']}, recommend {entry['recommend_ties']}", quiet)
+        entry["recommend_variants"] = recommend_variants(model, users, rows, cfg["variant_ef"])
+        C.log(f"{name}: variants at ef={cfg['variant_ef']}: {entry['recommend_variants']}", quiet)
         out["models"][name] = entry
     out["queries"] = {"items": int(min(cfg["queries"], data.n_items)), "users": int(users.size)}
+    out["default_ef_search"] = DEFAULT_EF_SEARCH
     return out
+
+
+def recommend_variants(model, users, rows, ef: int) -> dict:
+    """Recall@10 of the top 10 (rated items not excluded, so every graph answers the same 10-nearest
+    query at the same ``ef_search``) of three graphs for ``recommend``: the one privrec builds (inner
+    product, item term centred), the same without centring, and the Euclidean reduction of maximum
+    inner product search (one extra coordinate that gives every item the same norm; Bachrach et al.
+    2014, as implicit's ``augment_inner_product_matrix``)."""
+    import faiss
+
+    from privrec.serving import recall_at_k
+    from privrec.serving._terms import ranking_terms
+
+    exact_ids, _ = model.recommend(users, rows, N=10, filter_already_liked_items=False)
+    terms = ranking_terms(model)
+    items = terms.items()
+    uvec, _ = model._user_vectors(users, rows, False)
+    q = terms.queries(uvec)
+
+    def recall(x: np.ndarray, queries: np.ndarray, metric) -> float:
+        index = faiss.IndexHNSWFlat(x.shape[1], 32, metric)
+        index.hnsw.efConstruction = 200
+        index.add(np.ascontiguousarray(x, dtype=np.float32))
+        params = faiss.SearchParametersHNSW(efSearch=ef)
+        _, top = index.search(np.ascontiguousarray(queries, dtype=np.float32), 10, params=params)
+        return recall_at_k(top, exact_ids)
+
+    centred = items.copy()
+    centred[:, -1] -= centred[:, -1].mean()
+    sq = np.einsum("ij,ij->i", items, items, dtype=np.float64)
+    euclid = np.hstack([items, np.sqrt(sq.max() - sq)[:, None].astype(np.float32)])
+    return {
+        "inner product, centred (privrec)": recall(centred, q, faiss.METRIC_INNER_PRODUCT),
+        "inner product, uncentred": recall(items, q, faiss.METRIC_INNER_PRODUCT),
+        "Euclidean reduction": recall(euclid, np.hstack([q, np.zeros((q.shape[0], 1), np.float32)]), faiss.METRIC_L2),
+    }
 
 
 # ---------------------------------------------------------------------------------------- memory
@@ -221,9 +264,11 @@ def markdown(res: dict) -> str:
             f"Recall@10 of `privrec.serving.ItemIndex` (faiss HNSW, M=32, ef_construction=200) against exact search "
             f"on {rec['dataset']} ({rec['n_items']:,} items); {rec['queries']['items']} query items (with non-zero "
             f"factors) for `similar_items`, {rec['queries']['users']} users (rated items excluded) for `recommend`. "
-            f"Target >= {RECALL_TARGET} at the default ef_search = 128.",
+            f"Target >= {RECALL_TARGET} at the default ef_search = {rec.get('default_ef_search', 128)}.",
             "",
-            "| model | factors | ranking | query | recall | " + " | ".join(f"ef={ef}" for ef in res["config"]["ef_values"]) + " |",
+            "| model | factors | ranking | query | recall | "
+            + " | ".join(f"ef={ef}" for ef in res["config"]["ef_values"])
+            + " |",
             "|---|---|---|---|---|" + "---|" * len(res["config"]["ef_values"]),
         ]
         for name, e in rec["models"].items():
@@ -231,6 +276,17 @@ def markdown(res: dict) -> str:
                 for label, key in (("by ids", kind), ("tie-aware", f"{kind}_ties")):
                     cells = " | ".join(f"{e[key][str(ef)]:.4f}" for ef in res["config"]["ef_values"])
                     lines.append(f"| {name} | {e['factors']} | {e['ranking']} | {kind} | {label} | {cells} |")
+        lines += [
+            "",
+            f"Graph choice for `recommend`: recall@10 by ids of the plain 10-nearest query (rated items not "
+            f"excluded, so every graph answers the same query at the same cost), ef_search = "
+            f"{res['config']['variant_ef']}, M = 32, ef_construction = 200:",
+            "",
+            "| model | " + " | ".join(next(iter(rec["models"].values()))["recommend_variants"]) + " |",
+            "|---|" + "---|" * len(next(iter(rec["models"].values()))["recommend_variants"]),
+        ]
+        for name, e in rec["models"].items():
+            lines.append(f"| {name} | " + " | ".join(f"{v:.4f}" for v in e["recommend_variants"].values()) + " |")
         lines.append("")
     mem = res.get("memory")
     if mem:
@@ -247,8 +303,16 @@ def markdown(res: dict) -> str:
             f"| {mem['max_rss_gb']} | {mem['parquet_rows']:,} | {mem['parquet_row_groups']} | {mem['parquet_mb']} |",
             "",
         ]
+    for part in ("recall", "memory"):
+        if res.get(part, {}).get("measured"):
+            lines.append(f"The {part} figures are carried over from the run of {res[part]['measured']}.")
     lines.append(f"Environment: {res['environment']}")
     return "\n".join(lines) + "\n"
+
+
+def _measured(previous: dict, part: str) -> str:
+    """When ``previous[part]`` was measured: its own stamp if it was carried over already, else the run's."""
+    return previous[part].get("measured") or previous["environment"]["time_utc"]
 
 
 def main(argv=None) -> dict:
@@ -260,14 +324,19 @@ def main(argv=None) -> dict:
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     cfg = config(args.quick)
+    name = "serving_quick" if args.quick else "serving"
+    out = Path(args.out)
+    previous = C.read_json(out / f"{name}.json") if (out / f"{name}.json").is_file() else {}
     res: dict = {"config": cfg, "environment": C.environment()}
     if not args.skip_recall:
         res["recall"] = measure_recall(cfg, args.quiet)
+    elif "recall" in previous:  # a skipped part keeps its last measurement, marked as such
+        res["recall"] = {**previous["recall"], "measured": _measured(previous, "recall")}
     if not args.skip_memory:
         with tempfile.TemporaryDirectory(prefix="privrec-serving-") as tmp:
             res["memory"] = measure_memory(cfg, Path(tmp), args.quiet)
-    name = "serving_quick" if args.quick else "serving"
-    out = Path(args.out)
+    elif "memory" in previous:
+        res["memory"] = {**previous["memory"], "measured": _measured(previous, "memory")}
     C.write_json(out / f"{name}.json", res)
     C.write_text(out / f"{name}.md", markdown(res))
     return res

@@ -229,6 +229,7 @@ def sigterm_as_exception():
         return
 
     def terminated(signum, frame):
+        signal.signal(sig, signal.SIG_IGN)  # once: a second SIGTERM must not interrupt the clean-up
         raise Terminated(128 + signum)
 
     signal.signal(sig, terminated)
@@ -257,17 +258,35 @@ def atomic_path(path, suffix: str = ""):
     target.parent.mkdir(parents=True, exist_ok=True)
     with sigterm_as_exception():
         clean_stale_temp(target.parent)
-        tmp = make_temp_file(target.parent, target.name, ".tmp", suffix=suffix)
+        tmp = None
         try:
+            with _signals_deferred():  # SIGINT / SIGTERM between creating the file and knowing its name
+                tmp = make_temp_file(target.parent, target.name, ".tmp", suffix=suffix)
             yield Path(tmp)
             with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
             check_write_target(target)  # not replaced by a device or folder meanwhile
             os.replace(tmp, target)
         except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+            if tmp is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
             raise
+
+
+@contextlib.contextmanager
+def _signals_deferred():
+    """Hold SIGINT and SIGTERM (delivered when the block ends) in the main thread, where Python
+    runs signal handlers; elsewhere, or without ``pthread_sigmask``, a no-op."""
+    mask = {getattr(signal, n) for n in ("SIGINT", "SIGTERM") if hasattr(signal, n)}
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, mask)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def atomic_write_bytes(path, data: bytes) -> None:

@@ -15,29 +15,25 @@ With ``--json``, a failure also prints one JSON object on stdout, ``{"error": ".
 "exit_status": N}``, so that scripts parsing the output always get an object (the one-line
 message still goes to stderr).
 
-SIGINT (Ctrl-C) at any moment of ``privrec`` -- the start-up imports included, which is why this
-module imports only the standard library at import time -- ends it with one line
-``privrec: interrupted`` and exit status 130, without a traceback; SIGINT is then ignored until
-the process exits, so that the interpreter's shutdown cannot print one either. (Only the first
-milliseconds of the interpreter's own start-up, before this module runs, are outside privrec's
+SIGINT (Ctrl-C) at any moment of ``privrec`` -- the start-up imports included -- ends it with one
+line ``privrec: interrupted`` and exit status 130, without a traceback; SIGINT is then ignored
+until the process exits, so that the interpreter's shutdown cannot print one either. For that,
+this module imports nothing but modules the interpreter has already loaded at start-up: argparse,
+json, numpy and the command modules are imported inside :func:`main`. (The interpreter's own
+start-up and the import of this small module, before :func:`main` runs, are outside privrec's
 reach.) SIGTERM during a file write removes the temporary file and exits with status 143
 (:func:`privrec._io.sigterm_as_exception`).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
-import json
 import os
-import signal
 import sys
-import traceback
 
 from privrec import __version__
 from privrec.commands import COMMAND_MODULES
-from privrec.commands._parsers import report_error
 
 #: exit status of a release refused by its privacy budget
 EXIT_REFUSED = 3
@@ -71,13 +67,31 @@ class UsageError(SystemExit):
         self.text = text
 
 
-class ArgumentParser(argparse.ArgumentParser):
-    """``argparse`` parser whose errors are one line (``privrec fit: error: ...``), exit status 2."""
+_PARSER_CLASS: type | None = None
 
-    def error(self, message):
-        text = " ".join(str(message).split())
-        print(f"{self.prog}: error: {text} (see '{self.prog} --help')", file=sys.stderr)
-        raise UsageError(text)
+
+def _parser_class() -> type:
+    """:class:`ArgumentParser`, defined on first use (``argparse`` is not imported at start-up)."""
+    global _PARSER_CLASS
+    if _PARSER_CLASS is None:
+        import argparse
+
+        class ArgumentParser(argparse.ArgumentParser):
+            """``argparse`` parser whose errors are one line (``privrec fit: error: ...``), exit status 2."""
+
+            def error(self, message):
+                text = " ".join(str(message).split())
+                print(f"{self.prog}: error: {text} (see '{self.prog} --help')", file=sys.stderr)
+                raise UsageError(text)
+
+        _PARSER_CLASS = ArgumentParser
+    return _PARSER_CLASS
+
+
+def __getattr__(name: str):
+    if name == "ArgumentParser":
+        return _parser_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _wants_json(args, argv) -> bool:
@@ -90,13 +104,15 @@ def _wants_json(args, argv) -> bool:
     return "--json" in tokens
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser():
     """The top-level parser with every command of :data:`privrec.commands.COMMAND_MODULES`.
 
     Raises :class:`CommandImportError` if a command module cannot be imported or has no
     ``register(subparsers)``.
     """
-    parser = ArgumentParser(
+    import argparse
+
+    parser = _parser_class()(
         prog="privrec", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"privrec {__version__}")
@@ -130,6 +146,8 @@ def main(argv=None) -> int:
     owner = argv is None
     state: dict = {}
     try:
+        import signal  # noqa: F401 -- loaded now, so that the handlers below only look it up
+
         try:
             rc = _main(argv, state)
             sys.stdout.flush()  # a closed pipe is detected here, inside the handler below
@@ -147,20 +165,31 @@ def main(argv=None) -> int:
 
 
 def _ignore_sigint() -> None:
-    with contextlib.suppress(ValueError, OSError):  # ValueError: not the main thread
+    with contextlib.suppress(ValueError, OSError, ImportError):  # ValueError: not the main thread
+        import signal
+
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _interrupted(args, argv) -> int:
     """One line ``privrec: interrupted`` (and the JSON error object with ``--json``); status 130."""
     with contextlib.suppress(OSError):  # a closed stderr / stdout: nothing more to say
-        report_error("privrec: interrupted", EXIT_INTERRUPTED, _wants_json(args, argv), "interrupted")
+        print("privrec: interrupted", file=sys.stderr)
+        if _wants_json(args, argv):
+            import json
+
+            print(json.dumps({"error": "interrupted", "exit_status": EXIT_INTERRUPTED}), flush=True)
     return EXIT_INTERRUPTED
 
 
 def _main(argv, state: dict | None = None) -> int:
+    # here, not at import: see the module docstring
+    import json
+    import traceback
+
     from privrec._io import Terminated
-    from privrec.privacy.budget import BudgetExceededError  # here, not at import: see the module docstring
+    from privrec.commands._parsers import report_error
+    from privrec.privacy.budget import BudgetExceededError
 
     state = {} if state is None else state
     try:

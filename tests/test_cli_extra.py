@@ -96,11 +96,11 @@ def test_fallback_reader_rejects_missing_ids_and_non_numeric_ratings(tmp_path, c
     ids = tmp_path / "ids.csv"
     ids.write_text("user,item,rating\n1,2,3\n,4,5\n")
     rc, _, err = _run(["fit", "--ratings", str(ids), "-q"], capsys)
-    assert rc == 2 and "ids.csv: missing user or item ids" in err
+    assert rc == 2 and "ids.csv, line 3: empty 'user' field" in err
     vals = tmp_path / "vals.csv"
     vals.write_text("user,item,rating\n1,2,3\n2,4,five\n")
     rc, _, err = _run(["fit", "--ratings", str(vals), "-q"], capsys)
-    assert rc == 2 and "vals.csv: column 'rating' has missing or non-numeric values" in err
+    assert rc == 2 and "rating column 'rating' must be numeric" in err
 
 
 def test_model_label_never_calls_an_infinite_epsilon_private():

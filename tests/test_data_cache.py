@@ -210,3 +210,74 @@ def test_default_cache_is_the_user_cache_dir_never_the_working_dir(tmp_path, mon
     monkeypatch.setenv("PRIVREC_CACHE", str(tmp_path / "explicit"))
     load_dataset("ml-100k", data_dir=src)
     assert any((tmp_path / "explicit").iterdir())
+
+
+# ---------------------------------------------------------------- no Python memory left to Arrow's threads
+
+
+def test_cache_reads_parse_arrow_owned_copies_never_the_python_bytes(tmp_path, monkeypatch):
+    """``pq.read_table``'s worker threads may release their last reference to the input after it
+    returned; if that input wraps a Python object, the release needs the GIL, and at interpreter
+    exit the process aborts (``terminate called without an active exception``, exit 134: the
+    ``privrec datasets info`` crash). Every parse must therefore read memory Arrow owns."""
+    import privrec.data.cache as C
+
+    src = _ml100k(tmp_path / "ml-100k")
+    sources = [src / "u.data", src / "u.item"]
+    cached_load(lambda: load_movielens_100k(src), sources, "ml-100k", cache_dir=tmp_path / "cache")
+    python_owned, parsed = [], []
+    read_verified, read_table = C._read_verified, C.pq.read_table
+
+    def recording_read_verified(folder):
+        raw = read_verified(folder)
+        python_owned.extend(np.frombuffer(b, np.uint8).ctypes.data for b in raw.values() if b)
+        return raw
+
+    def recording_read_table(source, *args, **kwargs):
+        parsed.append(source.read_buffer(1).address)  # where the bytes Arrow parses live
+        source.seek(0)
+        return read_table(source, *args, **kwargs)
+
+    monkeypatch.setattr(C, "_read_verified", recording_read_verified)
+    monkeypatch.setattr(C.pq, "read_table", recording_read_table)
+    again = cached_load(lambda: load_movielens_100k(src), sources, "ml-100k", cache_dir=tmp_path / "cache")
+    assert again.info.get("cache") and len(parsed) == 3  # read from the cache: entries, users, items
+    assert not set(parsed) & set(python_owned)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.name != "posix", reason="exit status of an aborted process")
+def test_datasets_info_survives_its_cache_folder_being_deleted_meanwhile(tmp_path):
+    """The issue's reproduction: ``privrec datasets info`` while another process keeps deleting the
+    cache folder; every run must exit 0 (a rebuilt or skipped cache costs only time)."""
+    import subprocess
+    import sys
+    import threading
+
+    src = _ml100k(tmp_path / "ml-100k", n_users=3000)
+    cache = tmp_path / "cache"
+    stop = threading.Event()
+
+    def delete_cache():
+        while not stop.is_set():
+            shutil.rmtree(cache, ignore_errors=True)
+            stop.wait(0.05)
+
+    deleter = threading.Thread(target=delete_cache, daemon=True)
+    deleter.start()
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PRIVREC_CACHE": str(cache)}
+    try:
+        for _ in range(8):
+            proc = subprocess.run(
+                [sys.executable, str(root / "cli.py"), "datasets", "info", "ml-100k", "--data-dir", str(src)],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=300,
+            )
+            assert proc.returncode == 0, proc.stderr
+            assert "terminate called" not in proc.stderr
+    finally:
+        stop.set()
+        deleter.join()

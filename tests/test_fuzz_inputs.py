@@ -555,3 +555,17 @@ def test_id_columns_are_encoded_without_collisions_or_refused(ids):
         raise
     distinct = {(type(v) is str, v) for v in ids}
     assert x.n_users == len(distinct)
+
+
+def test_a_fit_that_overflows_is_an_error_and_leaves_the_model_unfitted():
+    """The last line of defence: NaN factors never pass for a fitted model (recommend returned [])."""
+
+    class Overflowing(ALS):
+        def fit(self, user_items, show_progress=False, callback=None):
+            super().fit(user_items, show_progress=False)
+            self.item_factors_ = np.full_like(self.item_factors_, np.nan)
+            return self
+
+    with pytest.raises(ValueError, match="overflowed: item_factors_ holds NaN") as exc:
+        Overflowing(factors=2, iterations=1).fit(X_SMALL)
+    _one_line(exc)

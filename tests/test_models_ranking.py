@@ -274,3 +274,19 @@ def test_empirical_bayes_ridge_shrinks_with_epsilon_and_count():
         assert np.all(np.diff(reg) < 0)  # more ratings, less shrinkage
         ridges.append(reg)
     assert np.all(np.diff(np.stack(ridges), axis=0) < 0)  # more budget, less shrinkage
+
+
+def test_a_user_who_keeps_the_personal_part_gets_exactly_the_fixed_projection():
+    R = load_dataset("synthetic-skew").matrix
+    model = DPALS(epsilon=20.0, factors=6, iterations=2, random_state=0).fit(R, show_progress=False)
+    from privrec.solvers.ridge import scaled_regularization
+
+    rows = R[:300]
+    reg = scaled_regularization(np.diff(rows.indptr), float(model.user_regularization_), 0.0, 1.0)
+    U, b, chosen = shrunk_projection(rows, model.item_factors_, model._item_bias(), model._global(), reg)
+    fixed_U, fixed_b = model.set_params(personal="fixed")._project_users(rows)
+    keep = np.isfinite(chosen)
+    assert 0 < keep.mean() < 1
+    np.testing.assert_allclose(U[keep], fixed_U[keep], atol=1e-5)
+    np.testing.assert_allclose(b[keep], fixed_b[keep], atol=1e-5)
+    assert not U[~keep].any()

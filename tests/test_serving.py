@@ -205,7 +205,9 @@ def test_bias_only_model_has_no_similarity_index(data):
     with pytest.raises(ValueError, match="factors = 0"):
         ItemIndex(m, "exact")
     index = ItemIndex(m, "exact", similar_items=False)  # recommend: the popularity / bias ranking
-    _same_topn(*index.recommend(np.arange(20), data.matrix[:20], N=5), *m.recommend(np.arange(20), data.matrix[:20], N=5))
+    _same_topn(
+        *index.recommend(np.arange(20), data.matrix[:20], N=5), *m.recommend(np.arange(20), data.matrix[:20], N=5)
+    )
 
 
 def test_missing_faiss_names_the_extra(models, monkeypatch):
@@ -316,7 +318,7 @@ def test_recommend_all_maps_ids(tmp_path):
     recommend_all(m, from_pandas(df, item_ids=catalogue), tmp_path / "a.parquet", N=3)
     a = _read(tmp_path / "a.parquet")
     assert a["user"].str.startswith("u").all() and a["item"].isin(catalogue).all()
-    other = from_pandas(df, item_ids=[*catalogue[::-1], "unknown-item"])  # reversed order + one unknown
+    # the items in reversed order, plus one item the model does not know
     extra = pd.concat([df, pd.DataFrame({"user": ["u0"], "item": ["unknown-item"], "rating": [3.0]})])
     other = from_pandas(extra, item_ids=[*catalogue[::-1], "unknown-item"])
     with pytest.warns(UserWarning, match="does not know"):
@@ -393,8 +395,10 @@ def cli_files(tmp_path_factory):
     df = d.to_pandas().rename(columns={"user_id": "user", "item_id": "item", "value": "rating"})
     df["user"] = "u" + df["user"].astype(str)
     df.to_csv(tmp / "ratings.csv", index=False)
-    rc = main(["fit", "--ratings", str(tmp / "ratings.csv"), "--method", "als", "--factors", "4", "--quiet"]
-              + ["--output", str(tmp / "m.npz")])
+    rc = main(
+        ["fit", "--ratings", str(tmp / "ratings.csv"), "--method", "als", "--factors", "4", "--quiet"]
+        + ["--output", str(tmp / "m.npz")]
+    )
     assert rc == 0
     return tmp
 
@@ -402,8 +406,10 @@ def cli_files(tmp_path_factory):
 def test_cli_export(cli_files, capsys):
     out = cli_files / "top.parquet"
     capsys.readouterr()
-    rc = main(["export", "--model", str(cli_files / "m.npz"), "--ratings", str(cli_files / "ratings.csv")]
-              + ["--output", str(out), "-n", "3", "--json"])
+    rc = main(
+        ["export", "--model", str(cli_files / "m.npz"), "--ratings", str(cli_files / "ratings.csv")]
+        + ["--output", str(out), "-n", "3", "--json"]
+    )
     assert rc == 0
     summary = json.loads(capsys.readouterr().out)
     got = _read(out)
@@ -412,15 +418,19 @@ def test_cli_export(cli_files, capsys):
     ratings = pd.read_csv(cli_files / "ratings.csv")
     rated = set(zip(ratings["user"], ratings["item"]))
     assert not any((u, i) in rated for u, i in zip(got["user"], got["item"]))  # rated items left out
-    rc = main(["export", "--model", str(cli_files / "m.npz"), "--ratings", str(cli_files / "ratings.csv")]
-              + ["--output", str(cli_files / "keep.parquet"), "--keep-rated"])
+    rc = main(
+        ["export", "--model", str(cli_files / "m.npz"), "--ratings", str(cli_files / "ratings.csv")]
+        + ["--output", str(cli_files / "keep.parquet"), "--keep-rated"]
+    )
     assert rc == 0 and "wrote" in capsys.readouterr().out
 
 
 def test_cli_export_approximate(cli_files, capsys):
     _faiss_or_skip()
-    rc = main(["export", "--model", str(cli_files / "m.npz"), "--ratings", str(cli_files / "ratings.csv")]
-              + ["--output", str(cli_files / "ann.parquet"), "--approximate"])
+    rc = main(
+        ["export", "--model", str(cli_files / "m.npz"), "--ratings", str(cli_files / "ratings.csv")]
+        + ["--output", str(cli_files / "ann.parquet"), "--approximate"]
+    )
     assert rc == 0 and "approximate" in capsys.readouterr().out
 
 
@@ -450,7 +460,7 @@ def test_bench_serving_quick(tmp_path):
     saved = json.loads((tmp_path / "serving_quick.json").read_text())
     for entry in saved["recall"]["models"].values():
         for kind in ("similar_items_ties", "recommend_ties"):
-            assert entry[kind]["128"] >= S.RECALL_TARGET
+            assert entry[kind][str(S.DEFAULT_EF_SEARCH)] >= S.RECALL_TARGET
     mem = res["memory"]
     assert mem["max_rss_kb"] > 0 and mem["max_rss_gb"] < S.RSS_TARGET_GB
     assert mem["parquet_rows"] == mem["summary"]["rows"] == 10 * mem["n_users"]

@@ -153,8 +153,25 @@ def _read_verified(folder: Path) -> dict[str, bytes]:
     return out
 
 
+def arrow_owned(data: bytes) -> pa.Buffer:
+    """A copy of ``data`` in memory allocated by Arrow (one ``memcpy``), to parse from.
+
+    ``pa.BufferReader(data)`` on a Python ``bytes`` wraps the Python object itself, and
+    ``pq.read_table``'s worker threads may drop the last reference to it *after* ``read_table``
+    has returned. Releasing a Python object takes the GIL; at interpreter exit that thread is then
+    killed inside a C++ destructor and the process aborts with ``terminate called without an
+    active exception`` (exit status 134; ``privrec datasets info`` on a cached dataset, about 1
+    run in 100, in a core dump: ``arrow::py::PyBuffer::~PyBuffer`` -> ``PyGILState_Ensure`` ->
+    ``pthread_exit`` during ``Py_FinalizeEx``). Memory Arrow owns is freed without Python.
+    """
+    buf = pa.allocate_buffer(len(data))
+    if len(data):
+        np.frombuffer(buf, dtype=np.uint8)[:] = np.frombuffer(data, dtype=np.uint8)
+    return buf
+
+
 def _table(data: bytes, columns: tuple[str, ...], what: str) -> pa.Table:
-    table = pq.read_table(pa.BufferReader(data))
+    table = pq.read_table(pa.BufferReader(arrow_owned(data)))
     missing = [c for c in columns if c not in table.column_names]
     if missing:
         raise CacheIntegrityError(f"{what} lacks column(s) {missing}")

@@ -476,6 +476,9 @@ def fit(
     finally:
         if owned:
             parts.release()
+    from ..models._base import _param_fingerprint
+
+    model._fitted_params = _param_fingerprint(model)  # save() refuses parameters changed after this fit
     return model
 
 

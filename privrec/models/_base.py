@@ -745,6 +745,8 @@ def _wrap_fit(fit):
         _check_fitted_factors(self)
         self.user_ids_ = user_ids
         self.item_ids_ = item_ids
+        # ids that are exactly 0..n-1 are kept as None (indices are the ids): not a dropped vocabulary
+        self._item_ids_identity = item_ids is None
         self._item_ids_given = bool(given)
         self._item_axis = axis
         self._id_lookup = {}
@@ -1107,7 +1109,11 @@ class FactorizationModel(BaseEstimator):
     def _item_ids_dropped(self) -> bool:
         """Whether the model had item ids that were not kept: its item axis came from the data (no
         declared catalogue) and a private save or pickle dropped those ids (issue 27)."""
-        return getattr(self, "_item_axis", None) == "data" and getattr(self, "item_ids_", None) is None
+        return (
+            getattr(self, "_item_axis", None) == "data"
+            and getattr(self, "item_ids_", None) is None
+            and not self.__dict__.get("_item_ids_identity", False)  # fitted in memory on ids 0..n-1
+        )
 
     def _item_id_values(self, idx: np.ndarray) -> np.ndarray:
         if self._item_ids_dropped():

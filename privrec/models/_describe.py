@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from .._io import json_safe
+
 #: what a private DPALS release never contains (each user recomputes their own side for free)
 NOT_RELEASED = (
     "user factors and user biases (each user recomputes their own from the released item side and "
@@ -41,22 +43,6 @@ class Description(dict):
         return self.text
 
 
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, np.dtype):
-        return v.name
-    if isinstance(v, type) and issubclass(v, np.generic):
-        return np.dtype(v).name
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)
-    return v
-
-
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}" if math.isfinite(v) else str(v)
@@ -72,7 +58,8 @@ def model_config(model) -> dict:
         cfg = model._resolved()
     if cfg is None:
         cfg = {k: v for k, v in model.get_params(deep=False).items() if k not in ("show_progress", "num_threads")}
-    return _jsonable(dict(cfg))
+    cfg = {k: np.dtype(v).name if isinstance(v, (type, np.dtype)) else v for k, v in cfg.items()}
+    return json_safe(cfg)
 
 
 def _factors(model) -> int:

@@ -58,7 +58,7 @@ from .._constraints import (
     Interval,
     StrOptions,
 )
-from .._io import progress_steps
+from .._io import json_safe, progress_steps
 from .._params import Hyperparameters, param
 from .._validation import MAX_RATING_MAGNITUDE, check_delta, check_epsilon, check_fit_memory, check_scale
 from ..pipeline import Plan, PrivatePipeline
@@ -251,11 +251,11 @@ class DPALS(Hyperparameters, FactorizationModel):
         ranker: the noisy biases of rarely rated items float to the top). Implicit feedback always
         ranks by prior + <u, v_i>.
     personal : how each user uses the released personal (low-rank) part when projected
-        (billboard, free). ``"loo"`` (the ``"auto"`` choice for private explicit fits): the user
-        bias first, then the user's ridge on the personal part chosen by exact leave-one-out on
-        their own ratings from ``user_regularization`` x {1/4, 1, 4, 16, 64} and infinity (no
-        personal part), so released factors that carry only noise reduce the user's predictions
-        to the bias model (:mod:`privrec.models.billboard`). ``"fixed"``: the joint ridge fit with
+        (billboard, free). ``"loo"`` (the ``"auto"`` choice for private explicit fits): each user
+        keeps the joint fit of embedding and bias (as ``"fixed"``) or uses the bias alone,
+        whichever has the smaller exact leave-one-out error on their own ratings, so released
+        factors that carry only noise reduce the user's predictions to the bias model
+        (:func:`privrec.models.billboard.shrunk_projection`). ``"fixed"``: the joint ridge fit with
         ``user_regularization`` (as :class:`ALS`; the ``"auto"`` choice at epsilon = inf and for
         implicit feedback).
     dtype : float32 (default) or float64.
@@ -874,7 +874,7 @@ class DPALS(Hyperparameters, FactorizationModel):
             "user_regularization": float(self.user_regularization_),
             "user_reg_exponent": float(self.config_["user_reg_exponent"]),
             "label_bound": float(self.config_["label_bound"]),
-            "config": _public_config(self.config_),  # the resolved settings, for describe() / model_card()
+            "config": json_safe(self.config_),  # the resolved settings, for describe() / model_card()
         }
 
     def _saved_params(self) -> dict:
@@ -947,20 +947,6 @@ def _check_overflow(cfg: DPALSConfig, step: int, side: str, factors: np.ndarray,
 
 #: noise ratios (``gramian_ratio``, ``global_ratio``) lie in [1 / _MAX_RATIO, _MAX_RATIO]
 _MAX_RATIO = 1e6
-
-
-def _public_config(cfg: dict) -> dict:
-    """``config_`` as plain JSON (infinite epsilon as ``"inf"``, tuples as lists) for the model file."""
-    out: dict[str, Any] = {}
-    for k, v in cfg.items():
-        if isinstance(v, float) and not math.isfinite(v):
-            v = str(v)
-        elif isinstance(v, tuple):
-            v = [float(x) for x in v]
-        elif isinstance(v, np.generic):
-            v = v.item()
-        out[str(k)] = v
-    return out
 
 
 def _binarised(m: sp.csr_matrix) -> sp.csr_matrix:

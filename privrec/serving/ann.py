@@ -5,13 +5,16 @@
 
 * ``similar_items``: cosine similarity of the item factors (the model's ``similar_items``);
 * ``recommend``: the model's own ranking score, including its additive item terms (item bias and
-  global mean; for the explicit DPALS model the exposure term ``log(max(nhat_i, 1))`` and the
-  ``1 / label_bound`` scale), as one inner product of an augmented item vector ``[s * v_i, a_i]``
-  with the query ``[u, 1]`` (:mod:`privrec.serving._terms`). Maximum inner product search is
-  turned into Euclidean nearest-neighbour search by one more coordinate that gives every item
-  the same norm (Bachrach et al., RecSys 2014, "Speeding up the Xbox recommender system using a
-  Euclidean transformation for inner-product spaces"; implicit's
-  ``augment_inner_product_matrix``).
+  global mean; for the explicit DPALS model the exposure term and the ``1 / label_bound`` scale), as
+  one inner product of an augmented item vector ``[s * v_i, a_i]`` with the query ``[u, 1]``
+  (:mod:`privrec.serving._terms`), searched on an inner-product HNSW graph (a non-metric
+  similarity graph, as in Morozov & Babenko, NeurIPS 2018, "Non-metric similarity graphs for
+  maximum inner product search"). The item term is centred first (a constant shift of every
+  score, which leaves the ranking unchanged): uncentred, the global mean dominates the last
+  coordinate of every item and the graph recalls less. The Euclidean reduction of maximum inner
+  product search (Bachrach et al., RecSys 2014; implicit's ``augment_inner_product_matrix``)
+  recalled far less at the same ``ef_search`` on ALS item factors; both alternatives are measured
+  in ``benchmarks/results/serving.md``.
 
 Candidates found by the index are re-scored exactly, so every returned score is the model's
 score for that item (up to float32 rounding); only *which* items are returned is approximate.
@@ -38,10 +41,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._validation import check_int
-from ..models._base import _as_ids, _normalised, _topk, check_ids
+from ..models._base import _as_ids, _normalised, _topk, as_user_items, check_ids
 from ._terms import RankingTerms, ranking_terms
 
 BACKENDS = ("faiss", "exact")
+#: default HNSW query beam: recall@10 >= 0.99 on ml20m-like ALS and DPALS factors (0.97 for ALS's
+#: ``recommend`` at 128; benchmarks/results/serving.md)
+DEFAULT_EF_SEARCH = 256
 INSTALL_HINT = "pip install 'privrec[serving]'"
 #: candidates (users x candidates) gathered and re-scored at once (x the vector width in floats)
 _CANDIDATE_ENTRIES = 1 << 16
@@ -61,47 +67,34 @@ def _import_faiss():
 
 
 class _ExactBackend:
-    """Brute-force top-k of ``<q, x_i>`` over all items (numpy, item blocks)."""
+    """No graph: every query goes to the blocked exact search of :meth:`ItemIndex._search`."""
 
-    def __init__(self, vectors: np.ndarray, **_):
-        self.vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    exact = True
 
-    def candidates(self, queries: np.ndarray, k: int, ef: int) -> np.ndarray:
-        top, _ = _topk(queries @ self.vectors.T, k)
-        return top.astype(np.int64, copy=False)
+    def __init__(self, vectors: np.ndarray):
+        self.vectors = vectors
 
 
 class _FaissBackend:
-    """faiss HNSW over the vectors: inner product (``mips=False``, unit vectors: cosine) or maximum
-    inner product through the Euclidean transformation (``mips=True``, module docstring)."""
+    """faiss HNSW graph of the vectors under the inner product (unit vectors: cosine)."""
 
-    def __init__(self, vectors: np.ndarray, mips: bool, M: int, ef_construction: int):
+    def __init__(self, vectors: np.ndarray, M: int, ef_construction: int):
         faiss = _import_faiss()
         self._faiss = faiss
-        x = np.asarray(vectors, dtype=np.float32)
-        self.mips = mips
-        if mips:
-            sq = np.einsum("ij,ij->i", x, x, dtype=np.float64)
-            extra = np.sqrt(np.maximum(sq.max(initial=0.0) - sq, 0.0)).astype(np.float32)
-            x = np.hstack([x, extra[:, None]])
-            self.index = faiss.IndexHNSWFlat(x.shape[1], M)  # L2
-        else:
-            self.index = faiss.IndexHNSWFlat(x.shape[1], M, faiss.METRIC_INNER_PRODUCT)
+        x = np.ascontiguousarray(vectors, dtype=np.float32)
+        self.index = faiss.IndexHNSWFlat(x.shape[1], M, faiss.METRIC_INNER_PRODUCT)
         self.index.hnsw.efConstruction = ef_construction
-        self.index.add(np.ascontiguousarray(x))
+        self.index.add(x)
 
     def candidates(self, queries: np.ndarray, k: int, ef: int) -> np.ndarray:
-        q = np.asarray(queries, dtype=np.float32)
-        if self.mips:
-            q = np.hstack([q, np.zeros((q.shape[0], 1), dtype=np.float32)])
         params = self._faiss.SearchParametersHNSW(efSearch=max(ef, k))
-        _, ids = self.index.search(np.ascontiguousarray(q), k, params=params)
+        _, ids = self.index.search(np.ascontiguousarray(queries, dtype=np.float32), k, params=params)
         return ids
 
 
-def _make_backend(name: str, vectors: np.ndarray, mips: bool, M: int, ef_construction: int):
+def _make_backend(name: str, vectors: np.ndarray, M: int, ef_construction: int):
     if name == "faiss":
-        return _FaissBackend(vectors, mips, M, ef_construction)
+        return _FaissBackend(vectors, M, ef_construction)
     return _ExactBackend(vectors)
 
 
@@ -170,7 +163,8 @@ class ItemIndex:
         ``factors >= 1``).
     M, ef_construction : HNSW graph degree and construction beam (faiss defaults are 32 and 40;
         a wider construction beam buys recall at query time).
-    ef_search : HNSW query beam (at least the number of candidates asked for); an attribute.
+    ef_search : HNSW query beam (at least the number of candidates asked for; default
+        :data:`DEFAULT_EF_SEARCH`); an attribute.
     max_candidates : users that exclude so many items that more candidates than this would be
         needed are answered by exact search.
     """
@@ -184,7 +178,7 @@ class ItemIndex:
         recommend: bool = True,
         M: int = 32,
         ef_construction: int = 200,
-        ef_search: int = 128,
+        ef_search: int = DEFAULT_EF_SEARCH,
         max_candidates: int = 512,
     ):
         if backend not in BACKENDS:
@@ -211,14 +205,16 @@ class ItemIndex:
                     "is undefined; build the index with similar_items=False"
                 )
             self._unit = _normalised(V)
-            self._similar = _make_backend(backend, self._unit, False, M, ef_construction)
+            self._similar = _make_backend(backend, self._unit, M, ef_construction)
         self.terms: RankingTerms | None = None
         self._items = None
         self._recommend = None
         if recommend:
             self.terms = ranking_terms(model)
             self._items = self.terms.items()
-            self._recommend = _make_backend(backend, self._items, True, M, ef_construction)
+            centred = self._items.copy()
+            centred[:, -1] -= np.float32(centred[:, -1].mean(dtype=np.float64)) if self.n_items else 0
+            self._recommend = _make_backend(backend, centred, M, ef_construction)
 
     # ------------------------------------------------------------------ queries
     def similar_items(self, itemid, N: int = 10, filter_items=None):
@@ -269,8 +265,9 @@ class ItemIndex:
         q = self.terms.queries(uvec)
         filt = None if filter_items is None else _sorted_unique(filter_items, self.n_items, "filter_items")
         if liked is not None:
-            liked = sp.csr_matrix(liked)
-            liked.sort_indices()
+            liked = as_user_items(liked, name="liked", n_items=self.n_items)  # sorted indices (a copy if needed)
+            if liked.shape[0] != q.shape[0]:
+                raise ValueError(f"liked must have one row per user vector ({q.shape[0]}), got {liked.shape[0]}")
         excl = _Exclusions(q.shape[0], self.n_items, liked, filt)
         top, vals = self._search(self._recommend, self._items, q, N, excl)
         offset = self.terms.user_offset(ubias, q.shape[0])
@@ -287,7 +284,7 @@ class ItemIndex:
         target = np.minimum(N, n - excl.count)  # items each user can get
         want = N + excl.count
         k = np.minimum(2 ** np.ceil(np.log2(np.maximum(want, 1))).astype(np.int64), n)
-        exact = (want > self.max_candidates) | (k >= n)
+        exact = (want > self.max_candidates) | (k >= n) | getattr(backend, "exact", False)
         if force_exact is not None:
             exact |= force_exact
         for kk in np.unique(k[~exact]):

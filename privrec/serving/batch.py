@@ -113,15 +113,17 @@ def aligned_user_items(model, user_items) -> tuple[sp.csr_matrix, np.ndarray | N
 def _use_stored_factors(model, n_users: int, user_ids, recalculate_user) -> bool:
     """Whether to score with the model's stored user factors instead of projecting each user's row."""
     uf = getattr(model, "user_factors_", None)
-    if recalculate_user is not None:
-        if not recalculate_user and uf is None:
+    if recalculate_user:
+        return False
+    if recalculate_user is not None:  # False: the stored factors, which must exist for these users
+        if uf is None:
             raise ValueError(
                 f"recalculate_user=False needs stored user factors; this {type(model).__name__} holds none "
                 "(a loaded private model keeps only the item side): leave recalculate_user=None to project users"
             )
-        if not recalculate_user and uf.shape[0] != n_users:
+        if uf.shape[0] != n_users:
             raise ValueError(f"user_items has {n_users} users but the model has {uf.shape[0]} fitted users")
-        return not recalculate_user
+        return True
     if uf is None or uf.shape[0] != n_users:
         return False
     model_users = getattr(model, "user_ids_", None)
@@ -145,7 +147,7 @@ def recommend_all(
     show_progress: bool = False,
 ) -> dict:
     """Write every user's top-N items to the Parquet file ``path`` (module docstring); return a summary
-    ``{"path", "users", "rows", "N", "batch_size", "approximate"}``.
+    ``{"path", "users", "rows", "N", "batch_size", "max_batch_ratings", "approximate"}``.
 
     Parameters
     ----------
@@ -159,8 +161,9 @@ def recommend_all(
         projection of users without stored factors holds per-rating temporaries).
     filter_already_liked_items : leave out each user's rated items.
     recalculate_user : ``None`` (default): score with the stored user factors when the model has
-        them for exactly these users (same user ids, or the same number of rows for a matrix),
-        else project each user's row (billboard, free); ``True`` / ``False`` force either.
+        them for exactly these users (the same user ids; without ids on either side, the same
+        number of rows), else project each user's row (billboard, free); ``True`` / ``False``
+        force either.
     index : an :class:`~privrec.serving.ItemIndex` of ``model`` for approximate search (``None``:
         exact, the model's ``recommend``).
     """
