@@ -376,7 +376,7 @@ def _special_files(tmp_path):
     return out
 
 
-def test_save_never_replaces_a_device_fifo_or_folder(als, tmp_path, capfd):
+def test_save_never_replaces_a_device_fifo_or_folder(als, tmp_path):
     for what, path in _special_files(tmp_path).items():
         before = os.lstat(path)
         if what == "terminal, pipe or file" and stat.S_ISREG(os.stat(path).st_mode):

@@ -440,6 +440,8 @@ def test_cli_export_errors(cli_files, capsys, monkeypatch):
     assert "-n must be >= 1" in capsys.readouterr().err
     assert main([*base, "--output", str(cli_files / "x.parquet"), "--batch-size", "0"]) == 2
     assert "--batch-size" in capsys.readouterr().err
+    assert main([*base, "--output", str(cli_files)]) == 2  # a folder: refused before loading anything
+    assert "--output" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "faiss", None)
     assert main([*base, "--output", str(cli_files / "x.parquet"), "--approximate"]) == 2
     assert "privrec[serving]" in capsys.readouterr().err

@@ -65,6 +65,7 @@ def _export(args) -> int:
         raise M.CommandError(f"-n must be >= 1, got {args.n}")
     if args.batch_size is not None and args.batch_size < 1:
         raise M.CommandError(f"--batch-size must be >= 1, got {args.batch_size}")
+    M._check_output_path(args.output, "--output")  # before any loading: a folder, /dev/null, ... fail at once
     M._check_data_args(args)
     model = M._load_model(args.model)
     name, data = M._load(args)

@@ -19,9 +19,11 @@ four other files). Every read verifies the checksums (the bytes are hashed as th
 parsed from memory) and the rebuilt matrix goes through the full CSR structure check; an entry
 that fails (bit flips, truncation, a hand-edited file) is reported with a ``UserWarning`` and the
 source files are parsed again (the entry is rewritten). The folder is written under a temporary
-name (``.privrec-<entry>.<random>.tmp``) and renamed into place, so a crash never leaves a
-half-written entry; temporary folders older than a day (a killed process) are removed by the next
-write.
+name (``.privrec-<entry>.h<host>p<pid>.<random>.tmp``, see :mod:`privrec._io`) and renamed into
+place, so a crash never leaves a half-written entry; the temporary folder of a killed process is
+removed by the next write once that process is gone (or once it is a day old). Parquet is parsed
+from copies in Arrow's own memory (:func:`arrow_owned`), never from Python objects that Arrow's
+worker threads could release during interpreter exit.
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ How a download proceeds, and what it guarantees:
   main data file last). **Nothing else in that folder is touched**: other files a user keeps
   there survive a re-download (``force=True``), and nothing is ever deleted that the download did
   not create. Any failure removes the temporary files; a killed process leaves them behind, and
-  the next download into the same data root removes those older than a day.
+  the next download into the same data root removes them once that process is gone (their names
+  record it: :mod:`privrec._io`) or once they are a day old.
 
 Checksums: we record a SHA-256 only where we know it for certain. For the archives below we do
 not, so ``sha256`` is ``None`` and integrity rests on the exact ``Content-Length`` byte count plus
