@@ -733,6 +733,16 @@ def load_ratings_file(
     _check_ratings_path(path)
     rating_col = rating_col or None
     wanted = [c for c in (user_col, item_col, rating_col) if c]
+    # the same reader options for from_parquet and from_pandas
+    options = dict(
+        user_col=user_col,
+        item_col=item_col,
+        rating_col=rating_col,
+        duplicates=duplicates,
+        name=path.stem,
+        user_ids=user_ids,
+        item_ids=item_ids,
+    )
     suffix = path.suffix.lower()
     if suffix not in (".parquet", ".pq", ".csv", ".tsv", ".txt"):
         raise CommandError(f"--ratings must be a .csv, .tsv or .parquet file, got {path.name!r}")
@@ -746,16 +756,7 @@ def load_ratings_file(
         _check_columns(columns, wanted, path)
         from_parquet = getattr(D, "from_parquet", None)
         if from_parquet is not None:
-            return from_parquet(
-                path,
-                user_col=user_col,
-                item_col=item_col,
-                rating_col=rating_col,
-                duplicates=duplicates,
-                name=path.stem,
-                user_ids=user_ids,
-                item_ids=item_ids,
-            )
+            return from_parquet(path, **options)
         import pandas as pd
 
         df = pd.read_parquet(path, columns=wanted)
@@ -771,16 +772,7 @@ def load_ratings_file(
                     raise
     from_pandas = getattr(D, "from_pandas", None)
     if from_pandas is not None:
-        return from_pandas(
-            df,
-            user_col=user_col,
-            item_col=item_col,
-            rating_col=rating_col,
-            duplicates=duplicates,
-            name=path.stem,
-            user_ids=user_ids,
-            item_ids=item_ids,
-        )
+        return from_pandas(df, **options)
     values = None
     if rating_col:
         from ..data.frames import rating_array

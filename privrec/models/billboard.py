@@ -57,56 +57,27 @@ def loo_personal_part(
     grid=DEFAULT_GRID,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-user ridge fit of ``residual`` (aligned with ``rows.data``) on the item factors, the ridge
-    chosen by leave-one-out from ``grid * reg_u`` and infinity.
-
-    Returns ``(U, chosen)``: the users' embeddings (zero rows where no personal part was chosen)
-    and each user's chosen ridge (``inf`` = none).
-    """
+    chosen by leave-one-out from ``grid * reg_u`` and infinity (the two-stage form of the module
+    docstring). Returns ``(U, chosen)``: the users' embeddings (zero rows where no personal part
+    was chosen) and each user's chosen ridge (``inf`` = none)."""
     n_rows = rows.shape[0]
     V = np.asarray(item_factors, dtype=np.float64)
-    d = V.shape[1]
-    U = np.zeros((n_rows, d), dtype=np.float64)
+    U = np.zeros((n_rows, V.shape[1]))
     chosen = np.full(n_rows, np.inf)
-    if d == 0 or rows.nnz == 0:
+    if V.shape[1] == 0 or rows.nnz == 0:
         return U, chosen
-    lams = np.asarray(grid, dtype=np.float64)
-    indptr, indices = rows.indptr, rows.indices
-    for start in range(0, n_rows, _CHUNK):
-        stop = min(n_rows, start + _CHUNK)
-        lo, hi = indptr[start], indptr[stop]
-        if hi == lo:
-            continue
-        cols = indices[lo:hi]
-        e = np.asarray(residual[lo:hi], dtype=np.float64)
-        local = np.repeat(np.arange(stop - start), np.diff(indptr[start : stop + 1]))
-        X = V[cols]  # (nnz_chunk, d)
-        G = np.zeros((stop - start, d, d))
-        np.add.at(G, local, X[:, :, None] * X[:, None, :])
-        evals, Q = np.linalg.eigh(G)  # G = Q diag(evals) Q^T per user
-        evals = np.maximum(evals, 0.0)
-        Z = np.einsum("kd,kdm->km", X, Q[local])  # coordinates of each rating's features in the eigenbasis
-        c = np.zeros((stop - start, d))
-        np.add.at(c, local, Z * e[:, None])
-        # PRESS of "no personal part": the residuals themselves
-        best = np.bincount(local, weights=e * e, minlength=stop - start)
-        best_lam = np.full(stop - start, np.inf)
-        base = reg[start:stop]
-        for mult in lams:
-            lam = base * mult  # (users,)
-            inv = 1.0 / (evals + lam[:, None])  # (users, d)
-            fitted = np.einsum("km,km->k", Z, (c * inv)[local])
-            hat = np.einsum("km,km->k", Z * Z, inv[local])
-            loo = (e - fitted) / np.maximum(1.0 - hat, 1e-12)
-            press = np.bincount(local, weights=loo * loo, minlength=stop - start)
-            better = press < best
-            best = np.where(better, press, best)
-            best_lam = np.where(better, lam, best_lam)
-        use = np.isfinite(best_lam)
-        if use.any():
-            coef = c[use] / (evals[use] + best_lam[use, None])  # eigenbasis coefficients
-            U[start:stop][use] = np.einsum("udm,um->ud", Q[use], coef)
-        chosen[start:stop] = best_lam
-    return U, chosen
+    e = np.asarray(residual, dtype=np.float64)
+    r_idx = np.repeat(np.arange(n_rows), np.diff(rows.indptr))
+    press_none = np.bincount(r_idx, weights=e * e, minlength=n_rows)
+    reg = np.asarray(reg, dtype=np.float64)
+    best_press, best_coef = press_none, U
+    for mult in grid:  # one ridge at a time: the chosen coefficients are those of the chosen ridge
+        coef, press = _ridge_loo(rows, e, V, reg, (float(mult),))
+        better = press < best_press
+        best_press = np.where(better, press, best_press)
+        best_coef = np.where(better[:, None], coef, best_coef)
+        chosen = np.where(better, reg * float(mult), chosen)
+    return best_coef, chosen
 
 
 def shrunk_projection(
