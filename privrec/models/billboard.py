@@ -38,7 +38,22 @@ import scipy.sparse as sp
 #: ridge multipliers tried by each user (times the user's base ridge); infinity is always added
 DEFAULT_GRID = (0.25, 1.0, 4.0, 16.0, 64.0)
 
-_CHUNK = 8192  # users per batched eigendecomposition (bounded memory: chunk x d x d)
+_CHUNK = 8192  # at most this many users per batched eigendecomposition
+_CHUNK_BYTES = 64 << 20  # and at most this many bytes of per-rating outer products per chunk
+
+
+def _user_chunks(indptr: np.ndarray, width: int):
+    """``(start, stop)`` ranges of users whose ratings' outer products (ratings x width^2 float64)
+    fit in :data:`_CHUNK_BYTES` (a single heavy user gets a chunk of its own)."""
+    n_rows = len(indptr) - 1
+    per_rating = max(1, width * width * 8)
+    start = 0
+    while start < n_rows:
+        limit = indptr[start] + max(1, _CHUNK_BYTES // per_rating)
+        stop = int(np.searchsorted(indptr, limit, side="right")) - 1
+        stop = min(n_rows, max(start + 1, stop), start + _CHUNK)
+        yield start, stop
+        start = stop
 
 
 def user_bias(rows: sp.csr_matrix, residual: np.ndarray, reg: np.ndarray) -> np.ndarray:
@@ -133,8 +148,7 @@ def _ridge_loo(rows, y, X_items, reg, grid) -> tuple[np.ndarray, np.ndarray]:
     coef = np.zeros((n_rows, width))
     best = np.full(n_rows, np.inf)
     indptr, indices = rows.indptr, rows.indices
-    for start in range(0, n_rows, _CHUNK):
-        stop = min(n_rows, start + _CHUNK)
+    for start, stop in _user_chunks(indptr, width):
         lo, hi = indptr[start], indptr[stop]
         if hi == lo:
             best[start:stop] = 0.0
@@ -142,13 +156,16 @@ def _ridge_loo(rows, y, X_items, reg, grid) -> tuple[np.ndarray, np.ndarray]:
         e = np.asarray(y[lo:hi], dtype=np.float64)
         local = np.repeat(np.arange(stop - start), np.diff(indptr[start : stop + 1]))
         X = X_items[indices[lo:hi]]
+        starts = indptr[start:stop] - lo
+        nonempty = np.diff(indptr[start : stop + 1]) > 0
         G = np.zeros((stop - start, width, width))
-        np.add.at(G, local, X[:, :, None] * X[:, None, :])
+        # per-user sums of the ratings' outer products (CSR rows are contiguous: reduceat)
+        G[nonempty] = np.add.reduceat(X[:, :, None] * X[:, None, :], starts[nonempty], axis=0)
         evals, Q = np.linalg.eigh(G)
         evals = np.maximum(evals, 0.0)
         Z = np.einsum("kd,kdm->km", X, Q[local])
         c = np.zeros((stop - start, width))
-        np.add.at(c, local, Z * e[:, None])
+        c[nonempty] = np.add.reduceat(Z * e[:, None], starts[nonempty], axis=0)
         chunk_best = np.full(stop - start, np.inf)
         chunk_lam = np.ones(stop - start)
         for mult in grid:
