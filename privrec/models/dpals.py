@@ -255,7 +255,8 @@ class DPALS(Hyperparameters, FactorizationModel):
         keeps the joint fit of embedding and bias (as ``"fixed"``) or uses the bias alone,
         whichever has the smaller exact leave-one-out error on their own ratings, so released
         factors that carry only noise reduce the user's predictions to the bias model
-        (:func:`privrec.models.billboard.shrunk_projection`). ``"fixed"``: the joint ridge fit with
+        (:func:`privrec.models.billboard.shrunk_projection`). A user who drops the personal part
+        has a zero embedding: ``similar_users`` gives that user similarity 0 to everybody. ``"fixed"``: the joint ridge fit with
         ``user_regularization`` (as :class:`ALS`; the ``"auto"`` choice at epsilon = inf and for
         implicit feedback).
     dtype : float32 (default) or float64.
