@@ -81,3 +81,16 @@ def test_invalid_arguments():
         select_private([DPALS(), DPALS(factors=2)], R, epsilon=float("inf"), delta=1e-5)
     with pytest.raises(ValueError, match="share"):
         select_private([DPALS(), DPALS(factors=2)], R, epsilon=1.0, delta=1e-5, refit_share=0.95)
+
+
+def test_selection_spends_from_a_budget_and_is_refused_when_it_would_exceed(flat, tmp_path):
+    from privrec.privacy import Budget, BudgetExceededError
+
+    budget = Budget.create(tmp_path / "b.json", epsilon=2.5, delta=1e-5)
+    cands = [DPALS(factors=0), DPALS(factors=4, iterations=2)]
+    res = select_private(cands, flat, epsilon=2.0, delta=1e-5, random_state=0, budget=budget, label="tuning")
+    assert budget.spent() == pytest.approx(res.privacy_report()["epsilon"], rel=1e-6)
+    assert [r.label for r in budget.releases] == ["tuning"]
+    with pytest.raises(BudgetExceededError):
+        select_private(cands, flat, epsilon=2.0, delta=1e-5, random_state=1, budget=budget)
+    assert len(Budget.open(tmp_path / "b.json").releases) == 1  # refused before anything was released

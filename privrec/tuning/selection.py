@@ -142,6 +142,8 @@ def select_private(
     loss_clip: float | None = None,
     random_state=None,
     show_progress: bool = False,
+    budget=None,
+    label: str | None = None,
 ) -> PrivateSelection:
     """Accounted private selection among ``candidates`` (see the module docstring).
 
@@ -151,8 +153,29 @@ def select_private(
     rows and columns). ``loss_clip``: the per-rating squared-error clip C (public). The default
     is the square of the first candidate's declared rating span (``rating_range``), else
     ``(2 rating_bound)^2 / 4``. ``random_state``: as for the estimators (a known seed voids the
-    guarantee).
+    guarantee). ``budget``: a :class:`privrec.privacy.Budget` the whole selection is charged to.
+    Under its lock, the selection is checked before any candidate sees the data (as one Gaussian
+    at the target: every part of the procedure is Gaussian and together they meet (epsilon,
+    delta)), and the report of every event is recorded after it (label ``label``).
     """
+    if budget is not None:
+        with budget.lock():
+            z = calibrate_noise_multiplier(float(epsilon), float(delta), lambda s: gaussian_event(s), "pld")
+            budget.check([("private model selection (planned, whole procedure)", gaussian_event(z))])
+            result = select_private(
+                candidates,
+                X,
+                epsilon=epsilon,
+                delta=delta,
+                selection_share=selection_share,
+                refit_share=refit_share,
+                holdout=holdout,
+                loss_clip=loss_clip,
+                random_state=random_state,
+                show_progress=show_progress,
+            )
+            budget.record(result.privacy_report(), label or "private model selection")
+        return result
     K = len(candidates)
     if K < 2:
         raise ValueError("select_private needs at least two candidates")
