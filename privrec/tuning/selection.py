@@ -36,6 +36,7 @@ release; Papernot & Steinke (ICLR 2022) for why selection must be accounted.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import clone
 
+from ..evaluation.protocols import predict_pairs, project_users
 from ..privacy import PrivacyLedger, calibrate_noise_multiplier, gaussian_event, make_rng
 from ..privacy.ledger import epsilon_of_event
 from ..privacy.mechanisms import gaussian_mechanism
@@ -87,17 +89,11 @@ def part_of(M: sp.csr_matrix, keep: np.ndarray) -> sp.csr_matrix:
 
 
 def _user_losses(model, train: sp.csr_matrix, held: sp.csr_matrix, clip: float) -> np.ndarray:
-    """Each user's mean clipped squared error on their held-out ratings (0 for users without any)."""
-    U, ub = model._project_users(train)
+    """Each user's mean clipped squared error on their held-out ratings (0 for users without any),
+    from the billboard projection of their own training part."""
+    U, ub = project_users(model, train, with_bias=True)
     coo = held.tocoo()
-    pred = np.full(coo.nnz, float(model._global()))
-    if U.shape[1]:
-        pred += np.einsum("ij,ij->i", U[coo.row], model.item_factors_[coo.col])
-    ib = model._item_bias()
-    if ib is not None:
-        pred += ib[coo.col]
-    if ub is not None:
-        pred += ub[coo.row]
+    pred = predict_pairs(model, U, coo.row, coo.col, ub)
     err = np.minimum((pred - coo.data) ** 2, clip)
     n = np.bincount(coo.row, minlength=held.shape[0])
     sums = np.bincount(coo.row, weights=err, minlength=held.shape[0])
@@ -121,9 +117,13 @@ class PrivateSelection:
         return self.best_estimator_.privacy_report()
 
 
+def _multiplier(epsilon: float, delta: float) -> float:
+    """Noise multiplier of the one Gaussian mechanism meeting (epsilon, delta) under PLD."""
+    return calibrate_noise_multiplier(float(epsilon), float(delta), lambda s: gaussian_event(s), "pld")
+
+
 def _rho(epsilon: float, delta: float) -> float:
-    z = calibrate_noise_multiplier(epsilon, delta, lambda s: gaussian_event(s), "pld")
-    return 0.5 / z**2
+    return 0.5 / _multiplier(epsilon, delta) ** 2
 
 
 def _epsilon_of_rho(rho: float, delta: float) -> float:
@@ -158,93 +158,82 @@ def select_private(
     at the target: every part of the procedure is Gaussian and together they meet (epsilon,
     delta)), and the report of every event is recorded after it (label ``label``).
     """
-    if budget is not None:
-        with budget.lock():
-            z = calibrate_noise_multiplier(float(epsilon), float(delta), lambda s: gaussian_event(s), "pld")
-            budget.check([("private model selection (planned, whole procedure)", gaussian_event(z))])
-            result = select_private(
-                candidates,
-                X,
-                epsilon=epsilon,
-                delta=delta,
-                selection_share=selection_share,
-                refit_share=refit_share,
-                holdout=holdout,
-                loss_clip=loss_clip,
-                random_state=random_state,
-                show_progress=show_progress,
+    with budget.lock() if budget is not None else contextlib.nullcontext():
+        if budget is not None:  # refused before any candidate sees the data
+            budget.check(
+                [("private model selection (planned, whole procedure)", gaussian_event(_multiplier(epsilon, delta)))]
             )
-            budget.record(result.privacy_report(), label or "private model selection")
-        return result
-    K = len(candidates)
-    if K < 2:
-        raise ValueError("select_private needs at least two candidates")
-    if not (0 < selection_share < 1 and 0 < refit_share < 1 and selection_share + refit_share < 1):
-        raise ValueError("selection_share and refit_share must be in (0, 1) with a sum below 1")
-    if not 0 < holdout < 1:
-        raise ValueError(f"holdout must be in (0, 1), got {holdout!r}")
-    if not math.isfinite(float(epsilon)) or epsilon <= 0:
-        raise ValueError("select_private is for private fits: epsilon must be finite and > 0")
-    R = sp.csr_matrix(X, dtype=np.float64)
-    R.sort_indices()
-    rng = make_rng(random_state)
-    seeds = rng.integers(0, 2**63 - 1, size=K + 2)
-    first = candidates[0]
-    if loss_clip is None:
-        rr = getattr(first, "rating_range", None)
-        loss_clip = float(rr[1] - rr[0]) ** 2 if rr is not None else float(getattr(first, "rating_bound", 5.0)) ** 2
-    clip = float(loss_clip)
+        K = len(candidates)
+        if K < 2:
+            raise ValueError("select_private needs at least two candidates")
+        if not (0 < selection_share < 1 and 0 < refit_share < 1 and selection_share + refit_share < 1):
+            raise ValueError("selection_share and refit_share must be in (0, 1) with a sum below 1")
+        if not 0 < holdout < 1:
+            raise ValueError(f"holdout must be in (0, 1), got {holdout!r}")
+        if not math.isfinite(float(epsilon)) or epsilon <= 0:
+            raise ValueError("select_private is for private fits: epsilon must be finite and > 0")
+        R = sp.csr_matrix(X, dtype=np.float64)
+        R.sort_indices()
+        rng = make_rng(random_state)
+        seeds = rng.integers(0, 2**63 - 1, size=K + 2)
+        first = candidates[0]
+        if loss_clip is None:
+            rr = getattr(first, "rating_range", None)
+            loss_clip = float(rr[1] - rr[0]) ** 2 if rr is not None else float(getattr(first, "rating_bound", 5.0)) ** 2
+        clip = float(loss_clip)
 
-    rho = _rho(float(epsilon), float(delta)) * 0.995  # a margin for the PLD discretisation of the parts
-    rho_c = (1.0 - selection_share - refit_share) * rho / K
-    eps_c = _epsilon_of_rho(rho_c, delta)
-    eps_r = _epsilon_of_rho(refit_share * rho, delta)
+        rho = _rho(float(epsilon), float(delta)) * 0.995  # a margin for the PLD discretisation of the parts
+        rho_c = (1.0 - selection_share - refit_share) * rho / K
+        eps_c = _epsilon_of_rho(rho_c, delta)
+        eps_r = _epsilon_of_rho(refit_share * rho, delta)
 
-    mask = holdout_mask(R, holdout, int(seeds[-1]) & 0xFFFFFFFF)
-    train, held = _split(R, mask)
-    ledger = PrivacyLedger()
-    losses = []
-    for k, cand in enumerate(candidates):
-        model = clone(cand).set_params(
-            epsilon=eps_c, delta=delta, random_state=int(seeds[k]) if random_state is not None else None
+        mask = holdout_mask(R, holdout, int(seeds[-1]) & 0xFFFFFFFF)
+        train, held = _split(R, mask)
+        ledger = PrivacyLedger()
+        losses = []
+        for k, cand in enumerate(candidates):
+            model = clone(cand).set_params(
+                epsilon=eps_c, delta=delta, random_state=int(seeds[k]) if random_state is not None else None
+            )
+            model.fit(train, show_progress=show_progress)
+            ledger.extend(model.ledger_, prefix=f"selection candidate {k}: ")
+            losses.append(_user_losses(model, train, held, clip))
+        scores = np.stack(losses, axis=1).sum(axis=0)  # (K,): each user moves each entry by <= clip
+        z_s = math.sqrt(0.5 / (selection_share * rho))
+        release = gaussian_mechanism(scores, math.sqrt(K) * clip, z_s, rng, dtype=np.float64, label="selection scores")
+        release.record(ledger)
+        noisy = np.asarray(release.value, dtype=np.float64)
+        best = int(np.argmin(noisy))
+
+        final = clone(candidates[best]).set_params(
+            epsilon=eps_r, delta=delta, random_state=int(seeds[K]) if random_state is not None else None
         )
-        model.fit(train, show_progress=show_progress)
-        ledger.extend(model.ledger_, prefix=f"selection candidate {k}: ")
-        losses.append(_user_losses(model, train, held, clip))
-    scores = np.stack(losses, axis=1).sum(axis=0)  # (K,): each user moves each entry by <= clip
-    z_s = math.sqrt(0.5 / (selection_share * rho))
-    release = gaussian_mechanism(scores, math.sqrt(K) * clip, z_s, rng, dtype=np.float64, label="selection scores")
-    release.record(ledger)
-    noisy = np.asarray(release.value, dtype=np.float64)
-    best = int(np.argmin(noisy))
+        final.fit(R, show_progress=show_progress)
+        ledger.extend(final.ledger_, prefix="refit: ")
+        total = ledger.epsilon(delta, "pld")
+        if total > float(epsilon) * (1 + 1e-9):  # cannot happen with the margin above; never report beyond the target
+            raise RuntimeError(f"internal error: selection spent epsilon {total:g} > target {epsilon:g}")
+        # the released model carries the whole procedure's ledger: its epsilon is the total guarantee
+        final.ledger_ = ledger
+        final.epsilon = float(epsilon)
+        if "_fitted_params" in final.__dict__:  # the fitted state now belongs to the total guarantee
+            from ..models._base import _param_fingerprint
 
-    final = clone(candidates[best]).set_params(
-        epsilon=eps_r, delta=delta, random_state=int(seeds[K]) if random_state is not None else None
-    )
-    final.fit(R, show_progress=show_progress)
-    ledger.extend(final.ledger_, prefix="refit: ")
-    total = ledger.epsilon(delta, "pld")
-    if total > float(epsilon) * (1 + 1e-9):  # cannot happen with the margin above; never report beyond the target
-        raise RuntimeError(f"internal error: selection spent epsilon {total:g} > target {epsilon:g}")
-    # the released model carries the whole procedure's ledger: its epsilon is the total guarantee
-    final.ledger_ = ledger
-    final.epsilon = float(epsilon)
-    if "_fitted_params" in final.__dict__:  # the fitted state now belongs to the total guarantee
-        from ..models._base import _param_fingerprint
-
-        final._fitted_params = _param_fingerprint(final)
-    final.selection_ = {
-        "candidates": [c.get_params() for c in candidates],
-        "chosen": best,
-        "noisy_scores": noisy.tolist(),
-        "epsilon_candidate": eps_c,
-        "epsilon_refit": eps_r,
-        "shares": {
-            "candidates": 1.0 - selection_share - refit_share,
-            "selection": selection_share,
-            "refit": refit_share,
-        },
-        "holdout": holdout,
-        "loss_clip": clip,
-    }
-    return PrivateSelection(final, best, noisy, ledger, float(delta), dict(final.selection_["shares"]))
+            final._fitted_params = _param_fingerprint(final)
+        final.selection_ = {
+            "candidates": [c.get_params() for c in candidates],
+            "chosen": best,
+            "noisy_scores": noisy.tolist(),
+            "epsilon_candidate": eps_c,
+            "epsilon_refit": eps_r,
+            "shares": {
+                "candidates": 1.0 - selection_share - refit_share,
+                "selection": selection_share,
+                "refit": refit_share,
+            },
+            "holdout": holdout,
+            "loss_clip": clip,
+        }
+        if budget is not None:
+            budget.record(final.privacy_report(), label or "private model selection")
+        return PrivateSelection(final, best, noisy, ledger, float(delta), dict(final.selection_["shares"]))
