@@ -221,7 +221,7 @@ def test_docs_blocks_on_real_data(block, workdir):
 
 def test_documented_thresholds_are_the_rule():
     """The docs quote the automatic configuration's current thresholds on n_users * min(eps, 20)."""
-    from privrec.models.dpals import auto_config
+    from privrec.tuning import auto_config
 
     for threshold, implicit in ((150_000, False), (20_000, True)):
         for path in FILES:

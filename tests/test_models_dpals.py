@@ -281,7 +281,7 @@ def test_cg_user_step_warm_starts_and_converges_to_the_exact_solve():
 def test_auto_config_uses_public_quantities_only_and_degrades_to_bias_model():
     """The automatic configuration is a function of (n_users, n_items, eps, delta, bound, feedback):
     two datasets of the same shape get the same settings; a small, noisy regime gets factors = 0."""
-    from privrec.models.dpals import auto_config
+    from privrec.tuning import auto_config
 
     R1 = _skewed_ratings(n_users=50, n_items=30, seed=1)
     R2 = _skewed_ratings(n_users=50, n_items=30, seed=2)

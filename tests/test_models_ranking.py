@@ -253,7 +253,7 @@ EPS_GRID = [0.1, 0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 10.0, 15.0, 20.0, 50.0, 100.0]
 def test_rule_is_monotone_in_epsilon(n_users, implicit):
     """More budget never removes capacity: factors, iterations and the item fraction never shrink
     as epsilon grows, and the bias model's empirical-Bayes ridge never grows."""
-    from privrec.models.dpals import auto_config
+    from privrec.tuning import auto_config
 
     rows = [auto_config(n_users, 2_000, eps, 1e-6, 5.0, implicit=implicit) for eps in EPS_GRID]
     for key in ("factors", "iterations"):

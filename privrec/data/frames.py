@@ -545,7 +545,7 @@ class RatingSplitCV:
         search.fit(ratings_df)            # DataFrame with columns user, item, rating
 
     Note that choosing hyper-parameters on private data is itself a use of that data that no
-    ledger accounts for (see ``privrec.models.dpals.auto_config``).
+    ledger accounts for (see ``privrec.tuning.auto_config``).
     """
 
     n_splits: int

@@ -35,9 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, fields
 from numbers import Real
 from typing import Any
 
@@ -60,116 +58,25 @@ from .._constraints import (
 )
 from .._io import json_safe, progress_steps
 from .._params import Hyperparameters, param
-from .._validation import MAX_RATING_MAGNITUDE, check_delta, check_epsilon, check_fit_memory, check_scale
+from .._validation import check_delta, check_epsilon, check_fit_memory
 from ..pipeline import Plan, PrivatePipeline
-from ..privacy import check_noise_random_state, clip_labels, clip_rows, default_count_fraction, make_rng
+from ..privacy import check_noise_random_state, clip_labels, clip_rows, make_rng
 from ..solvers import PrivateSolver, TaskBatch, make_solver
 from ..solvers.ridge import frequency_regularization, scaled_regularization
+from ..tuning.rule import auto_config, empirical_bayes_item_ridge
 from ._base import FactorizationModel, check_fit_matrix
 from .als import check_exponent, half_step
 from .billboard import shrunk_projection
-
-#: what every DPALS privacy report states besides its events: the neighbouring relation and what
-#: the guarantee treats as public. The number of users shapes the fit (the automatic configuration,
-#: the implicit popularity prior = counts / n_users), so it must be public: the consistent relation
-#: is zero-out over a public user roster -- neighbouring datasets differ in all of one user's
-#: ratings, the user stays on the roster with none. Every sensitivity here is that of removing a
-#: user's data (an empty user contributes nothing), so the add/remove Gaussian accounting applies.
-RELEASE_STATEMENT = {
-    "neighbouring_relation": (
-        "user-level zero-out: neighbouring datasets differ in all ratings of one user, whose row stays "
-        "on the public user roster (empty); sensitivities are those of removing the user's data"
-    ),
-    "public": [
-        "the user roster (number of users)",
-        "the item catalogue (number of items; item ids when declared)",
-        "epsilon, delta, the rating range / bound and every setting in config",
-    ],
-    "released": ["item_factors_", "item_bias_", "global_mean_", "item_counts_", "item_exposure_"],
-}
-
-#: prior noise-to-signal ratio sigma_y / tau of the empirical-Bayes item ridge of the bias model
-#: (DPALS._item_regularization): rating noise B / 2 against item biases of spread B / 6.5
-_SIGMA_Y_OVER_TAU = 3.25
-
-#: method name -> (registered solver name, allocation)
-METHODS = {
-    "dpals-uniform": ("ssp", "uniform"),
-    "dpals-tail": ("ssp", "tail"),
-    "ada-dpals": ("ssp", "adaptive"),
-    "dpsgd-uniform": ("noisy_gd", "uniform"),
-    "dpsgd-tail": ("noisy_gd", "tail"),
-    "ada-dpsgd": ("noisy_gd", "adaptive"),
-}
-
-
-@dataclass(frozen=True)
-class DPALSConfig:
-    """The resolved, validated settings of one DPALS fit (every value public).
-
-    Built by ``DPALS._resolve_config`` from the constructor parameters (constraint table
-    ``DPALS._parameter_constraints``) and :func:`auto_config`; ``DPALS.config_`` is its
-    :meth:`as_dict`. Field meanings are those of the :class:`DPALS` parameters of the same name;
-    ``solver`` is the registered solver name, ``reg`` / ``user_reg`` the item / user ridges,
-    ``bias_feature`` the constant feature carrying the item bias (0 = no bias).
-    """
-
-    epsilon: float
-    delta: float
-    solver: str
-    allocation: str
-    factors: int
-    iterations: int
-    budget: float
-    mu: float
-    reg: float
-    reg_exponent: float
-    user_reg: float
-    user_reg_exponent: float
-    biases: bool
-    popularity_prior: bool
-    bias_feature: float
-    implicit: bool
-    center: bool
-    unobserved_weight: float
-    max_norm: float
-    rating_bound: float
-    rating_range: tuple[float, float] | None
-    label_bound: float
-    item_frac: float | None
-    count_fraction: float
-    count_sample: int
-    mean_ratio: float
-    reg_rule: str
-    gramian_ratio: float
-    global_ratio: float
-    gd_iterations: int
-    init_scale: float
-    user_solver: str
-    cg_steps: int
-    dtype: np.dtype
-    accountant: str
-
-    @property
-    def private(self) -> bool:
-        return not math.isinf(self.epsilon)
-
-    @property
-    def feature_norm(self) -> float:
-        """Gamma_x of the item step: clip of the user embedding plus the bias feature."""
-        return math.sqrt(self.max_norm**2 + self.bias_feature**2) if self.factors else self.bias_feature
-
-    @property
-    def pre_labels(self) -> list[str]:
-        """Labels of the pre-processing releases (counts, then the two parts of the mean)."""
-        return ["item counts"] + (["global mean: sum", "global mean: count"] if self.center else [])
-
-    def as_dict(self) -> dict:
-        """JSON-friendly copy (dtype by name, derived ``private``)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["dtype"] = self.dtype.name
-        out["private"] = self.private
-        return out
+from .dpals_config import (
+    METHODS,
+    RELEASE_STATEMENT,
+    DPALSConfig,
+    check_overflow,
+    check_rating_range,
+    check_rating_span,
+    check_scales,
+)
+from .exposure import exposure_scores, item_exposure, step_counts
 
 
 class DPALS(Hyperparameters, FactorizationModel):
@@ -380,7 +287,7 @@ class DPALS(Hyperparameters, FactorizationModel):
         cfg["global_ratio"], cfg["unobserved_weight"] = float(self.global_ratio), float(self.unobserved_weight)
         cfg["gd_iterations"], cfg["init_scale"] = int(self.gd_iterations), float(self.init_scale)
         cfg["user_solver"], cfg["cg_steps"] = str(self.user_solver), int(self.cg_steps)
-        _check_scales(cfg)
+        check_scales(cfg)
         return DPALSConfig(accountant=self.accountant, **cfg)
 
     def _label_bound(self, implicit: bool, center: bool, rating_range, rating_bound: float) -> float:
@@ -395,20 +302,7 @@ class DPALS(Hyperparameters, FactorizationModel):
         return rating_bound / 2.0 if center else rating_bound
 
     def _rating_range(self) -> tuple[float, float] | None:
-        if self.rating_range is None:
-            return None
-        try:
-            lo, hi = (float(v) for v in self.rating_range)
-        except (TypeError, ValueError):
-            raise ValueError(f"rating_range must be a (low, high) pair of numbers, got {self.rating_range!r}") from None
-        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-            raise ValueError(f"rating_range must be finite with low < high, got {self.rating_range!r}")
-        if max(abs(lo), abs(hi)) > MAX_RATING_MAGNITUDE:
-            raise ValueError(
-                f"rating_range={self.rating_range!r} is too wide: its bounds must be at most "
-                f"{MAX_RATING_MAGNITUDE:g} in magnitude (larger ratings overflow the float32 Gramians); rescale the ratings"
-            )
-        return lo, hi
+        return check_rating_range(self.rating_range)
 
     def _check_ratings(self, R: sp.csr_matrix, cfg: DPALSConfig) -> None:
         """Ratings outside the declared range are an error; beyond ``rating_bound`` (no range
@@ -420,21 +314,7 @@ class DPALS(Hyperparameters, FactorizationModel):
     def _check_rating_span(lo_v: float, hi_v: float, cfg: DPALSConfig) -> None:
         """The rule of :meth:`_check_ratings` from the data's smallest and largest rating (a backend that
         holds the data in blocks reduces the two numbers first)."""
-        rng_ = cfg.rating_range
-        if rng_ is not None:
-            if lo_v < rng_[0] or hi_v > rng_[1]:
-                raise ValueError(
-                    f"ratings span [{lo_v:g}, {hi_v:g}], outside the declared rating_range "
-                    f"[{rng_[0]:g}, {rng_[1]:g}]; fix the data or declare the right range"
-                )
-        elif max(abs(lo_v), abs(hi_v)) > cfg.rating_bound:
-            warnings.warn(
-                f"ratings span [{lo_v:g}, {hi_v:g}] beyond rating_bound={cfg.rating_bound:g}: they are "
-                "clipped in every private statistic; declare rating_range=(low, high) for this scale, "
-                "or use feedback='implicit' for counts",
-                UserWarning,
-                stacklevel=4,
-            )
+        check_rating_span(lo_v, hi_v, cfg.rating_range, cfg.rating_bound, stacklevel=5)
 
     # ------------------------------------------------------------------ plan
     def _make_solver(self, cfg: DPALSConfig, z: float, reg_items=0.0, init=None, schedule=1.0) -> PrivateSolver:
@@ -581,7 +461,7 @@ class DPALS(Hyperparameters, FactorizationModel):
         for t in progress_steps(cfg.iterations, show_progress, "DPALS"):
             t_step = time.perf_counter()
             U, b_users, warm = self._user_step(cfg, centered, V, b_items, reg_users, warm)
-            _check_overflow(cfg, t, "user", U, b_users)
+            check_overflow(cfg, t, "user", U, b_users)
             user_times.append(time.perf_counter() - t_step)
             labels = centered.copy()
             if b_users is not None:
@@ -611,7 +491,7 @@ class DPALS(Hyperparameters, FactorizationModel):
             V = np.ascontiguousarray(params[:, :d])
             if cfg.biases:
                 b_items = np.ascontiguousarray(params[:, d] * c)
-            _check_overflow(cfg, t, "item", V, b_items)
+            check_overflow(cfg, t, "item", V, b_items)
             step_times.append(time.perf_counter() - t_step)
             if callback is not None:  # implicit 0.7 contract: callback(iteration, elapsed_seconds, loss)
                 callback(t - 1, step_times[-1], None)
@@ -631,36 +511,21 @@ class DPALS(Hyperparameters, FactorizationModel):
         return self
 
     def _collect_exposure(self, cfg: DPALSConfig, result, solver) -> None:
-        """Keep this ALS step's noisy weighted counts: the bias feature's diagonal entry of each
-        item's released noisy Gramian is ``c^2 sum_j w_ij`` plus its noise (std ``std_G``), so
-        divided by ``c^2`` it is an estimate of the item's weighted count from a release already
-        recorded (post-processing, no event). Shared by the local and the distributed fit."""
-        diag = (getattr(result, "info", None) or {}).get("noisy_gramian_diagonal")
-        if diag is None or not cfg.biases or not cfg.private:
+        """Keep this ALS step's noisy weighted counts (:func:`.exposure.step_counts`; no event)."""
+        info = getattr(result, "info", None) or {}
+        if "noisy_gramian_diagonal" not in info or not cfg.biases or not cfg.private:
             return
-        c2 = cfg.bias_feature**2
-        std = float(solver.noise_stds()["gramian"]) / c2
-        self.__dict__.setdefault("_exposure_parts", []).append((np.asarray(diag)[:, -1] / c2, std))
+        part = step_counts(info, cfg.bias_feature, float(solver.noise_stds()["gramian"]))
+        self.__dict__.setdefault("_exposure_parts", []).append(part)
 
     def _exposure(self, cfg: DPALSConfig, head, counts, n_users: int, n_items: int) -> np.ndarray | None:
-        """``item_exposure_``: how likely an item is to be consumed, from the noisy weighted counts of
-        every ALS step (their mean: independent noise of the same quantity, Krichene et al. Alg. 1
-        released T times), divided by the item's public task weight omega_i (adaptive allocation:
-        w_ij = omega_i s_j, so the ratio is the sum of the raters' normalisers s_j, a count in which
-        each user weighs about sqrt(budget / n_u)). Values within one noise std of zero are floored
-        at that std. None when the step released no Gramian diagonal (noisy GD, no biases, eps=inf):
-        ranking then uses the released counts. Post-processing only."""
+        """``item_exposure_`` from the kept step counts over the public task weights omega_i
+        (:func:`.exposure.item_exposure`); None without them (noisy GD, no biases, eps = inf)."""
         parts = self.__dict__.pop("_exposure_parts", None)
         if not parts:
             return None
-        mean = np.mean([p for p, _ in parts], axis=0)
-        std = float(parts[0][1]) / math.sqrt(len(parts))
         counts_h = np.maximum(np.asarray(counts, dtype=np.float64)[head], 1.0)
-        omega = np.maximum(self._task_weights(cfg, counts_h, n_users), 1e-12)
-        exposure = np.full(n_items, np.nan)
-        exposure[head] = np.maximum(mean / omega, std / omega)
-        floor = np.nanmin(exposure) if np.isfinite(exposure).any() else 1.0
-        return np.where(np.isnan(exposure), floor, exposure)
+        return item_exposure(parts, self._task_weights(cfg, counts_h, n_users), head, n_items)
 
     def _release_item_side(self, cfg: DPALSConfig, head, counts, V, b_items, mu, norm_u, n_users, n_items) -> None:
         """Set the released attributes (shared by the local and the distributed fit): item factors
@@ -710,10 +575,7 @@ class DPALS(Hyperparameters, FactorizationModel):
         """
         if cfg.reg_rule != "empirical-bayes":
             return frequency_regularization(counts, cfg.reg, cfg.reg_exponent)
-        n = np.maximum(np.asarray(counts, dtype=np.float64), 1.0)
-        noise = float(train_scale) * math.sqrt(cfg.budget)
-        lam = (_SIGMA_Y_OVER_TAU**2) * (1.0 + 4.0 * noise**2 / n)
-        return (lam * cfg.bias_feature**2).astype(np.float64), 1.0
+        return empirical_bayes_item_ridge(counts, float(train_scale) * math.sqrt(cfg.budget), cfg.bias_feature), 1.0
 
     @staticmethod
     def _user_regularization(cfg: DPALSConfig, user_counts) -> tuple[np.ndarray, float]:
@@ -829,16 +691,9 @@ class DPALS(Hyperparameters, FactorizationModel):
         scores = super()._score_all(uvec, ubias)
         if self._ranking_mode() != "exposure":
             return scores
-        exposure = getattr(self, "item_exposure_", None)
-        counts = getattr(self, "item_counts_", None)
-        if exposure is None and counts is None:
-            raise ValueError("ranking='exposure' needs the released item counts, which this model does not hold")
         scale = float((getattr(self, "config_", None) or {}).get("label_bound") or 1.0)
-        if exposure is not None:
-            log_exposure = np.log(np.asarray(exposure, dtype=np.float64)).astype(np.float32)
-        else:
-            log_exposure = np.log(np.maximum(np.asarray(counts, dtype=np.float64), 1.0)).astype(np.float32)
-        return (scores - np.float32(self._global())) / np.float32(scale) + log_exposure[None, :]
+        exposure, counts = getattr(self, "item_exposure_", None), getattr(self, "item_counts_", None)
+        return exposure_scores(scores, self._global(), scale, exposure, counts)
 
     def _project_users(self, rows: sp.csr_matrix):
         """Billboard projection (Krichene et al., ICML 2023, Remark D.1): a ridge fit of a user's own
@@ -919,37 +774,6 @@ class DPALS(Hyperparameters, FactorizationModel):
         self.user_factors_ = None
 
 
-def _check_scales(cfg: dict) -> None:
-    """Magnitude bounds of the resolved scale settings (one-line ``ValueError`` naming the parameter):
-    beyond them a fit used to fail with a raw error (``OverflowError`` for ``max_norm=1e300``,
-    ``ZeroDivisionError`` for ``gramian_ratio=1e-300``) or with "weights contains NaN"
-    (``budget=1e300``)."""
-    check_scale(cfg["budget"], "budget")
-    check_scale(cfg["max_norm"], "max_norm")
-    check_scale(cfg["bias_feature"], "bias_scale * max_norm")
-    check_scale(cfg["rating_bound"], "rating_bound", maximum=MAX_RATING_MAGNITUDE)
-    check_scale(cfg["label_bound"], "label_bound", maximum=MAX_RATING_MAGNITUDE)
-    for name in ("gramian_ratio", "global_ratio"):
-        check_scale(cfg[name], name, maximum=_MAX_RATIO, minimum=1.0 / _MAX_RATIO)
-
-
-def _check_overflow(cfg: DPALSConfig, step: int, side: str, factors: np.ndarray, bias) -> None:
-    """One-line ``ValueError`` when a step's factors overflowed the dtype (NaN / infinity): ratings
-    far larger than the user clip ``max_norm`` make the item factors (and their noise) huge, and
-    their squares overflow float32 (it used to end in "features contains NaN")."""
-    if np.isfinite(factors).all() and (bias is None or np.isfinite(bias).all()):
-        return
-    raise ValueError(
-        f"the {side} factors of ALS step {step} overflowed {cfg.dtype.name} (NaN or infinity): ratings of magnitude "
-        f"up to {cfg.rating_bound:g} are too large for max_norm={cfg.max_norm:g}; rescale the ratings (e.g. to a "
-        f"1-5 scale and rating_range), or pass dtype=np.float64"
-    )
-
-
-#: noise ratios (``gramian_ratio``, ``global_ratio``) lie in [1 / _MAX_RATIO, _MAX_RATIO]
-_MAX_RATIO = 1e6
-
-
 def _binarised(m: sp.csr_matrix) -> sp.csr_matrix:
     """Implicit feedback: every stored (positive) entry becomes 1."""
     if m.nnz and float(m.data.min()) < 0:
@@ -958,93 +782,3 @@ def _binarised(m: sp.csr_matrix) -> sp.csr_matrix:
     out.data = (out.data > 0).astype(out.data.dtype)
     out.eliminate_zeros()
     return out
-
-
-def auto_config(
-    n_users: int, n_items: int, epsilon: float, delta: float, rating_bound: float, implicit: bool = False
-) -> dict:
-    """Automatic DPALS hyper-parameters from public quantities only.
-
-    Inputs: the numbers of users and items, epsilon, delta, the public rating bound and whether
-    the data is implicit feedback -- never the ratings -- so the choice costs no privacy.
-
-    The rule keys on the *signal index* ``S = n_users * min(epsilon, 20)``: the noise of every
-    user-level release is fixed by (epsilon, delta) while the signal of an item's statistic grows
-    with the number of users, so S orders the regimes. When noise dominates (small S) the personal
-    low-rank part is switched off (``factors = 0``): the model is then the private bias model
-    (explicit ratings: global mean + item bias released by the item step + user bias from each
-    user's own ratings) or the private popularity ranker (implicit feedback), which is what a
-    noisy low-rank part would otherwise degrade below. Above the thresholds a small rank is used.
-    The item ridge of the private bias model is not a table entry: it is the empirical-Bayes rule
-    of :meth:`DPALS._item_regularization` (calibrated noise and released counts), continuous in
-    epsilon; ``regularization`` here is its value only where that rule does not apply.
-
-    Thresholds and settings were chosen on *validation* splits -- synthetic presets
-    (``ml10m-like`` at scale 0.2, ``synthetic-skew``) and the validation parts of ML-100K and
-    Last.fm -- never on a test split (``benchmarks/bench_utility.py`` reports test figures for
-    the rule as it stands). Tuning hyper-parameters on private data is itself a privacy cost not
-    counted in any ledger; this rule avoids it for users, who should not tune on their own data
-    without accounting for it.
-    """
-    if math.isinf(epsilon):
-        return {
-            "factors": 32,
-            "iterations": 15,
-            "budget": 100.0,
-            "regularization": 20.0,
-            "user_regularization": 20.0,
-            "max_norm": 1.0,
-            "count_fraction": 0.2,
-            "gramian_ratio": 1.0,
-            "item_frac": 1.0,
-        }
-    signal = n_users * min(epsilon, 20.0)
-    if implicit:
-        # popularity prior only / a small rank / the head-restricted rank of the reference settings
-        # (top 10% of items by noisy count, ridge 30 on both sides; validation users of ml20m-like)
-        if signal < 20_000:
-            factors, iters, user_reg, item_frac = 0, 0, 1.0, 1.0
-        elif signal < 100_000:
-            factors, iters, user_reg, item_frac = 8, 2, 1.0, 1.0
-        else:
-            factors, iters, user_reg, item_frac = 32, 3, 30.0, 0.1
-        return {
-            "factors": factors,
-            "iterations": iters,
-            "budget": 100.0,
-            "regularization": 30.0,
-            "user_regularization": user_reg,
-            "max_norm": 0.1,
-            "count_fraction": default_count_fraction(epsilon),
-            "gramian_ratio": 1.0,
-            "item_frac": item_frac,
-        }
-    if signal < 150_000:  # private bias model
-        # the item ridge of the bias model is the empirical-Bayes rule of DPALS._item_regularization
-        # (set from the calibrated noise at fit time; ``reg`` is only its fallback for explicit
-        # overrides); the bias model is invariant to max_norm once its ridge scales with c^2
-        factors, iters, max_norm = 0, 1, 0.5
-        reg = 40.0 if epsilon <= 2 else (20.0 if epsilon <= 10 else 5.0)
-    else:
-        factors, iters, max_norm, reg = 8, (2 if signal < 250_000 else 4), 0.5, 40.0
-    return {
-        "factors": factors,
-        "iterations": iters,
-        "budget": 100.0,
-        "regularization": reg,
-        "user_regularization": 5.0,
-        "max_norm": max_norm,
-        "count_fraction": default_count_fraction(epsilon),
-        # bias model: the 1-d "Gramian" is a weighted count -- the bias's denominator and, since
-        # it is released anyway, the exposure term of ranking (DPALS._exposure) -- and gets half the
-        # right-hand side's share (multiplier sqrt(2) x). Validation (ML-100K, 3 seeds): Recall@20
-        # 0.165 -> 0.184 at eps = 1, 0.198 -> 0.205 at eps = 2, RMSE +0.0006 / +0.0016; the earlier
-        # 2x (a quarter of the share) was set for RMSE alone
-        "gramian_ratio": math.sqrt(2.0) if factors == 0 else 1.0,
-        "item_frac": 1.0,
-        # the two global-mean releases at twice the counts' multiplier (a quarter of their share
-        # each): the scalar mean of every rating needs far less precision than per-item counts,
-        # and the counts are what ranking uses (validation, ML-100K at eps = 1: Recall@20 0.037 ->
-        # 0.079 with RMSE +0.0002; synthetic-skew +0.001)
-        "mean_ratio": 2.0,
-    }

@@ -1,9 +1,13 @@
 """Configuration and accounted private model selection (the "configure" stage of the data flow).
 
+:func:`auto_config` and :func:`empirical_bayes_item_ridge` are the automatic rule of
+:class:`~privrec.models.DPALS` (public inputs and released statistics only; :mod:`privrec.tuning.rule`).
+
 :func:`select_private` compares candidate private estimators on a held-out loss released under
 DP and refits the winner, with every release in one ledger (see :mod:`privrec.tuning.selection`).
 """
 
+from .rule import auto_config, empirical_bayes_item_ridge
 from .selection import PrivateSelection, holdout_mask, select_private
 
-__all__ = ["PrivateSelection", "holdout_mask", "select_private"]
+__all__ = ["PrivateSelection", "auto_config", "empirical_bayes_item_ridge", "holdout_mask", "select_private"]

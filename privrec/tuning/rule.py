@@ -1,0 +1,133 @@
+"""The automatic configuration rule of :class:`~privrec.models.DPALS` (the "configure" stage).
+
+Two parts, both functions of public inputs and of statistics already released with noise, so
+choosing with them costs no privacy:
+
+* :func:`auto_config` -- the settings left at ``None`` (rank, iterations, ridges, clipping and
+  the budget shares) from the numbers of users and items, epsilon, delta, the public rating bound
+  and the kind of feedback (Krichene et al., ICML 2023, Sec. 5 and App. D; the settings of the
+  reference DPALS for the head-restricted implicit case);
+* :func:`empirical_bayes_item_ridge` -- the per-item ridge of the private bias model from the
+  released counts and the calibrated noise scale (post-processing of the count release).
+
+Where no rule can decide, :func:`privrec.tuning.select_private` compares candidates on a
+held-out loss released under DP, with its cost in the ledger.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..privacy import default_count_fraction
+
+__all__ = ["SIGMA_Y_OVER_TAU", "auto_config", "empirical_bayes_item_ridge"]
+
+#: prior noise-to-signal ratio sigma_y / tau of the empirical-Bayes item ridge of the bias model:
+#: rating noise B / 2 against item biases of spread B / 6.5 (B the label clip)
+SIGMA_Y_OVER_TAU = 3.25
+
+
+def empirical_bayes_item_ridge(counts, noise: float, bias_feature: float) -> np.ndarray:
+    """Per-item ridge of the private bias model (empirical Bayes; the derivation is in
+    :meth:`privrec.models.DPALS._item_regularization`).
+
+    ``lambda_i = (sigma_y / tau)^2 (1 + 4 noise^2 / n_i) * c^2`` with ``n_i`` the released count
+    (floored at 1), ``noise = z sqrt(beta)`` the calibrated noise of the item step in label units
+    and ``c`` the bias feature. Decreasing in the count and in epsilon (``noise`` falls), so the
+    bias model has no step in epsilon.
+    """
+    n = np.maximum(np.asarray(counts, dtype=np.float64), 1.0)
+    lam = (SIGMA_Y_OVER_TAU**2) * (1.0 + 4.0 * float(noise) ** 2 / n)
+    return (lam * float(bias_feature) ** 2).astype(np.float64)
+
+
+def auto_config(
+    n_users: int, n_items: int, epsilon: float, delta: float, rating_bound: float, implicit: bool = False
+) -> dict:
+    """Automatic DPALS hyper-parameters from public quantities only.
+
+    Inputs: the numbers of users and items, epsilon, delta, the public rating bound and whether
+    the data is implicit feedback -- never the ratings -- so the choice costs no privacy.
+
+    The rule keys on the *signal index* ``S = n_users * min(epsilon, 20)``: the noise of every
+    user-level release is fixed by (epsilon, delta) while the signal of an item's statistic grows
+    with the number of users, so S orders the regimes. When noise dominates (small S) the personal
+    low-rank part is switched off (``factors = 0``): the model is then the private bias model
+    (explicit ratings: global mean + item bias released by the item step + user bias from each
+    user's own ratings) or the private popularity ranker (implicit feedback), which is what a
+    noisy low-rank part would otherwise degrade below. Above the thresholds a small rank is used.
+    The item ridge of the private bias model is not a table entry: it is the empirical-Bayes rule
+    of :meth:`DPALS._item_regularization` (calibrated noise and released counts), continuous in
+    epsilon; ``regularization`` here is its value only where that rule does not apply.
+
+    Thresholds and settings were chosen on *validation* splits -- synthetic presets
+    (``ml10m-like`` at scale 0.2, ``synthetic-skew``) and the validation parts of ML-100K and
+    Last.fm -- never on a test split (``benchmarks/bench_utility.py`` reports test figures for
+    the rule as it stands). Tuning hyper-parameters on private data is itself a privacy cost not
+    counted in any ledger; this rule avoids it for users, who should not tune on their own data
+    without accounting for it.
+    """
+    if math.isinf(epsilon):
+        return {
+            "factors": 32,
+            "iterations": 15,
+            "budget": 100.0,
+            "regularization": 20.0,
+            "user_regularization": 20.0,
+            "max_norm": 1.0,
+            "count_fraction": 0.2,
+            "gramian_ratio": 1.0,
+            "item_frac": 1.0,
+        }
+    signal = n_users * min(epsilon, 20.0)
+    if implicit:
+        # popularity prior only / a small rank / the head-restricted rank of the reference settings
+        # (top 10% of items by noisy count, ridge 30 on both sides; validation users of ml20m-like)
+        if signal < 20_000:
+            factors, iters, user_reg, item_frac = 0, 0, 1.0, 1.0
+        elif signal < 100_000:
+            factors, iters, user_reg, item_frac = 8, 2, 1.0, 1.0
+        else:
+            factors, iters, user_reg, item_frac = 32, 3, 30.0, 0.1
+        return {
+            "factors": factors,
+            "iterations": iters,
+            "budget": 100.0,
+            "regularization": 30.0,
+            "user_regularization": user_reg,
+            "max_norm": 0.1,
+            "count_fraction": default_count_fraction(epsilon),
+            "gramian_ratio": 1.0,
+            "item_frac": item_frac,
+        }
+    if signal < 150_000:  # private bias model
+        # the item ridge of the bias model is the empirical-Bayes rule of DPALS._item_regularization
+        # (set from the calibrated noise at fit time; ``reg`` is only its fallback for explicit
+        # overrides); the bias model is invariant to max_norm once its ridge scales with c^2
+        factors, iters, max_norm = 0, 1, 0.5
+        reg = 40.0 if epsilon <= 2 else (20.0 if epsilon <= 10 else 5.0)
+    else:
+        factors, iters, max_norm, reg = 8, (2 if signal < 250_000 else 4), 0.5, 40.0
+    return {
+        "factors": factors,
+        "iterations": iters,
+        "budget": 100.0,
+        "regularization": reg,
+        "user_regularization": 5.0,
+        "max_norm": max_norm,
+        "count_fraction": default_count_fraction(epsilon),
+        # bias model: the 1-d "Gramian" is a weighted count -- the bias's denominator and, since
+        # it is released anyway, the exposure term of ranking (DPALS._exposure) -- and gets half the
+        # right-hand side's share (multiplier sqrt(2) x). Validation (ML-100K, 3 seeds): Recall@20
+        # 0.165 -> 0.184 at eps = 1, 0.198 -> 0.205 at eps = 2, RMSE +0.0006 / +0.0016; the earlier
+        # 2x (a quarter of the share) was set for RMSE alone
+        "gramian_ratio": math.sqrt(2.0) if factors == 0 else 1.0,
+        "item_frac": 1.0,
+        # the two global-mean releases at twice the counts' multiplier (a quarter of their share
+        # each): the scalar mean of every rating needs far less precision than per-item counts,
+        # and the counts are what ranking uses (validation, ML-100K at eps = 1: Recall@20 0.037 ->
+        # 0.079 with RMSE +0.0002; synthetic-skew +0.001)
+        "mean_ratio": 2.0,
+    }
