@@ -634,7 +634,7 @@ def markdown(res: dict, command: str) -> str:
         f"# Privacy audit with known power ({'quick' if cfg['quick'] else 'full'} run)",
         "",
         f"Produced by `{command}` ({res['environment']['time_utc']}; {res['environment']['cpus']} CPUs). "
-        "See the docstring of `benchmarks/bench_audit.py` for the method, `privrec/privacy/audit.py` for "
+        "See the docstring of `benchmarks/bench_audit.py` for the method, `privrec/privacy/audit/` for "
         "the statistics and `docs/privacy/audit.md` for what each part does and does not audit.",
         "",
         f"Wall time {tm['wall_seconds']:.0f} s (white box {tm['whitebox_seconds']:.0f} s, black box "

@@ -11,8 +11,8 @@ What runs where (one sweep = user step, then item step):
   released global Gramian (``unobserved_weight > 0``), the per-block noise seeds
   (``SSPSolver.noise_seeds``) and the ledger record; finally the ledger-vs-plan check and the
   release attributes;
-* **partition tasks** (where the partition's CSR block lives; the state persists on the workers
-  between steps) -- binarisation (implicit feedback), sampled counts / rating sums with the
+* **partition tasks** (:mod:`privrec.distributed.tasks`; where the partition's CSR block lives;
+  the state persists on the workers between steps) -- binarisation (implicit feedback), sampled counts / rating sums with the
   partition's users' keys (counter-based sampling keyed on the stable hash of each user's id:
   the same entries as on the whole matrix), head restriction, centering, the per-user allocation (uniform / tail with the
   driver's key, adaptive), the per-user ridge, the item-major batch structure, and per step the
@@ -50,291 +50,54 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from .._io import progress_steps
 from .._validation import check_memory
-from ..allocation import (
-    adaptive_weights,
-    sampled_item_counts,
-    sampled_rating_sum,
-    stable_user_keys,
-    tail_weights,
-    uniform_weights,
-)
-from ..privacy import clip_labels, make_rng
+from ..privacy import make_rng
 from ..privacy.mechanisms import Release
-from ..solvers import TaskBatch, make_solver
+from ..solvers import make_solver
 from ..solvers._base import NOISE_BLOCK
-from ..solvers._linalg import as_task_array, chunk_statistics, prepared_inputs, single_threaded_blas, spd_solve
-from ..solvers.ridge import frequency_regularization, scaled_regularization
+from ..solvers._linalg import as_task_array
 from ._client import get_client
-from .partition import PartitionBlock, PartitionedInteractions, _release_freed_memory, partition_interactions
+from .partition import PartitionedInteractions, _release_freed_memory, partition_interactions
 from .reduce import DEFAULT_FAN_IN, item_blocks, reduce_item_blocks, tree_sum
+
+# the worker-side task bodies (moved to .tasks; PartitionState, StepData and _weights re-exported)
+from .tasks import (
+    PartitionState,
+    StepData,
+    _exact_counts,
+    _exact_sum,
+    _gram,
+    _head_user_counts,
+    _identity,
+    _out_of_range,
+    _partition_user_keys,
+    _prepare,
+    _release_blocks,
+    _sampled_counts,
+    _sampled_sum,
+    _scan,
+    _solve_exact,
+    _spend,
+    _statistics,
+    _training_matrix,
+    _user_count_sums,
+    _user_step,
+    _warm,
+    _with_user_reg,
+)
+from .tasks import _weights as _weights
 
 #: item tasks per reduction block (4 noise blocks: 1024 x (d+1)^2 float32 Gramians = 4.5 MB at d = 32)
 DEFAULT_BLOCK_TASKS = 4 * NOISE_BLOCK
 #: values up to this size travel as a task argument (recomputable after a worker loss); larger ones
 #: are scattered to every worker (no lineage: a copy must survive on some worker)
 _INLINE_BYTES = 16 << 20
-
-
-# ---------------------------------------------------------------------- per-partition state
-
-
-@dataclass
-class PartitionState:
-    """What a partition keeps on its worker between ALS steps (never gathered).
-
-    ``centered``: the head-restricted ratings (binarised for implicit feedback) minus the global
-    mean, in the fit's dtype (local users x head items); ``rows``: local user row of every entry;
-    ``user_counts``: head-restricted ratings per local user; ``reg_users``: the user-step ridge;
-    ``batch0``: the item-major :class:`~privrec.solvers.TaskBatch` structure (allocation weights,
-    entry positions as labels) and ``order`` the entry permutation into it, so a step regroups its
-    labels without another sort (as the local fit does).
-    """
-
-    centered: sp.csr_matrix
-    rows: np.ndarray
-    user_counts: np.ndarray
-    reg_users: np.ndarray | None
-    batch0: TaskBatch
-    order: np.ndarray
-
-
-@dataclass
-class StepData:
-    """One partition's item-step input of one ALS step: the batch (labels, weights, features), the
-    features as the solver sees them (``x``, clipped for SSP), the partition's largest unit spend,
-    its partial global Gramian (``None`` without gravity) and the users' unclipped solution (the
-    warm start of the next CG user step, ``DPALS._user_step``)."""
-
-    batch: TaskBatch
-    x: np.ndarray
-    spend: float
-    gram: np.ndarray | None
-    warm: np.ndarray
-
-
-# ---------------------------------------------------------------------- task bodies (pure, picklable)
-
-
-def _identity(value):
-    return value
-
-
-def _scan(block: PartitionBlock) -> dict:
-    """Validation summary of one partition's raw values (nnz, min, max, negatives)."""
-    data = np.asarray(block.matrix.data)
-    if not data.size:
-        return {"nnz": 0, "min": math.inf, "max": -math.inf, "negative": 0}
-    return {
-        "nnz": int(data.size),
-        "min": float(data.min()),
-        "max": float(data.max()),
-        "negative": int(np.count_nonzero(data < 0)),
-    }
-
-
-def _training_matrix(block: PartitionBlock, offset: int, implicit: bool) -> sp.csr_matrix:
-    """The partition's rows of the fit's matrix (``R_full`` of the local fit): binarised for implicit feedback."""
-    from ..models.dpals import _binarised
-
-    return _binarised(block.matrix) if implicit else block.matrix
-
-
-def _partition_user_keys(block: PartitionBlock, offset: int) -> np.ndarray:
-    """The sampling keys of the partition's users: the stable hash of their ids, as the local fit
-    keys an ``Interactions``' users (``FactorizationModel._sampling_user_keys``)."""
-    return stable_user_keys(block.user_ids)
-
-
-def _sampled_counts(R: sp.csr_matrix, offset: int, k: int, key: int, user_keys=None) -> np.ndarray:
-    return sampled_item_counts(R, k, key, offset, user_keys)
-
-
-def _exact_counts(R: sp.csr_matrix, offset: int) -> np.ndarray:
-    return np.bincount(R.indices, minlength=R.shape[1]).astype(np.float64)
-
-
-def _sampled_sum(
-    R: sp.csr_matrix, offset: int, k: int, key: int, bound: float, mid: float, user_keys=None
-) -> tuple[float, float]:
-    # the local PrivatePipeline.release_mean shifts by the public midpoint first (same expression)
-    m = R if not mid else sp.csr_matrix((R.data - mid, R.indices, R.indptr), shape=R.shape)
-    return sampled_rating_sum(m, k, key, bound, offset, user_keys)
-
-
-def _exact_sum(R: sp.csr_matrix, offset: int) -> tuple[float, float]:
-    return float(R.data.sum(dtype=np.float64)), float(R.nnz)
-
-
-def _weights(
-    R: sp.csr_matrix, offset: int, counts_h: np.ndarray, cfg, key: int | None, user_keys=None
-) -> sp.csr_matrix:
-    """``PrivatePipeline.allocate`` for one block of users (the sampling key drawn by the driver,
-    the users' own keys from their ids)."""
-    dtype = cfg.dtype
-    kind = cfg.allocation if cfg.private else "full"
-    if kind == "full":
-        return sp.csr_matrix((np.ones(R.nnz, dtype=dtype), R.indices, R.indptr), shape=R.shape)
-    if kind == "uniform":
-        return uniform_weights(R, int(cfg.budget), dtype=dtype, key=key, row_offset=offset, user_keys=user_keys)
-    if kind == "tail":
-        return tail_weights(R, counts_h, int(cfg.budget), dtype=dtype, key=key, row_offset=offset, user_keys=user_keys)
-    return adaptive_weights(R, counts_h, cfg.mu, cfg.budget, dtype=dtype)
-
-
-def _prepare(
-    R_full: sp.csr_matrix,
-    offset: int,
-    head: np.ndarray,
-    mu: float,
-    counts_h: np.ndarray,
-    key: int | None,
-    n_users: int,
-    proxy,
-    cfg,
-    user_keys=None,
-) -> PartitionState:
-    """Head restriction, centering, allocation, user ridge (when per user) and the batch structure."""
-    dtype = cfg.dtype
-    n_items = R_full.shape[1]
-    R = (R_full[:, head] if head.size != n_items else R_full).tocsr()
-    if not R.has_sorted_indices:
-        R = R.copy()  # never sort the partition block itself in place
-        R.sort_indices()
-    centered = R.copy()
-    centered.data = centered.data.astype(dtype, copy=True)
-    if mu:
-        centered.data -= dtype.type(mu)
-    W = _weights(R, offset, counts_h, cfg, key, user_keys)
-    user_counts = np.diff(R.indptr)
-    rows = np.repeat(np.arange(R.shape[0]), user_counts)
-    if cfg.private:
-        reg_users: np.ndarray | None = proxy._user_regularization(cfg, user_counts)[0]
-    elif not cfg.user_reg_exponent:
-        reg_users = frequency_regularization(user_counts, cfg.user_reg, 0.0)[0]
-    else:
-        reg_users = None  # needs the global normaliser: _with_user_reg
-    width = cfg.factors + (1 if cfg.biases else 0)
-    where = centered.copy()
-    where.data = np.arange(1, centered.nnz + 1, dtype=np.float64)
-    batch0 = proxy.item_batch(cfg, where, W, np.zeros((R.shape[0], width), dtype=dtype), counts_h, n_users)
-    order = batch0.labels.astype(np.int64) - 1
-    return PartitionState(centered, rows, user_counts, reg_users, batch0, order)
-
-
-def _user_count_sums(state: PartitionState, exponent: float) -> tuple[float, float]:
-    """The two sums of ``frequency_regularization``'s normaliser over this partition's users."""
-    c = np.asarray(state.user_counts, dtype=np.float64)
-    return float(c.sum()), float(np.dot(c, (c + 1.0) ** exponent))
-
-
-def _with_user_reg(state: PartitionState, reg: float, exponent: float, norm: float) -> PartitionState:
-    """``frequency_regularization`` with the global normaliser (non-private fits)."""
-    return dataclasses.replace(state, reg_users=scaled_regularization(state.user_counts, reg, exponent, norm))
-
-
-def _user_step(
-    state: PartitionState, side, proxy, cfg, max_norm: float | None, gravity: str | None, warm=None
-) -> StepData:
-    """User step of the partition's users (warm-started at their previous solution ``warm``, as
-    in ``DPALS.fit``), then its item-step batch."""
-    V, b_items = side["V"], side["b"]
-    dtype = cfg.dtype
-    U, b_users, solution = proxy._user_step(cfg, state.centered, V, b_items, state.reg_users, warm)
-    labels = state.centered.data.copy()
-    if b_users is not None:
-        labels -= b_users[state.rows]
-    if cfg.private:
-        labels = clip_labels(labels, cfg.label_bound).astype(dtype, copy=False)
-    n = state.centered.shape[0]
-    feats = np.hstack([U, np.full((n, 1), dtype.type(cfg.bias_feature), dtype=dtype)]) if cfg.biases else U
-    batch = dataclasses.replace(state.batch0, labels=labels[state.order], features=feats)
-    x, _ = prepared_inputs(batch, max_norm, None, dtype, labels=False)
-    spend = batch.unit_budget() if cfg.private else 0.0
-    gram = None
-    with single_threaded_blas():
-        if gravity == "features":  # SSP / ExactSolver: global_gramian(x) of the solver's features
-            gram = x.T @ x
-        elif gravity == "factors":  # ALS: alpha * U^T U in float64, the bias coordinate without gravity
-            u64 = np.asarray(U, dtype=np.float64)
-            gram = u64.T @ u64
-    return StepData(batch, x, spend, gram, solution)
-
-
-def _spend(step: StepData) -> float:
-    return step.spend
-
-
-def _warm(step: StepData) -> np.ndarray:
-    return step.warm
-
-
-def _gram(step: StepData) -> np.ndarray | None:
-    return step.gram
-
-
-def _statistics(step: StepData, offset: int, items: slice, label_bound: float | None, exact: bool, hook):
-    """Leaf: this partition's exact statistics of the item tasks ``items`` (``chunk_statistics``)."""
-    if hook is not None:
-        hook(offset, items)
-    batch = step.batch
-    with single_threaded_blas():
-        G, b = chunk_statistics(batch, step.x, batch.labels, items.start, items.stop, label_bound=label_bound)
-    if exact:
-        return G, b, np.diff(batch.indptr[items.start : items.stop + 1])
-    return G, b
-
-
-def _release_blocks(total, k: int, seeds, solver, reg: np.ndarray, gram, block_tasks: int, gd=None):
-    """Root of a private block: the solver's ``release_block`` once per noise block it covers (SSP:
-    noisy statistics and solve; noisy GD: ``gd["theta0"]`` / ``gd["steps"]`` give the public start
-    and step sizes of its T steps)."""
-    G, b = total
-    t0 = k * block_tasks
-    out = np.empty(b.shape, dtype=np.dtype(solver.dtype))
-    keep = gd is None and getattr(solver, "keep_diagonal", False)
-    diag = np.empty(b.shape, dtype=np.float64) if keep else None
-    n_bad = 0
-    with single_threaded_blas():
-        for j, seed in enumerate(seeds):
-            s0, s1 = solver.block_tasks(j, j + 1, len(b))
-            lo, hi = t0 + s0, t0 + s1
-            if gd is None:
-                extra = {} if diag is None else {"diagonal_out": diag[s0:s1]}
-                out[s0:s1], bad = solver.release_block(G[s0:s1], b[s0:s1], reg[lo:hi], gram, seed, **extra)
-                n_bad += bad
-            else:
-                out[s0:s1] = solver.release_block(
-                    G[s0:s1], b[s0:s1], reg[lo:hi], gram, seed, gd["theta0"][lo:hi], gd["steps"][:, lo:hi]
-                )
-    return (out, n_bad) if diag is None else (out, n_bad, diag)
-
-
-def _solve_exact(total, k: int, seed, reg: np.ndarray, gram, block_tasks: int):
-    """Root of a non-private block: the ridge solve of ``ExactSolver`` / ALS from the summed statistics
-    (tasks without examples get zeros, as ``solve_rows`` gives them)."""
-    G, b, sizes = total
-    t0 = k * block_tasks
-    A = G
-    d = A.shape[-1]
-    diag = np.arange(d)
-    A[:, diag, diag] += reg[t0 : t0 + len(b), None]
-    if gram is not None:
-        A += gram
-    out = np.zeros(b.shape, dtype=b.dtype)
-    has = np.flatnonzero(sizes > 0)
-    if has.size:
-        with single_threaded_blas():
-            out[has] = spd_solve(A[has], b[has])
-    return out, 0
 
 
 # ---------------------------------------------------------------------- the driver
@@ -818,17 +581,6 @@ class _Driver:
         model._item_ids_given = bool(given)
         model._item_axis = "catalogue" if given else "data"  # a partitioned table: its items, unless given
         model._id_lookup = {}
-
-
-def _head_user_counts(R: sp.csr_matrix, offset: int, head: np.ndarray, e: float) -> tuple[float, float]:
-    """``_user_count_sums`` when no state is built (no ALS step)."""
-    c = np.diff((R[:, head] if head.size != R.shape[1] else R).tocsr().indptr).astype(np.float64)
-    return float(c.sum()), float(np.dot(c, (c + 1.0) ** e))
-
-
-def _out_of_range(block: PartitionBlock, low: float, high: float) -> int:
-    data = np.asarray(block.matrix.data)
-    return int(np.count_nonzero((data < low) | (data > high)))
 
 
 __all__ = ["DEFAULT_BLOCK_TASKS", "PartitionState", "StepData", "fit"]
