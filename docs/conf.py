@@ -72,8 +72,12 @@ _SKLEARN_GENERATED = (
 
 
 def _skip_member(app, what, name, obj, skip, options):
-    """Hide scikit-learn's generated metadata-routing methods (their docstrings cite sklearn's own docs)."""
+    """Hide scikit-learn's generated metadata-routing methods and the methods a class inherits from
+    scikit-learn (``FactorizationModel`` lists its inherited members; their docstrings cite sklearn's
+    own docs)."""
     if name in _SKLEARN_GENERATED or (name.startswith("set_") and name.endswith("_request")):
+        return True
+    if what == "class" and (getattr(obj, "__module__", None) or "").startswith("sklearn."):
         return True
     return None
 

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from privrec.cli import main
-from privrec.commands import models as M
+from privrec.commands._running import EXIT_REFUSED
 from privrec.privacy import Budget, BudgetExceededError
 
 SMALL = ["--scale", "0.2", "--quiet"]
@@ -50,7 +50,7 @@ def test_first_fit_creates_and_records_then_a_fit_too_many_is_refused(tmp_path, 
     # the same fit again (the file is used as is): refused, one line, status 3, file unchanged
     before = path.read_bytes()
     rc, out, err = run(["fit", "--epsilon", "1", "--budget-file", str(path), *SMALL, *FAST], capsys)
-    assert rc == M.EXIT_REFUSED == 3 and out == "" and len(err.splitlines()) == 1
+    assert rc == EXIT_REFUSED == 3 and out == "" and len(err.splitlines()) == 1
     assert err.startswith(f"privrec fit: refused: privacy budget {path}: lifetime epsilon")
     assert "spent so far" in err and "would bring it to" in err and "nothing was released" in err
     assert path.read_bytes() == before

@@ -104,7 +104,7 @@ def test_fallback_reader_rejects_missing_ids_and_non_numeric_ratings(tmp_path, c
 
 
 def test_model_label_never_calls_an_infinite_epsilon_private():
-    from privrec.commands.models import _model_label
+    from privrec.commands.report import _model_label
 
     events = {"events": [{"label": "exact solve (non-private)"}]}
     assert _model_label({"method": "ada-dpals", "privacy_events": events, "epsilon_spent": "inf"}) == (
@@ -123,13 +123,13 @@ def test_model_label_never_calls_an_infinite_epsilon_private():
 @pytest.fixture
 def nothing_may_run(monkeypatch):
     """Loading the data or fitting fails the test: the command must stop before."""
-    import privrec.commands.models as M
+    import privrec.commands.fit as F
 
     def ran(*args, **kwargs):
         raise AssertionError("data was loaded or a model fitted before the output paths were checked")
 
-    monkeypatch.setattr(M, "_load", ran)
-    monkeypatch.setattr(M, "_fit_model", ran)
+    monkeypatch.setattr(F, "_load", ran)
+    monkeypatch.setattr(F, "_fit_model", ran)
 
 
 def _unwritable_outputs(tmp_path):
@@ -171,9 +171,9 @@ def test_unwritable_output_paths_fail_before_loading_or_fitting(tmp_path, capsys
 
 
 def test_missing_output_folders_are_fine_and_created_only_by_the_save(tmp_path, capsys, monkeypatch):
-    import privrec.commands.models as M
+    import privrec.commands.fit as F
 
-    monkeypatch.setattr(M, "_load", lambda args: (_ for _ in ()).throw(ValueError("stop after the checks")))
+    monkeypatch.setattr(F, "_load", lambda args: (_ for _ in ()).throw(ValueError("stop after the checks")))
     rc, _, err = _run(["fit", "--method", "als", "-q", "--output", str(tmp_path / "new" / "dir" / "m.npz")], capsys)
     assert rc == 2 and err.endswith("stop after the checks")  # the path passed; nothing was created yet
     assert list(tmp_path.iterdir()) == []

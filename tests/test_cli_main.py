@@ -60,7 +60,7 @@ def test_command_module_raising_on_import_fails_loudly(monkeypatch, tmp_path, ca
     (tmp_path / "broken_cmd.py").write_text("raise RuntimeError('boom at import')\n")
     monkeypatch.setattr(privrec.commands, "__path__", [*privrec.commands.__path__, str(tmp_path)])
     monkeypatch.delitem(sys.modules, "privrec.commands.broken_cmd", raising=False)
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ["models", "broken_cmd"])
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ["fit", "broken_cmd"])
     assert main(["fit", "--help"]) == 1
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("privrec: error: command module privrec.commands.broken_cmd failed to import")
@@ -68,10 +68,31 @@ def test_command_module_raising_on_import_fails_loudly(monkeypatch, tmp_path, ca
 
 
 def test_command_module_without_register_fails_loudly(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ["models", "__init__"])  # importable, no register()
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ["fit", "__init__"])  # importable, no register()
     monkeypatch.setitem(sys.modules, "privrec.commands.__init__", type(sys)("privrec.commands.__init__"))
     assert main(["fit", "--help"]) == 1
     assert "has no register(subparsers)" in capsys.readouterr().err
+
+
+def test_former_models_module_still_exports_its_public_names():
+    """``privrec.commands.models`` was split into one module per command; its public names stay."""
+    import argparse
+
+    import privrec.commands.models as M
+    from privrec.commands import _data, evaluate, fit, recommend, report
+
+    assert "models" not in privrec.commands.COMMAND_MODULES  # the commands register from their own modules
+    assert all(getattr(M, name) is not None for name in M.__all__)
+    assert M.load_ratings_file is _data.load_ratings_file and M.privacy_paragraph is report.privacy_paragraph
+    assert (M.cmd_fit, M.cmd_evaluate, M.cmd_recommend, M.cmd_similar) == (
+        fit.cmd_fit,
+        evaluate.cmd_evaluate,
+        recommend.cmd_recommend,
+        recommend.cmd_similar,
+    )
+    subparsers = argparse.ArgumentParser().add_subparsers()
+    M.register(subparsers)
+    assert list(subparsers.choices) == ["fit", "evaluate", "recommend", "similar"]
 
 
 @pytest.mark.parametrize(
@@ -158,7 +179,7 @@ def _console_script(trigger: str | None, argv: list[str], after: str = "") -> st
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGINT") or os.name != "posix", reason="needs POSIX signals")
-@pytest.mark.parametrize("trigger", ["numpy", "pandas", "privrec.privacy", "privrec.commands.models"])
+@pytest.mark.parametrize("trigger", ["numpy", "pandas", "privrec.privacy", "privrec.commands.fit"])
 def test_sigint_during_start_up_imports_is_one_line_and_status_130(trigger):
     code = _console_script(trigger, ["datasets", "list"])
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)

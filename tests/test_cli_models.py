@@ -18,7 +18,11 @@ import pytest
 
 from privrec import models
 from privrec.cli import main
-from privrec.commands import models as M
+from privrec.commands import _yardsticks
+from privrec.commands._data import load_ratings_file, ratings_id_kinds, read_id_list
+from privrec.commands._running import CommandError
+from privrec.commands._yardsticks import relevance_threshold
+from privrec.commands.report import MARK, _delta_warning, privacy_paragraph
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--scale", "0.2", "--quiet"]
@@ -131,7 +135,7 @@ def test_trivial_heldout_baseline_is_exact_popularity(capsys):
 def test_no_compare_als_skips_the_reference_and_compare_als_forces_it(capsys, monkeypatch):
     res = run_json(capsys, ["fit", "--json", "--no-compare-als", *SMALL, *FAST])
     assert ex(res)["baselines"]["als"] is None and "als_skipped" not in ex(res)["baselines"]
-    monkeypatch.setattr(M, "ALS_COMPARISON_MAX_NNZ", 10)  # "large" data: skipped by default, with a hint
+    monkeypatch.setattr(_yardsticks, "ALS_COMPARISON_MAX_NNZ", 10)  # "large" data: skipped by default, with a hint
     res = run_json(capsys, ["fit", "--json", *SMALL, *FAST])
     assert ex(res)["baselines"]["als"] is None and "--compare-als" in ex(res)["baselines"]["als_skipped"]
     res = run_json(capsys, ["fit", "--json", "--compare-als", *SMALL, *FAST])
@@ -222,7 +226,7 @@ def unmarked_figures(out: str) -> list[str]:
         if not line.strip():
             continue
         if not line.startswith(" "):
-            section, marked = line.split()[0], M.MARK in line
+            section, marked = line.split()[0], MARK in line
             if re.search(r"\d", line) and not marked and section not in exempt:
                 bad.append(line)
         elif re.search(r"\d", line) and not marked and section not in ("privacy", "personal", "settings"):
@@ -243,13 +247,13 @@ def test_text_output_marks_every_exact_figure(argv, capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert unmarked_figures(out) == []
-    assert f"{M.MARK} data " in out and "training" in out and f"{M.MARK} timings  fit " in out
-    assert f"{M.MARK} = an exact figure computed from the data" in out
-    assert out.count(M.MARK) >= 5  # metrics, buckets, data, timings, legend
+    assert f"{MARK} data " in out and "training" in out and f"{MARK} timings  fit " in out
+    assert f"{MARK} = an exact figure computed from the data" in out
+    assert out.count(MARK) >= 5  # metrics, buckets, data, timings, legend
     # the sizes are printed only on marked lines
     res = run_json(capsys, [*argv, "--json"])
     n_train = f"{ex(res)['n_train']:,}"
-    assert [line for line in out.splitlines() if n_train in line and M.MARK not in line] == []
+    assert [line for line in out.splitlines() if n_train in line and MARK not in line] == []
 
 
 def test_evaluate_text_output_marks_every_exact_figure(tmp_path, capsys):
@@ -258,7 +262,7 @@ def test_evaluate_text_output_marks_every_exact_figure(tmp_path, capsys):
     capsys.readouterr()
     assert main(["evaluate", "--model", str(path), "--no-compare-als", *SMALL]) == 0
     out = capsys.readouterr().out
-    assert unmarked_figures(out) == [] and f"{M.MARK} data " in out
+    assert unmarked_figures(out) == [] and f"{MARK} data " in out
 
 
 @pytest.mark.parametrize(
@@ -300,7 +304,7 @@ def test_evaluate_json_keeps_exact_figures_apart(tmp_path, capsys):
 def _file_split(folder):
     from privrec.evaluation import experiment as X
 
-    data = M.load_ratings_file(folder / "r.csv", "uid", "mid", "stars")
+    data = load_ratings_file(folder / "r.csv", "uid", "mid", "stars")
     return X.make_split(data, "random", seed=0)
 
 
@@ -358,13 +362,13 @@ def test_relevance_threshold_rule():
     import scipy.sparse as sp
 
     train = sp.csr_matrix(np.array([[1.0, 5.0], [3.0, 0.0]]))
-    assert M.relevance_threshold(models.ALS(), train) == 4.0
+    assert relevance_threshold(models.ALS(), train) == 4.0
     half_stars = sp.csr_matrix(np.array([[0.5, 5.0]]))
-    assert M.relevance_threshold(models.ALS(), half_stars) == pytest.approx(3.875)
-    assert M.relevance_threshold(models.DPALS(rating_range=(0, 10)), train) == 7.5  # the declared scale
-    assert M.relevance_threshold(models.ALS(), train, 2.5) == 2.5
-    with pytest.raises(M.CommandError, match="finite"):
-        M.relevance_threshold(models.ALS(), train, float("nan"))
+    assert relevance_threshold(models.ALS(), half_stars) == pytest.approx(3.875)
+    assert relevance_threshold(models.DPALS(rating_range=(0, 10)), train) == 7.5  # the declared scale
+    assert relevance_threshold(models.ALS(), train, 2.5) == 2.5
+    with pytest.raises(CommandError, match="finite"):
+        relevance_threshold(models.ALS(), train, float("nan"))
 
 
 def test_private_fit_is_compared_with_the_popularity_of_its_own_released_counts(capsys):
@@ -429,10 +433,10 @@ def test_heldout_default_delta_warns_and_explains_the_paper_convention(capsys):
 
 
 def test_delta_warning_text():
-    assert M._delta_warning(1e-5, 1000, "random", True) is None
-    msg = M._delta_warning(1e-3, 1000, "random", True)
+    assert _delta_warning(1e-5, 1000, "random", True) is None
+    msg = _delta_warning(1e-3, 1000, "random", True)
     assert "1/1,000" in msg and "paper" not in msg and "--delta 1e-05" in msg
-    assert "paper's convention" in M._delta_warning(1e-3, 1000, "heldout-users", False)
+    assert "paper's convention" in _delta_warning(1e-3, 1000, "heldout-users", False)
 
 
 def test_known_noise_seed_is_called_out_in_the_summary(capsys):
@@ -451,16 +455,16 @@ def test_privacy_paragraph_reads_the_report():
         "target_epsilon": 1.0,
         "neighboring": "add_or_remove_one",
     }
-    text = M.privacy_paragraph(report, width=None)
+    text = privacy_paragraph(report, width=None)
     assert "(0.92, 1e-06)-differentially private at the user level" in text
     assert f"e^0.92 = {math.exp(0.92):.3g}" in text and "delta = 1e-06" in text
     assert "PLD (privacy loss distribution) accountant over the 3 recorded noise events" in text
     assert "RDP accountant gives 1" in text and "\n" not in text
-    rdp = M.privacy_paragraph({**report, "accountant": "rdp", "epsilon": 1.0}, feedback="implicit")
+    rdp = privacy_paragraph({**report, "accountant": "rdp", "epsilon": 1.0}, feedback="implicit")
     flat = " ".join(rdp.split())
     assert "RDP (Renyi differential privacy) accountant" in flat and "one user's interactions" in flat
     assert max(len(line) for line in rdp.splitlines()) <= 100
-    assert M.privacy_paragraph(None).startswith("None")
+    assert privacy_paragraph(None).startswith("None")
 
 
 # ------------------------------------------------------------------------------- --ratings files
@@ -695,20 +699,20 @@ def test_private_noise_comes_from_os_entropy_unless_a_noise_seed_is_given(capsys
 def test_csv_ids_are_text_unless_declared_numeric(tmp_path):
     """CSV ids 007 and 7 used to become one user."""
     (tmp_path / "r.csv").write_text("user,item,rating\n007,1,4\n7,2,3\n8,1,5\n8,2,1\n")
-    data = M.load_ratings_file(tmp_path / "r.csv")
+    data = load_ratings_file(tmp_path / "r.csv")
     assert data.user_ids.tolist() == ["007", "7", "8"] and data.nnz == 4
-    numeric = M.load_ratings_file(tmp_path / "r.csv", numeric_ids=True)
+    numeric = load_ratings_file(tmp_path / "r.csv", numeric_ids=True)
     assert numeric.user_ids.tolist() == [7, 8] and numeric.item_ids.tolist() == [1, 2]
     (tmp_path / "users.txt").write_text("007\n7\n8\n9\n")
-    assert M.read_id_list(tmp_path / "users.txt", "--users") == ["007", "7", "8", "9"]
-    roster = M.load_ratings_file(tmp_path / "r.csv", user_ids=M.read_id_list(tmp_path / "users.txt", "--users"))
+    assert read_id_list(tmp_path / "users.txt", "--users") == ["007", "7", "8", "9"]
+    roster = load_ratings_file(tmp_path / "r.csv", user_ids=read_id_list(tmp_path / "users.txt", "--users"))
     assert roster.user_ids.tolist() == ["007", "7", "8", "9"]
-    with pytest.raises(M.CommandError, match=r"users\.txt: line 2 repeats the id '7'"):
-        M.read_id_list(tmp_path / "users.txt", "--users", "int")  # 007 and 7 are one number
+    with pytest.raises(CommandError, match=r"users\.txt: line 2 repeats the id '7'"):
+        read_id_list(tmp_path / "users.txt", "--users", "int")  # 007 and 7 are one number
     (tmp_path / "bad.csv").write_text("user,item,rating\n1,1,4\nx,2,3\n")
-    with pytest.raises(M.CommandError, match=r"bad\.csv, data row 2: 'user' id 'x' is not an integer"):
-        M.load_ratings_file(tmp_path / "bad.csv", numeric_ids=True)
-    assert M.ratings_id_kinds(tmp_path / "r.csv", "user", "item") == {"user": "str", "item": "str"}
+    with pytest.raises(CommandError, match=r"bad\.csv, data row 2: 'user' id 'x' is not an integer"):
+        load_ratings_file(tmp_path / "bad.csv", numeric_ids=True)
+    assert ratings_id_kinds(tmp_path / "r.csv", "user", "item") == {"user": "str", "item": "str"}
 
 
 @pytest.mark.parametrize(
@@ -723,8 +727,8 @@ def test_csv_ids_are_text_unless_declared_numeric(tmp_path):
 )
 def test_csv_rows_with_extra_or_missing_fields_name_the_line(tmp_path, text, line, reason):
     (tmp_path / "r.csv").write_text(text)
-    with pytest.raises(M.CommandError, match=rf"r\.csv, line {line}: .*{reason}"):
-        M.load_ratings_file(tmp_path / "r.csv")
+    with pytest.raises(CommandError, match=rf"r\.csv, line {line}: .*{reason}"):
+        load_ratings_file(tmp_path / "r.csv")
 
 
 def test_bad_ratings_inputs_are_one_line_cli_errors(tmp_path, capsys):

@@ -554,7 +554,7 @@ def test_cli_failures_with_json_print_one_error_object(workdir, flags, json_firs
     import io
     import json
 
-    import privrec.commands.models as M
+    import privrec.commands.fit as F
     from privrec.cli import main
 
     case = Path(tempfile.mkdtemp(dir=workdir))
@@ -566,13 +566,13 @@ def test_cli_failures_with_json_print_one_error_object(workdir, flags, json_firs
     def ran(*args, **kwargs):
         raise AssertionError(f"a fit ran for {argv}")
 
-    fit_model = M._fit_model
-    M._fit_model = ran
+    fit_model = F._fit_model
+    F._fit_model = ran
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             rc = main(argv)
     finally:
-        M._fit_model = fit_model
+        F._fit_model = fit_model
         shutil.rmtree(case, ignore_errors=True)
     assert rc in (1, 2, 3), (argv, rc)
     lines = out.getvalue().splitlines()

@@ -10,7 +10,9 @@ look like a missing feature).
 #: modules of :mod:`privrec.commands` whose ``register(subparsers)`` the CLI calls, in order
 COMMAND_MODULES = [
     "datasets",
-    "models",
+    "fit",
+    "evaluate",
+    "recommend",
     "benchmark",
     "export",
 ]

@@ -14,6 +14,12 @@ def add_command(subparsers, name: str, help: str, description: str) -> argparse.
     )
 
 
+def _out_args(p) -> None:
+    """``--json`` and ``--quiet``, which every model command takes."""
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+
+
 def report_error(line: str, status: int, as_json: bool = False, message: str | None = None) -> int:
     """Print the one-line error ``line`` to stderr and, when ``as_json`` (``--json``), the object
     ``{"error": message or line, "exit_status": status}`` as one line on stdout, so that scripts

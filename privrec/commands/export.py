@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 
-from . import models as M
-from ._parsers import add_command
+from ._data import _check_data_args, _data_args, _load, _load_model
+from ._parsers import _out_args, add_command
+from ._paths import _check_output_path
+from ._running import CommandError, _progress_enabled, _run
 
 EXPORT_DESCRIPTION = """\
 Write every user's top-N items to a Parquet file, one row per (user, rank) with
@@ -48,13 +50,13 @@ def register(subparsers) -> None:
         action="store_true",
         help="approximate nearest-neighbour search (faiss HNSW; needs pip install 'privrec[serving]')",
     )
-    M._data_args(p, split=False)
-    M._out_args(p)
+    _data_args(p, split=False)
+    _out_args(p)
     p.set_defaults(func=cmd_export)
 
 
 def cmd_export(args) -> int:
-    return M._run("export", _export, args)
+    return _run("export", _export, args)
 
 
 def _export(args) -> int:
@@ -62,19 +64,19 @@ def _export(args) -> int:
 
     args._warnings = []
     if args.n < 1:
-        raise M.CommandError(f"-n must be >= 1, got {args.n}")
+        raise CommandError(f"-n must be >= 1, got {args.n}")
     if args.batch_size is not None and args.batch_size < 1:
-        raise M.CommandError(f"--batch-size must be >= 1, got {args.batch_size}")
-    M._check_output_path(args.output, "--output")  # before any loading: a folder, /dev/null, ... fail at once
-    M._check_data_args(args)
-    model = M._load_model(args.model)
-    name, data = M._load(args)
+        raise CommandError(f"--batch-size must be >= 1, got {args.batch_size}")
+    _check_output_path(args.output, "--output")  # before any loading: a folder, /dev/null, ... fail at once
+    _check_data_args(args)
+    model = _load_model(args.model)
+    name, data = _load(args)
     index = None
     if args.approximate:
         try:
             index = ItemIndex(model, "faiss", similar_items=False)
         except ImportError as exc:
-            raise M.CommandError(str(exc)) from None
+            raise CommandError(str(exc)) from None
     summary = recommend_all(
         model,
         data,
@@ -83,7 +85,7 @@ def _export(args) -> int:
         batch_size=args.batch_size,
         filter_already_liked_items=not args.keep_rated,
         index=index,
-        show_progress=M._progress_enabled(args),
+        show_progress=_progress_enabled(args),
     )
     summary.update(dataset=name, model=str(args.model), warnings=list(args._warnings))
     if args.json:

@@ -1,0 +1,229 @@
+"""The yardsticks a model is compared with, and the ranking metrics that compare them.
+
+The trivial baseline (the training global mean for rating prediction, the exact popularity
+ranking for top-k), the popularity ranking of the fit's own released noisy counts (private, no
+extra cost) and non-private ALS (fitted when the training data is small enough or with
+``--compare-als``); Recall@20 / NDCG@20 of explicit ratings beside the RMSE, relevant = held-out
+ratings at or above a threshold (``--relevance-threshold``, default the top quarter of the rating
+scale). Their metrics are computed on the exact held-out data, and all but the noisy-count ranking
+are fitted on the exact training data: the output marks them non-private.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..evaluation import experiment as X
+from ..evaluation import ranking_metrics
+from ..evaluation.protocols import item_bias_of, item_factors_of, project_users
+from ._fitting import _fit_model
+from ._running import CommandError
+
+#: training matrices with fewer stored ratings than this get the non-private ALS comparison by default
+ALS_COMPARISON_MAX_NNZ = 2_000_000
+#: k of the ranking metrics
+TOP_K = 20
+#: default relevance threshold of explicit ratings: the top quarter of the rating scale (4 on 1-5)
+RELEVANCE_QUANTILE = 0.75
+
+
+def _compare_args(g) -> None:
+    g.add_argument(
+        "--relevance-threshold",
+        dest="relevance_threshold",
+        type=float,
+        default=None,
+        help="explicit ratings: a held-out rating at or above this is relevant for Recall@20 (default: the "
+        "top quarter of the rating scale -- the model's declared rating range, else the training ratings' "
+        "range -- i.e. 4 on 1-5)",
+    )
+    g.add_argument(
+        "--compare-als",
+        dest="compare_als",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also fit non-private ALS as a reference (default: only when the training data has fewer "
+        f"than {ALS_COMPARISON_MAX_NNZ:,} ratings)",
+    )
+
+
+def _yardstick_seed(args) -> int:
+    """Seed of the non-private ALS yardstick's initial factors: the public ``--seed`` (it adds no
+    noise, so a known seed costs nothing), so ``fit`` and ``evaluate`` refit the same yardstick."""
+    return int(getattr(args, "seed", 0) or 0)
+
+
+class _Trivial:
+    """Non-private yardstick read by the evaluation protocols: no factors, only offsets.
+
+    Ratings: the training global mean. Held-out users: items ranked by exact training counts.
+    """
+
+    def __init__(self, train: sp.csr_matrix, protocol: str):
+        n_users, n_items = train.shape
+        self.item_factors_ = np.zeros((n_items, 0), dtype=np.float32)
+        if protocol == "random":
+            self.name = "training global mean"
+            self.global_mean_ = float(np.mean(train.data)) if train.nnz else 0.0
+            self.item_bias_ = None
+        else:
+            self.name = "popularity (exact training counts)"
+            self.global_mean_ = 0.0
+            self.item_bias_ = (_exact_counts(train) / max(1, n_users)).astype(np.float32)
+
+    def _project_users(self, rows):
+        return np.zeros((rows.shape[0], 0), dtype=np.float32), None
+
+
+class _Popularity(_Trivial):
+    """A ranker without factors: every user's unseen items by one per-item score (e.g. counts)."""
+
+    def __init__(self, scores, name: str):
+        scores = np.asarray(scores, dtype=np.float32)
+        self.name = name
+        self.item_factors_ = np.zeros((scores.size, 0), dtype=np.float32)
+        self.global_mean_ = 0.0
+        self.item_bias_ = scores
+
+
+def _exact_counts(train: sp.csr_matrix) -> np.ndarray:
+    return np.diff(sp.csc_matrix(train).indptr).astype(np.float64)
+
+
+def relevance_threshold(model, train: sp.csr_matrix, given: float | None = None) -> float:
+    """The rating at or above which a held-out rating is relevant (explicit feedback).
+
+    ``given`` if set; else the top quarter of the rating scale, ``low + 0.75 (high - low)``: 4 on a
+    1-5 scale. The scale is the model's declared ``rating_range`` when it has one, else the range of
+    the training ratings (an exact statistic: the threshold is a non-private figure).
+    """
+    if given is not None:
+        if not math.isfinite(given):
+            raise CommandError(f"--relevance-threshold must be a finite number, got {given}")
+        return float(given)
+    declared = getattr(model, "rating_range", None)
+    if declared is not None:
+        lo, hi = (float(v) for v in declared)
+    elif train.nnz:
+        lo, hi = float(train.data.min()), float(train.data.max())
+    else:
+        return 0.0
+    return lo + RELEVANCE_QUANTILE * (hi - lo)
+
+
+def _relevant(test: sp.csr_matrix, threshold: float) -> sp.csr_matrix:
+    """The held-out ratings at or above ``threshold``, as 1s."""
+    out = sp.csr_matrix(test, dtype=np.float32, copy=True)
+    out.data = (out.data >= threshold).astype(np.float32)
+    out.eliminate_zeros()
+    return out
+
+
+def ranking_metrics_of(ranker, split, threshold: float | None = None, k: int = TOP_K) -> dict:
+    """Recall@k and NDCG@k of a fitted model (or a :class:`_Popularity` ranker) on the split's held-out data.
+
+    Held-out users: their targets, their fold-in history excluded (as the protocol's own metric).
+    Random split of explicit ratings: relevant = held-out ratings ``>= threshold``; each user is
+    projected from the same history as for the RMSE (training + validation ratings, whose items are
+    excluded from the candidates). Scores are those of ``model.recommend`` (predicted rating; the
+    per-user offsets do not change a user's ranking).
+    """
+    if split.protocol == "random":
+        history = split.projection if split.projection is not None else split.train
+        targets = _relevant(split.test, -math.inf if threshold is None else threshold)
+    else:
+        history, targets = split.history, split.targets
+    users = np.flatnonzero(np.diff(targets.indptr) > 0)
+    if users.size == 0:
+        return {f"recall@{k}": math.nan, f"ndcg@{k}": math.nan, "ranking_users": 0}
+    rows = history[users]
+    U = project_users(ranker, rows)
+    m = ranking_metrics(U, item_factors_of(ranker), targets[users], rows, ks=(k,), item_bias=item_bias_of(ranker))
+    return {f"recall@{k}": m[f"recall@{k}"], f"ndcg@{k}": m[f"ndcg@{k}"], "ranking_users": m["n_users"]}
+
+
+def _want_als(args, method: str | None, nnz: int) -> bool:
+    if method == "als":
+        return False
+    if args.compare_als is not None:
+        return bool(args.compare_als)
+    return nnz < ALS_COMPARISON_MAX_NNZ
+
+
+def _baselines(
+    args, split, name, method, params, model=None, private_release: bool = False, threshold: float | None = None
+) -> dict:
+    """Yardsticks on the same split: the trivial baseline (always), the popularity ranking of the
+    model's own released noisy counts (a private model that has them), the exact popularity ranking
+    (explicit ratings: its Recall@20 beside the global mean's RMSE) and non-private ALS (when wanted)."""
+    explicit = split.protocol == "random"
+    triv = _Trivial(split.train, split.protocol)
+    ev = X.evaluate_split(triv, split)
+    out: dict[str, Any] = {
+        "trivial": {"name": triv.name, "private": False, "metrics": ev["metrics"], "sliced": ev["sliced"]},
+    }
+    counts = getattr(model, "item_counts_", None)
+    if private_release and counts is not None:
+        pop = _Popularity(counts, "popularity (this fit's released noisy counts)")
+        out["private_popularity"] = {
+            "name": pop.name,
+            "private": True,
+            "metrics": ranking_metrics_of(pop, split, threshold),
+            "sliced": {},
+        }
+    if explicit:
+        pop = _Popularity(_exact_counts(split.train), "popularity (exact training counts)")
+        out["popularity"] = {
+            "name": pop.name,
+            "private": False,
+            "metrics": ranking_metrics_of(pop, split, threshold),
+            "sliced": {},
+        }
+    out["als"] = None
+    if _want_als(args, method, split.train.nnz):
+        # the private model's factors / iterations when given (a bias-only model's factors = 0 has no ALS twin)
+        als_params = {k: params[k] for k in ("factors", "iterations") if params.get(k)}
+        seed = _yardstick_seed(args)
+        fitted = _fit_model(split, "als", None, None, als_params, seed, False)
+        als, res = X.run_experiment(split, "als", params=als_params, seed=seed, dataset=name, fitted=fitted)
+        metrics = dict(res["metrics"])
+        if explicit:
+            metrics.update(ranking_metrics_of(als, split, threshold))
+        kind = "" if explicit else " implicit (Hu et al. 2008)"
+        out["als"] = {
+            "name": f"ALS{kind}" + (" (same factors, iterations)" if als_params else ""),
+            "private": False,
+            "params": als_params,
+            "config": dict(getattr(als, "config_", {}) or {}),
+            "seed": seed,
+            "metrics": metrics,
+            "sliced": res["sliced"],
+            "fit_seconds": res["fit_seconds"],
+        }
+    elif method != "als" and args.compare_als is None:
+        out["als_skipped"] = (
+            f"training data has {split.train.nnz:,} ratings (>= {ALS_COMPARISON_MAX_NNZ:,}); "
+            "pass --compare-als to fit it anyway"
+        )
+    return out
+
+
+def _add_ranking(res: dict, model, split, args) -> float | None:
+    """Explicit ratings (random protocol): add Recall@20 to ``res["metrics"]`` beside the RMSE and
+    return the relevance threshold (``None`` for the held-out-users protocol, which ranks already)."""
+    if split.protocol != "random":
+        return None
+    import time
+
+    t0 = time.perf_counter()
+    threshold = relevance_threshold(model, split.train, getattr(args, "relevance_threshold", None))
+    res["metrics"] = {**res["metrics"], **ranking_metrics_of(model, split, threshold)}
+    res["relevance_threshold"] = threshold
+    if "eval_seconds" in res:
+        res["eval_seconds"] = round(res["eval_seconds"] + time.perf_counter() - t0, 4)
+    return threshold

@@ -1,0 +1,160 @@
+"""``privrec recommend`` / ``privrec similar``: query a saved model.
+
+``recommend``: top-N items for one user of the dataset, projected from the user's own history (the
+billboard model, no privacy cost). ``similar``: the items most similar to an item (cosine of the
+saved item factors). Both print titles when the dataset has metadata, and check first that the
+data has the model's items.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from ..evaluation import experiment as X
+from ._data import _check_data_args, _data_args, _load, _load_model
+from ._parsers import _out_args, add_command
+from ._running import CommandError, _run, _warn
+
+RECOMMEND_DESCRIPTION = """\
+Top-N items for one user of the dataset. The user's embedding is recomputed
+from the saved item factors and the user's own history only, so recommending
+costs no privacy. Items the user already has are not recommended.
+
+Example:
+  privrec recommend --model model.npz --dataset ml-100k --data-dir ~/data/ml-100k --user 42
+"""
+
+SIMILAR_DESCRIPTION = """\
+The items most similar to an item (cosine similarity of the saved item factors).
+
+Example:
+  privrec similar --model model.npz --dataset ml-100k --data-dir ~/data/ml-100k --item 50
+"""
+
+
+def register(subparsers) -> None:
+    """Add ``privrec recommend`` and ``privrec similar`` to the top-level ``privrec`` parser."""
+    for name, key, helptext, desc, func in (
+        ("recommend", "--user", "top-N items for one user of a dataset", RECOMMEND_DESCRIPTION, cmd_recommend),
+        (
+            "similar",
+            "--item",
+            "items most similar to an item (cosine of item factors)",
+            SIMILAR_DESCRIPTION,
+            cmd_similar,
+        ),
+    ):
+        p = add_command(subparsers, name, helptext, desc)
+        p.add_argument("--model", required=True, help="model file written by 'privrec fit --output'")
+        p.add_argument(key, required=True, help=f"{key[2:]} id as in the dataset")
+        p.add_argument("-n", "--n", dest="n", type=int, default=10, help="number of items (default 10)")
+        _data_args(p, split=False)
+        _out_args(p)
+        p.set_defaults(func=func)
+
+
+def _find(ids, wanted: str, what: str) -> int:
+    ids = np.asarray(ids)
+    hit = np.flatnonzero(ids.astype(str) == str(wanted))
+    if hit.size == 0:
+        raise CommandError(f"{what} {wanted!r} not found in the dataset")
+    return int(hit[0])
+
+
+def _titles(data, idx) -> list:
+    meta = getattr(data, "item_metadata", None)
+    if meta is None or "title" not in getattr(meta, "columns", ()):
+        return [None] * len(idx)
+    col = meta["title"]
+    return [str(col.get(int(i), "")) if hasattr(col, "get") else str(col.iloc[int(i)]) for i in idx]
+
+
+def _show_items(args, data, ids, scores, header: str) -> None:
+    item_ids = np.asarray(getattr(data, "item_ids", np.arange(data.matrix.shape[1])))
+    titles = _titles(data, ids)
+    rows = [
+        {"item": X.json_safe(item_ids[i]), "score": float(s), **({"title": t} if t else {})}
+        for i, s, t in zip(ids, scores, titles)
+    ]
+    if args.json:
+        print(json.dumps({"query": header, "items": rows}))
+        return
+    print(header)
+    for r, row in enumerate(rows, 1):
+        print(f"{r:>3}. {row['item']!s:<12} {row['score']:8.4f}  {row.get('title', '')}")
+
+
+def _check_model_matches(model, data, name, args=None):
+    """The data must have the model's items: the same number and, when the model file has item ids,
+    the same ids in the same order (a file with other ids would map rows to the wrong items and
+    titles). A model saved without ids (a private model whose item axis came from the data) cannot
+    be checked beyond the count: a ``--ratings`` file then gets a warning."""
+    n_model, n_data = model.item_factors_.shape[0], data.matrix.shape[1]
+    if n_model != n_data:
+        raise CommandError(
+            f"model has {n_model} items but dataset {name} has {n_data}; pass the dataset the model was fitted on"
+        )
+    saved, ids = getattr(model, "item_ids_", None), getattr(data, "item_ids", None)
+    if saved is not None and ids is not None:
+        a, b = np.asarray(saved).astype(str).tolist(), np.asarray(ids).astype(str).tolist()
+        diff = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+        if diff:
+            i = diff[0]
+            how = (
+                "the same ids in another order (pass the --items catalogue the model was fitted with)"
+                if sorted(a) == sorted(b)
+                else f"{len(diff)} item ids differ"
+            )
+            raise CommandError(
+                f"{name} does not match the model: both have {n_model} items, but {how}; row {i} is item "
+                f"{a[i]!r} in the model and {b[i]!r} in {name}: pass the data the model was fitted on"
+            )
+    elif args is not None and args.ratings is not None and model._item_ids_dropped():
+        _warn(
+            args,
+            f"cannot check that the items of {name} are the model's: the model was saved without item ids (its item "
+            "axis was not a declared catalogue), so only the count was compared; a file with other ids gives wrong "
+            "items. Fit with --items FILE to have them checked",
+        )
+
+
+def cmd_recommend(args) -> int:
+    return _run("recommend", _recommend, args)
+
+
+def _model_and_data(args):
+    """Validate -n, load the saved model and the dataset it must match."""
+    args._warnings = []
+    if args.n < 1:
+        raise CommandError(f"-n must be >= 1, got {args.n}")
+    _check_data_args(args)
+    model = _load_model(args.model)
+    name, data = _load(args)
+    _check_model_matches(model, data, name, args)
+    return model, data
+
+
+def _recommend(args) -> int:
+    model, data = _model_and_data(args)
+    u = _find(getattr(data, "user_ids", np.arange(data.matrix.shape[0])), args.user, "user")
+    row = data.matrix[[u]]
+    ids, scores = model.recommend(0, row, N=args.n, recalculate_user=True)
+    _show_items(args, data, ids, scores, f"top {len(ids)} for user {args.user} ({row.nnz} items in history)")
+    return 0
+
+
+def cmd_similar(args) -> int:
+    return _run("similar", _similar, args)
+
+
+def _similar(args) -> int:
+    model, data = _model_and_data(args)
+    i = _find(getattr(data, "item_ids", np.arange(data.matrix.shape[1])), args.item, "item")
+    ids, scores = model.similar_items(i, N=args.n + 1)
+    keep = ids != i
+    ids, scores = ids[keep][: args.n], scores[keep][: args.n]
+    title = _titles(data, [i])[0]
+    _show_items(args, data, ids, scores, f"items similar to {args.item}" + (f" ({title})" if title else ""))
+    return 0
