@@ -554,25 +554,9 @@ class DPALS(Hyperparameters, FactorizationModel):
     @staticmethod
     def _item_regularization(cfg: DPALSConfig, counts, train_scale: float) -> tuple[np.ndarray, float]:
         """Per-item ridge of the item step and its normaliser (public: released counts and the
-        calibrated noise scale only).
-
-        ``reg_rule == "constant"``: ``reg * (n + 1)^e`` normalised as in :class:`ALS`.
-        ``"empirical-bayes"`` (the automatic ridge of a private bias model): the posterior mean of an
-        item bias b_i ~ N(0, tau^2) from the noisy sum R_i = n_i b_i + e, with e the label noise
-        (variance n_i sigma_y^2) plus the released noise (std ``z sqrt(beta) B`` in label units:
-        spec 004 Alg. 1, multiplier z, budget beta, label clip B), is R_i / (n_i + lambda_i) with
-
-            lambda_i = sigma_y^2 / tau^2 + (z sqrt(beta) B)^2 / (n_i tau^2),
-
-        n_i the released count. The public priors are stated on the label scale: sigma_y = B / 2
-        and tau = B / 6.5 (so lambda_i = 10.6 (1 + 4 (z sqrt(beta))^2 / n_i); B cancels). The
-        ridge is in the units of the bias feature c (``bias_feature``), hence the factor c^2. It
-        decreases continuously as epsilon grows (z falls) and as an item's count grows, so the
-        bias model has no step in epsilon (the table it replaces had three). tau was chosen on the
-        validation splits of ML-100K and synthetic-skew from B / 5, B / 6.5, B / 8 (mean of 3
-        noise seeds at eps 1 / 5 / 20): ML-100K RMSE 1.0331 / 0.9940 / 0.9681 (table 1.0287 /
-        0.9929 / 0.9653), synthetic-skew 0.6778 / 0.6587 / 0.6520 (table 0.6806 / 0.6616 / 0.6551).
-        """
+        calibrated noise scale only): ``reg * (n + 1)^e`` normalised as in :class:`ALS`
+        (``reg_rule == "constant"``), or the empirical-Bayes ridge of a private bias model
+        (:func:`privrec.tuning.empirical_bayes_item_ridge`, which gives its derivation)."""
         if cfg.reg_rule != "empirical-bayes":
             return frequency_regularization(counts, cfg.reg, cfg.reg_exponent)
         return empirical_bayes_item_ridge(counts, float(train_scale) * math.sqrt(cfg.budget), cfg.bias_feature), 1.0
