@@ -202,9 +202,11 @@ def test_generators_for_the_rule():
 
 @pytest.mark.parametrize("eps", [1.0, 20.0])
 def test_no_structure_default_is_the_bias_model(eps):
-    data = load_dataset("synthetic-biases")
+    # 9,000 users: at eps = 20 the rule admits a rank and the private selection must reject it
+    data = generate_preset("synthetic-biases", scale=0.3, random_state=0).interactions
     model = DPALS(epsilon=eps, random_state=0).fit(data.matrix, show_progress=False)
     assert model.config_["factors"] == 0
+    assert (eps >= 20) == ("selection_" in model.__dict__)
 
 
 @pytest.mark.skipif(not ML100K.is_dir(), reason="../shared/datasets/ml-100k not present")

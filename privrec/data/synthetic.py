@@ -213,15 +213,15 @@ PRESETS: dict[str, Preset] = {
     # the best model is the bias model; and a strongly personal one (large planted low-rank part,
     # taste-driven observation), where a personal model should beat it.
     "synthetic-biases": Preset(
-        5_000,
-        2_000,
-        100_000,
+        30_000,
+        3_000,
+        600_000,
         0.86,
         5,
         max_user_fraction=0.2,
         signal=0.0,
         affinity=0.0,
-        description="small skewed ratings with no interaction structure (biases only)",
+        description="skewed ratings with no interaction structure (biases only), large enough that the rule admits a rank",
     ),
     "synthetic-structured": Preset(
         20_000,

@@ -63,7 +63,7 @@ from ..pipeline import Plan, PrivatePipeline
 from ..privacy import check_noise_random_state, clip_labels, clip_rows, make_rng
 from ..solvers import PrivateSolver, TaskBatch, make_solver
 from ..solvers.ridge import frequency_regularization, scaled_regularization
-from ..tuning.rule import auto_config, empirical_bayes_item_ridge
+from ..tuning.rule import SELECTION_RATING_CAP, SELECTION_SHARES, auto_config, empirical_bayes_item_ridge
 from ._base import FactorizationModel, check_fit_matrix
 from .als import check_exponent, half_step
 from .billboard import shrunk_projection
@@ -217,7 +217,7 @@ class DPALS(Hyperparameters, FactorizationModel):
     show_progress: bool | None = param("boolean", None, default=None)  # None: a bar unless scikit-learn calls fit
 
     # ------------------------------------------------------------------ resolved settings
-    def _resolve_config(self, shape: tuple[int, int] | None = None) -> DPALSConfig:
+    def _resolve_config(self, shape: tuple[int, int] | None = None, bias_model: bool = False) -> DPALSConfig:
         """Validated (constraint table), resolved settings; ``None`` values filled by :func:`auto_config`.
 
         ``shape`` = (n_users, n_items) of the training matrix (public); without it the automatic
@@ -238,7 +238,7 @@ class DPALS(Hyperparameters, FactorizationModel):
         rating_range = self._rating_range()
         rating_bound = max(abs(rating_range[0]), abs(rating_range[1])) if rating_range else float(self.rating_bound)
         n_users, n_items = shape if shape is not None else (10_000, 1_000)
-        auto = auto_config(n_users, n_items, eps, delta, rating_bound, implicit=implicit)
+        auto = auto_config(n_users, n_items, eps, delta, rating_bound, implicit=implicit, bias_model=bias_model)
 
         def chosen(name: str, cast: Callable = float):
             """The parameter ``name`` as given, or its automatic value when it is None."""
@@ -404,6 +404,8 @@ class DPALS(Hyperparameters, FactorizationModel):
         R_full = check_fit_matrix(user_items)
         n_users, n_items = R_full.shape
         cfg = self._resolve_config((n_users, n_items))
+        if self._selects_rank(cfg):
+            return self._fit_by_selection(R_full, cfg, show_progress)
         check_fit_memory(
             n_users,
             n_items,
@@ -508,6 +510,47 @@ class DPALS(Hyperparameters, FactorizationModel):
             "user_steps": user_times,
             "projection": time.perf_counter() - t_proj,
         }
+        return self
+
+    def _selects_rank(self, cfg: DPALSConfig) -> bool:
+        """Whether the personal part is decided by accounted private selection: a private fit of
+        explicit ratings whose rank and iterations are left to the rule, where the rule's public
+        inputs admit a rank (:func:`privrec.tuning.auto_config`). Only held-out ratings show
+        whether the data carries interaction structure: the released counts do not, and a user's
+        own training ratings favour a part fitted on them (see docs/algorithms.md)."""
+        return cfg.private and not cfg.implicit and cfg.factors > 0 and self.factors is None and self.iterations is None
+
+    def _fit_by_selection(self, R: sp.csr_matrix, cfg: DPALSConfig, show_progress: bool):
+        """The bias model against the rule's rank, by :func:`privrec.tuning.select_private` with
+        the shares of :data:`privrec.tuning.rule.SELECTION_SHARES`; the winner, refitted on all the
+        data, becomes this model's release, with the whole procedure's ledger (``selection_``
+        says what was compared and chosen)."""
+        from sklearn.base import clone
+
+        from ..tuning.selection import select_private
+
+        base = clone(self).set_params(show_progress=False)
+        candidates = [
+            base.set_params(factors=0, iterations=1),
+            clone(base).set_params(factors=cfg.factors, iterations=cfg.iterations),
+        ]
+        sel = select_private(
+            candidates,
+            R,
+            epsilon=cfg.epsilon,
+            delta=cfg.delta,
+            random_state=self.random_state,
+            show_progress=bool(show_progress),
+            selection_share=SELECTION_SHARES["selection_share"],
+            refit_share=SELECTION_SHARES["refit_share"],
+            rating_cap=SELECTION_RATING_CAP,
+            loss_clip=cfg.label_bound**2,
+        )
+        winner = sel.best_estimator_
+        for name, value in vars(winner).items():  # the fitted state (trailing underscore) is the release
+            if name.endswith("_") and not name.startswith("__"):
+                setattr(self, name, value)
+        self.selection_["automatic"] = True
         return self
 
     def _collect_exposure(self, cfg: DPALSConfig, result, solver) -> None:

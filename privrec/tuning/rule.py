@@ -22,11 +22,26 @@ import numpy as np
 
 from ..privacy import default_count_fraction
 
-__all__ = ["SIGMA_Y_OVER_TAU", "auto_config", "empirical_bayes_item_ridge"]
+__all__ = ["SELECTION_RATING_CAP", "SELECTION_SHARES", "SIGMA_Y_OVER_TAU", "auto_config", "empirical_bayes_item_ridge"]
 
 #: prior noise-to-signal ratio sigma_y / tau of the empirical-Bayes item ridge of the bias model:
 #: rating noise B / 2 against item biases of spread B / 6.5 (B the label clip)
 SIGMA_Y_OVER_TAU = 3.25
+
+
+#: budget shares of the automatic private selection between the bias model and a rank
+#: (:meth:`privrec.models.DPALS._fit_by_selection`): the score release and the refit of the
+#: winner; the two candidates share the rest (0.175 of rho each)
+SELECTION_SHARES = {"selection_share": 0.05, "refit_share": 0.6}
+
+#: held-out ratings a user's score counts at most in the automatic selection: per-rating
+#: weighting, as RMSE (a per-user mean lets light users, who gain least from a rank, decide:
+#: synthetic-structured validation at eps = 15, per-user means favour the bias model 0.383 vs
+#: 0.391 while per-rating errors favour the rank 0.518 vs 0.495). 20 = the held-out share (0.2)
+#: of the 100 ratings per user that the fit's count release samples; of caps 10 / 20 / 50 it gave
+#: the largest score gap per unit of noise there (rank vs bias: 0.2% / 2.5% / 4.2% of the score
+#: against noise growing as the cap)
+SELECTION_RATING_CAP = 20
 
 
 def empirical_bayes_item_ridge(counts, noise: float, bias_feature: float) -> np.ndarray:
@@ -56,7 +71,13 @@ def empirical_bayes_item_ridge(counts, noise: float, bias_feature: float) -> np.
 
 
 def auto_config(
-    n_users: int, n_items: int, epsilon: float, delta: float, rating_bound: float, implicit: bool = False
+    n_users: int,
+    n_items: int,
+    epsilon: float,
+    delta: float,
+    rating_bound: float,
+    implicit: bool = False,
+    bias_model: bool = False,
 ) -> dict:
     """Automatic DPALS hyper-parameters from public quantities only.
 
@@ -69,7 +90,14 @@ def auto_config(
     low-rank part is switched off (``factors = 0``): the model is then the private bias model
     (explicit ratings: global mean + item bias released by the item step + user bias from each
     user's own ratings) or the private popularity ranker (implicit feedback), which is what a
-    noisy low-rank part would otherwise degrade below. Above the thresholds a small rank is used.
+    noisy low-rank part would otherwise degrade below. Above the thresholds a small rank is
+    proposed. For explicit ratings it is only a candidate: whether the data carries interaction
+    structure at all shows only on held-out ratings, so a private DPALS fit that leaves the rank
+    to this rule compares the bias model with that rank by accounted private selection
+    (:meth:`privrec.models.DPALS._fit_by_selection`, shares :data:`SELECTION_SHARES`). Neither
+    the released counts (their noise, not the signal, sets a count-based signal-to-noise rule)
+    nor a user's leave-one-out error on their own training ratings (optimistic for a part fitted
+    on them) can tell. ``bias_model=True`` returns the bias model's settings.
     The item ridge of the private bias model is not a table entry: it is the empirical-Bayes rule
     of :meth:`DPALS._item_regularization` (calibrated noise and released counts), continuous in
     epsilon; ``regularization`` here is its value only where that rule does not apply.
@@ -114,7 +142,7 @@ def auto_config(
             "gramian_ratio": 1.0,
             "item_frac": item_frac,
         }
-    if signal < 150_000:  # private bias model
+    if signal < 150_000 or bias_model:  # private bias model
         # the item ridge of the bias model is the empirical-Bayes rule of DPALS._item_regularization
         # (set from the calibrated noise at fit time; ``reg`` is only its fallback for explicit
         # overrides); the bias model is invariant to max_norm once its ridge scales with c^2

@@ -88,16 +88,20 @@ def part_of(M: sp.csr_matrix, keep: np.ndarray) -> sp.csr_matrix:
     return out
 
 
-def _user_losses(model, train: sp.csr_matrix, held: sp.csr_matrix, clip: float) -> np.ndarray:
+def _user_losses(
+    model, train: sp.csr_matrix, held: sp.csr_matrix, clip: float, rating_cap: int | None = None
+) -> np.ndarray:
     """Each user's mean clipped squared error on their held-out ratings (0 for users without any),
-    from the billboard projection of their own training part."""
+    from the billboard projection of their own training part; times ``min(n_held, rating_cap)``
+    when a cap is given (per-rating weighting, bounded)."""
     U, ub = project_users(model, train, with_bias=True)
     coo = held.tocoo()
     pred = predict_pairs(model, U, coo.row, coo.col, ub)
     err = np.minimum((pred - coo.data) ** 2, clip)
     n = np.bincount(coo.row, minlength=held.shape[0])
     sums = np.bincount(coo.row, weights=err, minlength=held.shape[0])
-    return np.where(n > 0, sums / np.maximum(n, 1), 0.0)
+    mean = np.where(n > 0, sums / np.maximum(n, 1), 0.0)
+    return mean if rating_cap is None else mean * np.minimum(n, int(rating_cap))
 
 
 @dataclass
@@ -144,6 +148,7 @@ def select_private(
     show_progress: bool = False,
     budget=None,
     label: str | None = None,
+    rating_cap: int | None = None,
 ) -> PrivateSelection:
     """Accounted private selection among ``candidates`` (see the module docstring).
 
@@ -157,6 +162,10 @@ def select_private(
     Under its lock, the selection is checked before any candidate sees the data (as one Gaussian
     at the target: every part of the procedure is Gaussian and together they meet (epsilon,
     delta)), and the report of every event is recorded after it (label ``label``).
+    ``rating_cap``: ``None`` scores each user by the mean clipped error of their held-out ratings
+    (every user weighs the same); an integer m scores each user by that mean times
+    ``min(n_held, m)``, so users weigh by their number of held-out ratings up to m, as in a
+    per-rating RMSE (sensitivity ``sqrt(K) m C``).
     """
     with budget.lock() if budget is not None else contextlib.nullcontext():
         if budget is not None:  # refused before any candidate sees the data
@@ -197,10 +206,13 @@ def select_private(
             )
             model.fit(train, show_progress=show_progress)
             ledger.extend(model.ledger_, prefix=f"selection candidate {k}: ")
-            losses.append(_user_losses(model, train, held, clip))
-        scores = np.stack(losses, axis=1).sum(axis=0)  # (K,): each user moves each entry by <= clip
+            losses.append(_user_losses(model, train, held, clip, rating_cap))
+        scores = np.stack(losses, axis=1).sum(axis=0)  # (K,): each user moves each entry by <= weight * clip
+        weight = 1.0 if rating_cap is None else float(rating_cap)
         z_s = math.sqrt(0.5 / (selection_share * rho))
-        release = gaussian_mechanism(scores, math.sqrt(K) * clip, z_s, rng, dtype=np.float64, label="selection scores")
+        release = gaussian_mechanism(
+            scores, math.sqrt(K) * weight * clip, z_s, rng, dtype=np.float64, label="selection scores"
+        )
         release.record(ledger)
         noisy = np.asarray(release.value, dtype=np.float64)
         best = int(np.argmin(noisy))
@@ -233,6 +245,7 @@ def select_private(
             },
             "holdout": holdout,
             "loss_clip": clip,
+            "rating_cap": rating_cap,
         }
         if budget is not None:
             budget.record(final.privacy_report(), label or "private model selection")
