@@ -291,19 +291,9 @@ class _Driver:
         _release_freed_memory(client)  # freed shuffle buffers still held by the workers' heaps
         n_users, n_items = parts.shape
         proxy = _als_proxy(model) if self.als else model
-        cfg = proxy._resolve_config((n_users, n_items))
-        if not self.als and proxy._selects_rank(cfg):
-            # the local fit decides the rank by accounted private selection on held-out ratings
-            # (DPALS._fit_by_selection), which this backend does not run: the bias model never
-            # falls below the private baselines, a rank must be asked for
-            warnings.warn(
-                "on the Dask backend the automatic configuration fits the private bias model (factors=0): "
-                "choosing a rank needs private selection on held-out ratings, which runs on the local backend; "
-                "pass factors= and iterations= to fit a rank here",
-                UserWarning,
-                stacklevel=3,
-            )
-            cfg = proxy._resolve_config((n_users, n_items), bias_model=True)
+        cfg = (
+            proxy._resolve_config((n_users, n_items)) if self.als else proxy._backend_config((n_users, n_items), "Dask")
+        )
         if self.als:
             cfg = dataclasses.replace(cfg, iterations=int(model.iterations))
         threads = 1 if model.num_threads is None else int(model.num_threads)

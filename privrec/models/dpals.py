@@ -63,7 +63,8 @@ from ..pipeline import Plan, PrivatePipeline
 from ..privacy import check_noise_random_state, clip_labels, clip_rows, make_rng
 from ..solvers import PrivateSolver, TaskBatch, make_solver
 from ..solvers.ridge import frequency_regularization, scaled_regularization
-from ..tuning.rule import SELECTION_RATING_CAP, SELECTION_SHARES, auto_config, empirical_bayes_item_ridge
+from ..tuning.auto import backend_config, fit_by_selection, selects_rank
+from ..tuning.rule import auto_config, empirical_bayes_item_ridge
 from ._base import FactorizationModel, check_fit_matrix
 from .als import check_exponent, half_step
 from .billboard import shrunk_projection
@@ -513,45 +514,16 @@ class DPALS(Hyperparameters, FactorizationModel):
         return self
 
     def _selects_rank(self, cfg: DPALSConfig) -> bool:
-        """Whether the personal part is decided by accounted private selection: a private fit of
-        explicit ratings whose rank and iterations are left to the rule, where the rule's public
-        inputs admit a rank (:func:`privrec.tuning.auto_config`). Only held-out ratings show
-        whether the data carries interaction structure: the released counts do not, and a user's
-        own training ratings favour a part fitted on them (see docs/algorithms.md)."""
-        return cfg.private and not cfg.implicit and cfg.factors > 0 and self.factors is None and self.iterations is None
+        """Whether the rank is decided by accounted private selection (:func:`privrec.tuning.auto.selects_rank`)."""
+        return selects_rank(self, cfg)
+
+    def _backend_config(self, shape: tuple[int, int], backend: str) -> DPALSConfig:
+        """Settings for a backend without the selection (:func:`privrec.tuning.auto.backend_config`)."""
+        return backend_config(self, shape, backend)
 
     def _fit_by_selection(self, R: sp.csr_matrix, cfg: DPALSConfig, show_progress: bool):
-        """The bias model against the rule's rank, by :func:`privrec.tuning.select_private` with
-        the shares of :data:`privrec.tuning.rule.SELECTION_SHARES`; the winner, refitted on all the
-        data, becomes this model's release, with the whole procedure's ledger (``selection_``
-        says what was compared and chosen)."""
-        from sklearn.base import clone
-
-        from ..tuning.selection import select_private
-
-        base = clone(self).set_params(show_progress=False)
-        candidates = [
-            base.set_params(factors=0, iterations=1),
-            clone(base).set_params(factors=cfg.factors, iterations=cfg.iterations),
-        ]
-        sel = select_private(
-            candidates,
-            R,
-            epsilon=cfg.epsilon,
-            delta=cfg.delta,
-            random_state=self.random_state,
-            show_progress=bool(show_progress),
-            selection_share=SELECTION_SHARES["selection_share"],
-            refit_share=SELECTION_SHARES["refit_share"],
-            rating_cap=SELECTION_RATING_CAP,
-            loss_clip=cfg.label_bound**2,
-        )
-        winner = sel.best_estimator_
-        for name, value in vars(winner).items():  # the fitted state (trailing underscore) is the release
-            if name.endswith("_") and not name.startswith("__"):
-                setattr(self, name, value)
-        self.selection_["automatic"] = True
-        return self
+        """The fit decided by private selection (:func:`privrec.tuning.auto.fit_by_selection`)."""
+        return fit_by_selection(self, R, cfg, show_progress)
 
     def _collect_exposure(self, cfg: DPALSConfig, result, solver) -> None:
         """Keep this ALS step's noisy weighted counts (:func:`.exposure.step_counts`; no event)."""

@@ -45,6 +45,7 @@ def mb_sgd(
     step_size,
     averaging: str = "uniform",
     strong_convexity: float = 0.0,
+    silo_streams: bool = False,
     **options: Unpack[ISRLRunOptions],
 ) -> FederatedResult:
     """ISRL-DP MB-SGD (Algorithm 2); ``private=False`` gives the non-private MB-SGD baseline.
@@ -62,6 +63,12 @@ def mb_sgd(
     options : the run options of :class:`ISRLRunOptions` (``clip``, ``radius``, ``n_available``,
         ``sampling``, ``noise``, ``private``, ``theta0``, ``random_state``, ``trace``). With
         ``noise="paper"`` the closed form is the experiments' 8 L^2 ln(1/delta) R / (n^2 eps^2).
+    silo_streams : ``False`` (default): one generator for the whole run. ``True``: as in a real
+        federation, where every silo owns its randomness, silo i's message of round r draws its
+        batch and noise from its own stream :func:`silo_round_rng` (``random_state``, i, r), and
+        the generator of ``random_state`` draws only the available silos. A message is then a pure
+        function of (silo, round, w_r): a silo asked again for the same round (a retried message)
+        sends the same message. :mod:`privrec.federated.flower` runs exactly this.
     """
     run = RunSettings.resolve("mb_sgd", options)
     silos, rng, avail, theta = setup(silos, loss, run)
@@ -70,20 +77,90 @@ def mb_sgd(
         raise ValueError(f"mb_sgd sampling must be 'poisson' or 'without_replacement', got {run.sampling!r}")
     if averaging not in ("uniform", "strongly_convex", "last"):
         raise ValueError(f"averaging must be 'uniform', 'strongly_convex' or 'last', got {averaging!r}")
+    root = None
+    if silo_streams:
+        seed = run.random_state
+        if isinstance(seed, np.random.Generator):
+            raise ValueError(
+                "silo_streams=True needs random_state None or an int seed (each silo derives its own streams)"
+            )
+        root = np.random.SeedSequence(seed)
     Ks = batch_sizes(silos, batch_size)
-    paper = lambda L, s, K: paper_moments_sigma2(L, s.n, R, s.epsilon, s.delta)
-    chans = make_channels(silos, loss, run, Ks, R, rng, paper)
+    chans = make_channels(silos, loss, run, Ks, R, rng, mb_sgd_paper_variance(R))
+    history: list[tuple[int, float]] = []
+
+    def answers(S, w, r):
+        if root is not None:  # each silo's own stream for this round
+            for i in S:
+                chans[i].rng = silo_round_rng(root, i, r)
+        return [chans[i].gradient(w) for i in S]
+
+    out = mb_sgd_rounds(
+        theta,
+        R,
+        lambda r: avail.draw(rng),
+        answers,
+        step_size,
+        averaging=averaging,
+        strong_convexity=strong_convexity,
+        l2=getattr(loss, "l2", 0.0),
+        radius=run.radius,
+        after_round=lambda r, w: run.record(history, r, loss, w, silos),
+    )
+    return finish(out, chans, mb_sgd_label(run.private), history, algorithm="mb_sgd", rounds=R, batch_sizes=Ks)
+
+
+def mb_sgd_label(private: bool) -> str:
+    """The ledger label of MB-SGD's messages."""
+    return "ISRL-DP MB-SGD: noisy minibatch gradients" if private else "MB-SGD (non-private)"
+
+
+def mb_sgd_paper_variance(rounds: int):
+    """``(clip, silo, K) -> sigma^2``: the experiments' closed form of MB-SGD (``noise="paper"``)."""
+    return lambda L, s, K: paper_moments_sigma2(L, s.n, rounds, s.epsilon, s.delta)
+
+
+def silo_round_rng(random_state, silo: int, round_: int) -> np.random.Generator:
+    """Silo ``silo``'s generator for its message of round ``round_`` (``mb_sgd(silo_streams=True)``):
+    ``SeedSequence(entropy, spawn_key=(silo, round_))`` of ``random_state`` (an int seed or a
+    ``SeedSequence``; ``None``: OS entropy, drawn here). A known seed voids the guarantee."""
+    root = random_state if isinstance(random_state, np.random.SeedSequence) else np.random.SeedSequence(random_state)
+    key = (*root.spawn_key, int(silo), int(round_))
+    return np.random.default_rng(np.random.SeedSequence(root.entropy, spawn_key=key, pool_size=root.pool_size))
+
+
+def mb_sgd_rounds(
+    theta,
+    rounds: int,
+    draw,
+    answers,
+    step_size,
+    *,
+    averaging: str = "uniform",
+    strong_convexity: float = 0.0,
+    l2: float = 0.0,
+    radius: float | None = None,
+    after_round=None,
+) -> np.ndarray:
+    """The server side of MB-SGD (Algorithm 2), whoever carries the messages.
+
+    Round r: ``S = draw(r)`` (the available silos), ``answers(S, w_r, r)`` their noisy gradient
+    messages (fewer than ``|S|`` when some silos did not answer; none: no step this round), then
+    the projected step on their mean plus the ridge term and the averaging; ``after_round(r + 1,
+    w)`` sees the averaged iterate. Returns the output iterate (``averaging="last"``: the last one).
+    """
+    if averaging not in ("uniform", "strongly_convex", "last"):
+        raise ValueError(f"averaging must be 'uniform', 'strongly_convex' or 'last', got {averaging!r}")
     eta = step_schedule(step_size)
     mu = check_positive(strong_convexity, "strong_convexity", allow_zero=True)
-    l2 = getattr(loss, "l2", 0.0)
     avg = np.zeros_like(theta)
     u = 0.0  # (sum of weights) / (current weight), for a stable geometric weighted average
-    history: list[tuple[int, float]] = []
-    for r in range(R):
-        S = avail.draw(rng)
-        g = np.mean([chans[i].gradient(theta) for i in S], axis=0) + l2 * theta
+    for r in range(rounds):
+        msgs = answers(draw(r), theta, r)
         e = eta(r)
-        theta = project_ball(theta - e * g, run.radius)
+        if len(msgs):
+            g = np.mean(msgs, axis=0) + l2 * theta
+            theta = project_ball(theta - e * g, radius)
         if averaging == "strongly_convex":
             if not (0 < mu * e < 1):
                 raise ValueError("strongly convex averaging needs 0 < strong_convexity * step_size < 1")
@@ -91,10 +168,9 @@ def mb_sgd(
         else:
             u = u + 1.0
         avg += (theta - avg) / u
-        run.record(history, r + 1, loss, avg if averaging != "last" else theta, silos)
-    out = theta if averaging == "last" else avg
-    label = "ISRL-DP MB-SGD: noisy minibatch gradients" if run.private else "MB-SGD (non-private)"
-    return finish(out, chans, label, history, algorithm="mb_sgd", rounds=R, batch_sizes=Ks)
+        if after_round is not None:
+            after_round(r + 1, avg if averaging != "last" else theta)
+    return theta if averaging == "last" else avg
 
 
 def local_sgd(

@@ -1,0 +1,454 @@
+"""DP-ALS as a Flower app: clients hold users, the server holds the noise and the ledger.
+
+The server (:func:`fit_dpals`, run inside a ``ServerApp``) runs :meth:`privrec.models.DPALS.fit`'s
+stages in the local fit's order, as the Dask driver of :mod:`privrec.distributed.fit` does, with
+the per-partition task bodies of that module running on the clients:
+
+* **roster** -- every client reports how many users it holds (the public roster) and the counts
+  the input checks need (ratings, ratings outside the declared range: sums only);
+* configuration (``DPALS._resolve_config`` on the public shape), calibration
+  (:class:`privrec.pipeline.PrivatePipeline`), then the **item counts** and the **global mean**:
+  the server draws each sampling key, every client returns its users' sampled per-item counts
+  (rating sums), the server adds them and releases them with the pipeline's own mechanisms;
+* the head restriction, the item ridge and the initial item factors (server, public values);
+* per ALS step t, **"ALS step t"**: the server broadcasts the released item factors and biases
+  with the public allocation inputs; each client solves its users' embeddings (warm-started CG at
+  its users' previous solution, kept on the client), clips them, allocates its users' weights
+  (spec 004: uniform / tail / adaptive, each user's spend <= budget, checked on the client) and
+  returns the weighted per-item Gramians and right-hand sides of all items (dense: the server
+  learns nothing from the shape) -- ``distributed.fit._user_step`` and ``_statistics``. The
+  server adds them up, draws the noise seeds once per public block of 256 items
+  (``SSPSolver.noise_seeds``, with the global Gramian first when ``unobserved_weight > 0``), adds
+  the noise once per released statistic and solves (``_release_blocks``, the Dask root), and
+  records the step's events;
+* the ledger check against the plan (``PrivatePipeline.finish``) and the local fit's release
+  attributes (``DPALS._release_item_side``).
+
+Same answer: the same ``random_state`` gives the same sampling keys, noise seeds and noise, the
+same allocation (keyed on each user's id), the same ledger and epsilon as ``DPALS.fit`` on the
+whole matrix; only the float32 sums of the per-item statistics are added in another order (per
+client, then over clients), so the factors agree to float tolerance (observed ~1e-6 of their
+scale; the tests assert 1e-4, as for Dask).
+
+Trust (stated in :func:`privacy_report`): the released item side is (epsilon, delta) user-level DP
+under the zero-out relation of ``DPALS`` whoever reads it. The server sees the *exact* sums over
+clients of the per-item statistics before it adds the noise; with secure aggregation it sees
+nothing else (no client's own statistics). Without it (the default transport, see
+docs/federated-flower.md), the server also sees each client's sums, so it must be trusted with
+them as the Dask driver is. Clients see only released values and the public sampling keys.
+
+Dropouts: a client that fails a round is asked again (the same message: the same answer) and
+left out of that release after ``max_retries``; each user still contributes at most once to each
+release, so the sensitivity, the noise and the ledger are unchanged. :attr:`DPALS.federation_`
+(set by the fit) lists which releases ran with fewer users.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from types import SimpleNamespace
+from typing import Any, cast
+
+import numpy as np
+import scipy.sparse as sp
+from flwr.app import Array, ArrayRecord, Context, Message
+
+from ...allocation import stable_user_keys
+from ...distributed.fit import (
+    _Driver,
+    _prepare,
+    _release_blocks,
+    _sampled_counts,
+    _sampled_sum,
+    _statistics,
+    _training_matrix,
+    _user_step,
+)
+from ...privacy import make_rng
+from ...privacy.mechanisms import Release
+from ...solvers._linalg import as_task_array
+from ._common import DEFAULT_WAIT, Fault, Federation, check_fault, config_of, content, read_arrays, summed
+
+APP = "dpals"
+
+
+# ---------------------------------------------------------------------- the clients' data
+
+
+@dataclass
+class Shard:
+    """What one DP-ALS client holds: ``index`` (its public partition number), its users' ids
+    ``user_ids`` (public: on the roster; a user's sampling key is the stable hash of the id) and
+    their ratings ``matrix`` (users x items CSR, the catalogue's item order)."""
+
+    index: int
+    user_ids: np.ndarray
+    matrix: sp.csr_matrix
+
+    @property
+    def n_users(self) -> int:
+        return int(self.matrix.shape[0])
+
+
+def split_users(user_items, n_clients: int) -> list[Shard]:
+    """``n_clients`` shards of consecutive users of ``user_items`` (a matrix, ``Interactions`` or
+    DataFrame, read as ``DPALS.fit`` reads it). A bare matrix's user ids are its row numbers, as in
+    the local fit, so the shards sample exactly the local fit's entries."""
+    from ...models._base import check_fit_matrix, fit_input
+
+    R = check_fit_matrix(user_items)
+    ids = fit_input(user_items)[1]
+    ids = np.arange(R.shape[0], dtype=np.int64) if ids is None else np.asarray(ids)
+    n_clients = int(n_clients)
+    if not 1 <= n_clients <= R.shape[0]:
+        raise ValueError(f"n_clients must be between 1 and the number of users ({R.shape[0]}), got {n_clients}")
+    bounds = np.linspace(0, R.shape[0], n_clients + 1).round().astype(int)
+    return [Shard(k, ids[a:b], R[a:b].tocsr()) for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
+
+
+def save_shard(path, shard: Shard) -> None:
+    """Write a shard as one ``.npz`` file (what a deployed client reads with :func:`load_shard`)."""
+    m = shard.matrix.tocsr()
+    np.savez(
+        path,
+        index=np.array(shard.index),
+        user_ids=np.asarray(shard.user_ids),
+        data=m.data,
+        indices=m.indices,
+        indptr=m.indptr,
+        shape=np.array(m.shape),
+    )
+
+
+def load_shard(path) -> Shard:
+    """The shard written by :func:`save_shard`."""
+    with np.load(path, allow_pickle=False) as f:
+        m = sp.csr_matrix((f["data"], f["indices"], f["indptr"]), shape=tuple(int(v) for v in f["shape"]))
+        return Shard(int(f["index"]), f["user_ids"], m)
+
+
+# ---------------------------------------------------------------------- configuration on the wire
+
+
+def _config_json(cfg) -> str:
+    out = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
+    out["dtype"] = np.dtype(cfg.dtype).name
+    return json.dumps(out)
+
+
+def _config_from_json(text: str):
+    from ...models.dpals import DPALSConfig
+
+    raw = json.loads(text)
+    raw["dtype"] = np.dtype(raw["dtype"])
+    if raw.get("rating_range") is not None:
+        raw["rating_range"] = tuple(raw["rating_range"])
+    return DPALSConfig(**raw)
+
+
+def _opt_int(text: str) -> int | None:
+    return None if text == "" else int(text)
+
+
+# ---------------------------------------------------------------------- the client
+
+
+def _roster(shard: Shard, config: dict[str, Any]) -> dict:
+    R = _matrix(shard, False)
+    data = np.asarray(R.data)
+    out = {"index": int(shard.index), "units": shard.n_users, "n_items": int(R.shape[1]), "nnz": int(R.nnz)}
+    lo_hi = json.loads(str(config["rating_range"]))
+    if lo_hi is not None:
+        outside = (data < lo_hi[0]) | (data > lo_hi[1])
+    else:
+        outside = np.abs(data) > float(config["rating_bound"])
+    out["outside"] = int(np.count_nonzero(outside))
+    out["negative"] = int(np.count_nonzero(data < 0))
+    return out
+
+
+def _warm_start(state, job: str, t: int):
+    """The users' solution of step ``t - 1`` kept on the client (``None``: none, solve exactly)."""
+    name = f"dpals-warm-{job}"
+    if name not in state:
+        return None
+    kept = state[name]
+    key = f"step-{t - 1}"
+    return kept[key].numpy() if key in kept else None
+
+
+def _keep_warm(state, job: str, t: int, warm: np.ndarray) -> None:
+    """Keep the solutions of steps ``t`` and ``t - 1`` (a retried step ``t`` starts again from ``t - 1``)."""
+    name = f"dpals-warm-{job}"
+    kept = {k: v for k, v in (state[name].items() if name in state else []) if k == f"step-{t - 1}"}
+    kept[f"step-{t}"] = Array(np.ascontiguousarray(warm))
+    state[name] = ArrayRecord(kept)
+
+
+def _matrix(shard: Shard, implicit: bool) -> sp.csr_matrix:
+    """The shard's rows of the fit's matrix (``distributed.fit._training_matrix``: binarised when implicit)."""
+    return _training_matrix(cast(Any, shard), 0, implicit)
+
+
+def client_answer(shard: Shard, config: dict[str, Any], values: dict, state) -> tuple[dict, dict]:
+    """One DP-ALS client's answer to one message: ``(config, arrays)`` of the reply.
+
+    ``state``: the client's ``Context.state`` (keeps its users' previous solutions)."""
+    stage = str(config["stage"])
+    if stage == "roster":
+        return _roster(shard, config), {}
+    if stage == "counts":
+        R = _matrix(shard, bool(config["implicit"]))
+        keys = stable_user_keys(shard.user_ids)
+        counts = _sampled_counts(R, 0, int(config["k"]), int(str(config["key"])), user_keys=keys)
+        return {}, {"counts": np.asarray(counts, dtype=np.float64)}
+    if stage == "mean":
+        R = _matrix(shard, bool(config["implicit"]))
+        keys = stable_user_keys(shard.user_ids)
+        k, key, half, mid = int(config["k"]), int(str(config["key"])), float(config["half"]), float(config["mid"])
+        total, n = _sampled_sum(R, 0, k, key, half, mid, user_keys=keys)
+        return {}, {"sums": np.array([total, n], dtype=np.float64)}
+    if stage == "step":
+        from ...models.dpals import DPALS
+
+        cfg = _config_from_json(str(config["cfg"]))
+        t, job = int(config["t"]), str(config["job"])
+        proxy = DPALS(num_threads=1)  # the user step's settings all come from cfg
+        R = _matrix(shard, cfg.implicit)
+        head, counts_h = values["head"], values["counts_h"]
+        prepared = _prepare(
+            R,
+            0,
+            head,
+            float(config["mu"]),
+            counts_h,
+            _opt_int(str(config["alloc_key"])),
+            int(config["n_users"]),
+            proxy,
+            cfg,
+            user_keys=stable_user_keys(shard.user_ids),
+        )
+        side = {"V": values["V"], "b": values.get("b")}
+        gravity = str(config["gravity"]) or None
+        step = _user_step(prepared, side, proxy, cfg, float(config["max_norm"]), gravity, _warm_start(state, job, t))
+        _keep_warm(state, job, t, step.warm)
+        G, b = _statistics(step, 0, slice(0, head.size), float(config["label_bound"]), False, None)
+        over = int(step.spend > cfg.budget)  # checked here: a user's spend is private
+        return {"over_budget": over}, {"G": G, "b": b, "gram": step.gram}
+    raise ValueError(f"unknown DP-ALS stage {stage!r}")
+
+
+def register_client(app, load: Callable[[Context], Shard], fault: Fault | None = None) -> None:
+    """Register the DP-ALS handler (message type ``query.dpals``) on a Flower ``ClientApp``.
+
+    ``load(context) -> Shard``: the client's users (e.g. ``shards[partition-id]`` in a simulation,
+    :func:`load_shard` of a path in the node configuration when deployed)."""
+
+    @app.query(APP)
+    def dpals(msg: Message, context: Context) -> Message:
+        shard = load(context)
+        config = config_of(msg.content)
+        check_fault(fault, APP, shard.index, config)
+        reply_config, reply_arrays = client_answer(shard, config, read_arrays(msg.content), context.state)
+        return Message(content(reply_config, **reply_arrays), reply_to=msg)
+
+
+# ---------------------------------------------------------------------- the server
+
+
+def fit_dpals(
+    model,
+    grid,
+    *,
+    min_clients: int = 1,
+    wait: float = DEFAULT_WAIT,
+    timeout: float | None = None,
+    max_retries: int = 2,
+    job: str = "",
+):
+    """Fit the :class:`~privrec.models.DPALS` ``model`` on the clients of ``grid`` (call it from a
+    ``ServerApp``'s main); returns ``model``, fitted as by ``DPALS.fit`` (module docstring).
+
+    Private fits with every method (SSP ``dpals-*`` / ``ada-dpals``, noisy GD ``dpsgd-*`` /
+    ``ada-dpsgd``), explicit or implicit feedback, biases, centering, ``unobserved_weight``,
+    ``item_frac``. ``epsilon = inf`` is not supported (fit locally). ``user_factors_`` is ``None``
+    (users project themselves: ``transform`` / ``recommend(userid, user_items)``).
+    ``federation_`` holds the round log (:class:`~privrec.federated.flower._common.RoundLog`).
+    """
+    from ...models import DPALS
+    from ...models._base import _check_fitted_factors, _param_fingerprint
+
+    if not isinstance(model, DPALS):
+        raise TypeError(f"fit_dpals fits a DPALS, got {type(model).__name__}")
+    fed = Federation(grid, APP, min_clients=min_clients, wait=wait, timeout=timeout, max_retries=max_retries, job=job)
+    rating_range = model._rating_range()
+    rating_bound = max(abs(v) for v in rating_range) if rating_range else float(model.rating_bound)
+    roster = fed.connect({"rating_range": json.dumps(rating_range), "rating_bound": rating_bound})
+    n_items_seen = {int(r["n_items"]) for r in roster.values()}
+    if len(n_items_seen) != 1:
+        raise ValueError(f"the clients disagree on the number of items: {sorted(n_items_seen)}")
+    n_users, n_items = sum(fed.units.values()), n_items_seen.pop()
+    cfg = model._backend_config((n_users, n_items), "Flower")
+    if not cfg.private:
+        raise ValueError("a Flower fit is private (finite epsilon); fit epsilon=inf locally with DPALS.fit")
+    _check_roster(model, cfg, roster)
+
+    # 1. the local fit's sequence: rng, init_rng, pipeline, calibration ------------------------
+    dtype, d = cfg.dtype, cfg.factors
+    rng = make_rng(model.random_state)
+    init_rng = np.random.default_rng(rng.integers(0, 2**63 - 1))
+    t_start = time.perf_counter()
+    pipe = model._pipeline(cfg, rng)
+    cal = pipe.calibrate()
+    k = cfg.count_sample
+
+    def counts_round(key: int) -> np.ndarray:
+        replies = fed.ask("item counts", {"stage": "counts", "k": k, "key": str(key), "implicit": cfg.implicit})
+        return summed(replies, ["counts"], {"counts": ((n_items,), np.float64)})["counts"]
+
+    def mean_round(key: int, half: float, mid: float) -> tuple[float, float]:
+        config = {"stage": "mean", "k": k, "key": str(key), "half": half, "mid": mid, "implicit": cfg.implicit}
+        total, n = summed(fed.ask("global mean", config), ["sums"], {"sums": ((2,), np.float64)})["sums"]
+        return float(total), float(n)
+
+    counts = pipe.release_sampled_counts(counts_round, k)
+    mu = pipe.release_sampled_mean(mean_round, k, cfg.rating_bound, cfg.rating_range) if cfg.center else 0.0
+    head = pipe.head(counts, cfg.item_frac)
+    counts_h = counts[head]
+    alloc_key = pipe.allocation_key(cfg.allocation)  # drawn where the local pipe.allocate draws it
+    model._exposure_parts = []  # this fit's noisy weighted counts (DPALS._collect_exposure)
+
+    # 2. ridges and initial factors ------------------------------------------------------------
+    reg_items, _ = model._item_regularization(cfg, counts_h, cal.train_scale)
+    V = (init_rng.standard_normal((head.size, d)) * cfg.init_scale).astype(dtype)
+    b_items = np.zeros(head.size, dtype=dtype) if cfg.biases else None
+    m = head.size
+    reg_dtype = as_task_array(reg_items, m, "reg", dtype)
+    width = d + (1 if cfg.biases else 0)
+    step_times: list[float] = []
+    t_pre = time.perf_counter() - t_start
+    cfg_text = _config_json(cfg)
+
+    # 3. alternating steps ---------------------------------------------------------------------
+    for t in range(1, cfg.iterations + 1):
+        t_step = time.perf_counter()
+        sizes = np.maximum(counts_h, 1.0)
+        public = SimpleNamespace(  # the public task information the noisy-GD step sizes use
+            task_sizes=sizes, task_weights=model._task_weights(cfg, sizes, n_users), n_units=n_users, n_tasks=m
+        )
+        solver: Any = model._item_solver(cfg, cal.train_scale, reg_items, V, b_items, public)
+        gravity = "features" if cfg.unobserved_weight > 0 else ""
+        config = {
+            "stage": "step",
+            "t": t,
+            "cfg": cfg_text,
+            "mu": float(mu),
+            "alloc_key": "" if alloc_key is None else str(alloc_key),
+            "n_users": n_users,
+            "max_norm": float(solver.max_norm),
+            "gravity": gravity,
+            "label_bound": float(solver.label_bound),
+        }
+        replies = fed.ask(f"ALS step {t}", config, {"V": V, "b": b_items, "head": head, "counts_h": counts_h})
+        if any(int(config_of(r)["over_budget"]) for r in replies.values()):
+            raise ValueError(
+                f"a client's per-user spend exceeds the declared budget {cfg.budget:.6g}; "
+                "build the weights with privrec.allocation (which enforces the budget)"
+            )
+        shapes = {"G": ((m, width, width), dtype), "b": ((m, width), dtype), "gram": ((width, width), dtype)}
+        stats = summed(replies, ["G", "b", "gram"], shapes)
+        gram = solver.release_global_gramian(stats["gram"], rng) if gravity else None  # SSPSolver.solve's order
+        seeds = solver.noise_seeds(rng, m)
+        gd = None
+        if cfg.solver == "noisy_gd":  # public start (the released V) and public step sizes
+            steps = solver._steps(public, reg_dtype, solver.noise_std())
+            eta = np.stack([steps(i) for i in range(1, solver.iterations + 1)]).astype(dtype)
+            gd = {"theta0": np.asarray(solver.init, dtype=dtype), "steps": eta}
+        root = dataclasses.replace(solver, reg=0.0, **({"init": None, "schedule": 1.0} if gd is not None else {}))
+        out = _release_blocks((stats["G"], stats["b"]), 0, seeds, root, reg_dtype, gram, 0, gd)
+        if gd is None:
+            info: dict[str, Any] = {"solver": "ssp", "projected_tasks": int(out[1])}
+            if len(out) > 2:  # SSP with keep_diagonal: the noisy Gramians' diagonals
+                info["noisy_gramian_diagonal"] = out[2]
+        else:
+            info = {"solver": "noisy_gd", "iterations": int(solver.iterations)}
+        result = Release(out[0], solver.labelled_events(), info)
+        pipe.record(result, prefix=f"ALS step {t}: ")
+        model._collect_exposure(cfg, result, solver)
+        V, b_items = _item_side(result.params, cfg)
+        step_times.append(time.perf_counter() - t_step)
+
+    # 4. ledger check and the Dask fit's release (the local fit's, without user factors) --------
+    ledger = pipe.finish()
+    catalogue = SimpleNamespace(item_ids=np.arange(n_items), info={})  # the clients' columns, no ids
+    driver = SimpleNamespace(model=model, als=False, parts=catalogue)
+    _Driver._release(cast(Any, driver), cfg, cal, ledger, head, counts, V, b_items, mu, 1.0, 1.0, n_users, n_items)
+    model.fit_timings_ = {"preprocess": t_pre, "steps": step_times, "projection": 0.0}
+    model.federation_ = fed.log.as_dict()
+    _check_fitted_factors(model)
+    model._fitted_params = _param_fingerprint(model)
+    return model
+
+
+def _item_side(params, cfg) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(V, item biases)`` from an item step's solution (the bias is the last coordinate times c)."""
+    params = np.asarray(params, dtype=cfg.dtype)
+    V = np.ascontiguousarray(params[:, : cfg.factors])
+    bias = np.ascontiguousarray(params[:, cfg.factors] * cfg.dtype.type(cfg.bias_feature)) if cfg.biases else None
+    return V, bias
+
+
+def _check_roster(model, cfg, roster: dict) -> None:
+    """The local fit's input checks from the clients' counts (sums only)."""
+    nnz = sum(int(r["nnz"]) for r in roster.values())
+    if nnz == 0:
+        raise ValueError("user_items holds no ratings (nnz = 0); every user and item has no data")
+    outside = sum(int(r["outside"]) for r in roster.values())
+    if cfg.implicit:
+        if sum(int(r["negative"]) for r in roster.values()):
+            raise ValueError("implicit feedback must be non-negative (counts, clicks); got negative values")
+    elif outside and cfg.rating_range is not None:
+        lo, hi = cfg.rating_range
+        raise ValueError(
+            f"{outside} ratings lie outside the declared rating_range [{lo:g}, {hi:g}]; fix the data or declare "
+            "the right range"
+        )
+    elif outside:
+        import warnings
+
+        warnings.warn(
+            f"{outside} ratings lie beyond rating_bound={cfg.rating_bound:g}: they are clipped in every private "
+            "statistic; declare rating_range=(low, high) for this scale, or use feedback='implicit' for counts",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+# ---------------------------------------------------------------------- report
+
+
+#: the trust statement of a Flower fit (added to the privacy report by :func:`privacy_report`)
+TRUST_STATEMENT = {
+    "runtime": "Flower (ServerApp + one ClientApp per group of users)",
+    "server_sees": (
+        "the exact sums over clients of the numbers of ratings (and of ratings outside the declared range, for the "
+        "input checks), the sampled item counts, the sampled rating sums and, per ALS step, the weighted per-item "
+        "Gramians and right-hand sides (and the global Gramian with unobserved_weight > 0), before it adds the "
+        "noise; with secure aggregation nothing else, without it also each client's sums"
+    ),
+    "clients_see": "the released item side, the public settings and the public sampling keys; never the noise seeds",
+    "dropouts": "a client left out of a release removes its users from that release only (each user at most once "
+    "per release): the noise, the events and epsilon are unchanged",
+}
+
+
+def privacy_report(model) -> dict:
+    """``model.privacy_report()`` (events, epsilon, neighbouring relation, what is public) plus the
+    trust statement of the federation and its round log."""
+    report = model.privacy_report()
+    report["federation"] = {**TRUST_STATEMENT, **(getattr(model, "federation_", None) or {})}
+    return report
