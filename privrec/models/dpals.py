@@ -73,11 +73,11 @@ from .dpals_config import (
     RELEASE_STATEMENT,
     DPALSConfig,
     check_overflow,
-    check_rating_range,
     check_rating_span,
     check_scales,
 )
 from .exposure import exposure_scores, item_exposure, step_counts
+from .inputs import check_rating_range
 
 
 class DPALS(Hyperparameters, FactorizationModel):

@@ -4,7 +4,7 @@
 scikit-learn's constraint table and the automatic rule :func:`privrec.tuning.auto_config`);
 :data:`METHODS` names the algorithms of Krichene et al. (ICML 2023, Alg. 3 with Alg. 1 or 2 and
 the allocations of Sec. 4); :data:`RELEASE_STATEMENT` is the neighbouring relation and the public
-inputs every privacy report states; :func:`check_scales`, :func:`check_rating_range`, :func:`check_rating_span` and
+inputs every privacy report states; :func:`check_scales`, :func:`check_rating_span` and
 :func:`check_overflow` turn bad settings or data into one-line errors naming the setting.
 """
 
@@ -23,7 +23,6 @@ __all__ = [
     "RELEASE_STATEMENT",
     "DPALSConfig",
     "check_overflow",
-    "check_rating_range",
     "check_rating_span",
     "check_scales",
 ]
@@ -143,24 +142,6 @@ def check_scales(cfg: dict) -> None:
     check_scale(cfg["label_bound"], "label_bound", maximum=MAX_RATING_MAGNITUDE)
     for name in ("gramian_ratio", "global_ratio"):
         check_scale(cfg[name], name, maximum=_MAX_RATIO, minimum=1.0 / _MAX_RATIO)
-
-
-def check_rating_range(rating_range) -> tuple[float, float] | None:
-    """The declared ``rating_range`` as a finite ``(low, high)`` pair with ``low < high`` (None if undeclared)."""
-    if rating_range is None:
-        return None
-    try:
-        lo, hi = (float(v) for v in rating_range)
-    except (TypeError, ValueError):
-        raise ValueError(f"rating_range must be a (low, high) pair of numbers, got {rating_range!r}") from None
-    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-        raise ValueError(f"rating_range must be finite with low < high, got {rating_range!r}")
-    if max(abs(lo), abs(hi)) > MAX_RATING_MAGNITUDE:
-        raise ValueError(
-            f"rating_range={rating_range!r} is too wide: its bounds must be at most "
-            f"{MAX_RATING_MAGNITUDE:g} in magnitude (larger ratings overflow the float32 Gramians); rescale the ratings"
-        )
-    return lo, hi
 
 
 def check_rating_span(lo_v: float, hi_v: float, rating_range, rating_bound: float, stacklevel: int = 2) -> None:
