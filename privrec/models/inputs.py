@@ -284,39 +284,33 @@ def item_axis_source(X) -> str:
     * ``"matrix"``: the columns of a matrix (or of an ``Interactions`` built from one), as the caller
       made them; privrec cannot tell whether they are a catalogue.
     """
-    import pandas as pd
-
-    if isinstance(X, pd.DataFrame):
-        return "data"
-    if sp.issparse(X) or not (hasattr(X, "matrix") and hasattr(X, "item_ids")):
-        return "matrix"
-    info = getattr(X, "info", None) or {}
-    vocabulary = info.get("item_vocabulary")
-    if vocabulary == "given":
-        from ..data.frames import vocabulary_fingerprint
-
-        same = info.get("item_vocabulary_sha256") == vocabulary_fingerprint(np.asarray(X.item_ids))
-        return "catalogue" if same else "data"
-    return "data" if vocabulary == "data" else "matrix"
+    return _axis_source(X, "item", "catalogue")
 
 
 def user_axis_source(X) -> str:
     """Where the user axis (rows) of a ``fit`` input comes from: ``"roster"`` (an ``Interactions``
     built with ``user_ids=``, still that vocabulary), ``"data"`` (a DataFrame, or an ``Interactions``
     read from one without ``user_ids``) or ``"matrix"`` (a matrix's rows, as the caller made them)."""
+    return _axis_source(X, "user", "roster")
+
+
+def _axis_source(X, axis: str, declared: str) -> str:
+    """The rule of :func:`item_axis_source` / :func:`user_axis_source` for ``axis`` ("item" or
+    "user"): ``declared`` when the ``{axis}_ids`` vocabulary given at construction is still the
+    axis (by fingerprint), else ``"data"`` or ``"matrix"``."""
     import pandas as pd
 
     if isinstance(X, pd.DataFrame):
         return "data"
-    if sp.issparse(X) or not (hasattr(X, "matrix") and hasattr(X, "user_ids")):
+    if sp.issparse(X) or not (hasattr(X, "matrix") and hasattr(X, f"{axis}_ids")):
         return "matrix"
     info = getattr(X, "info", None) or {}
-    vocabulary = info.get("user_vocabulary")
+    vocabulary = info.get(f"{axis}_vocabulary")
     if vocabulary == "given":
         from ..data.frames import vocabulary_fingerprint
 
-        same = info.get("user_vocabulary_sha256") == vocabulary_fingerprint(np.asarray(X.user_ids))
-        return "roster" if same else "data"
+        same = info.get(f"{axis}_vocabulary_sha256") == vocabulary_fingerprint(np.asarray(getattr(X, f"{axis}_ids")))
+        return declared if same else "data"
     return "data" if vocabulary == "data" else "matrix"
 
 
