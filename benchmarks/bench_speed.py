@@ -37,6 +37,7 @@ for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = _threads
 
 import resource  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -134,11 +135,12 @@ def time_als_sweep(R, factors: int, threads: int, solver: str) -> tuple[float, f
     return total - setup, total
 
 
-def time_dpals_sweep(R, factors: int, threads: int, epsilon: float) -> dict:
+def time_dpals_sweep(R, factors: int, threads: int, epsilon: float, projection: str = "shift") -> dict:
     """A two-step ada-dpals fit: ``sweep_s`` is the second (steady-state) ALS step, whose user step
     is the default warm-started CG; ``first_sweep_s`` the first, whose user step is exact (no
-    previous solution to start from)."""
+    previous solution to start from). ``projection``: DPALS's ``item_projection``."""
     dp = DPALS(
+        item_projection=projection,
         method="ada-dpals",
         epsilon=epsilon,
         delta=1e-5,
@@ -196,14 +198,16 @@ def gramian_gflops(batch, threads: int) -> dict:
     return {"seconds": sec, "cpu_seconds": cpu, "gflop": flops / 1e9, "gflops": flops / sec / 1e9, "dim": d}
 
 
-def projection_seconds_per_task(d: int, n: int = 512, seed: int = 0) -> float:
-    """One thread's seconds per task of the SSP item step's exact PSD-projected solve
-    (:func:`privrec.solvers._linalg.projected_ridge_solve`: tridiagonal reduction + eigensystem of a
-    noisy d x d Gramian) on Gramians shaped like ada-dpals' at eps = 5 (a rank-50 Gramian of clipped
-    rows plus symmetric noise, about half the eigenvalues negative, as measured on ml20m-like).
-    ``n_items * this / threads`` is a floor of the item step that no Gramian or noise speed-up removes."""
+def projection_seconds_per_task(d: int, n: int = 512, seed: int = 0, projection: str = "eigen") -> float:
+    """One thread's seconds per task of the SSP item step's solve of a noisy Gramian that is not
+    positive definite, on Gramians shaped like ada-dpals' at eps = 5 (a rank-50 Gramian of clipped
+    rows plus symmetric noise, about half the eigenvalues negative, as measured on ml20m-like; at
+    eps = 5 all items are like this). ``"eigen"``: the exact PSD-projected solve
+    (:func:`privrec.solvers._linalg.projected_ridge_solve`: tridiagonal reduction + eigensystem);
+    ``"shift"``: the eigenvalue-shifted Cholesky solve (:func:`privrec.solvers._linalg.shifted_solve`).
+    ``n_items * this / threads`` is the solve part of the item step."""
     from privrec.privacy.mechanisms import add_symmetric_gaussian_noise
-    from privrec.solvers._linalg import projected_ridge_solve, single_threaded_blas
+    from privrec.solvers._linalg import noise_edge, projected_ridge_solve, shifted_solve, single_threaded_blas
 
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, 50, d)).astype(np.float32)
@@ -215,9 +219,36 @@ def projection_seconds_per_task(d: int, n: int = 512, seed: int = 0) -> float:
     with single_threaded_blas():
         for _ in range(3):
             t = time.perf_counter()
-            projected_ridge_solve(G, b, 40.0)
+            if projection == "eigen":
+                projected_ridge_solve(G, b, 40.0)
+            else:
+                shifted_solve(G, b, 40.0, noise_edge(7.0, d))
             best = min(best, time.perf_counter() - t)
     return best / n
+
+
+def noise_seconds(n_tasks: int, d: int, threads: int, chunk: int = 2048) -> float:
+    """Seconds to draw and add the symmetric Gaussian noise of ``n_tasks`` d x d Gramians (the
+    item step's draws, chunk by chunk over the worker threads, as ``SSPSolver`` does)."""
+    from privrec.privacy.mechanisms import add_symmetric_gaussian_noise
+    from privrec.solvers._linalg import map_chunks
+
+    bounds = [(t0, min(t0 + chunk, n_tasks)) for t0 in range(0, n_tasks, chunk)]
+    bufs = [np.zeros((chunk, d, d), dtype=np.float32) for _ in range(max(threads, 1))]
+    lock = threading.Lock()
+
+    def run(c, b):
+        with lock:
+            G = bufs.pop()
+        try:
+            add_symmetric_gaussian_noise(G[: b[1] - b[0]], 1.0, np.random.default_rng(b[0]))
+        finally:
+            with lock:
+                bufs.append(G)
+
+    t = time.perf_counter()
+    map_chunks(run, bounds, threads)
+    return time.perf_counter() - t
 
 
 def gemm_gflops(n: int = 2048, repeats: int = 3, cpu: bool = False) -> float:
@@ -254,7 +285,9 @@ def _parse(argv):
     ap.add_argument("--factors", type=int, default=None)
     ap.add_argument("--threads", type=int, default=int(_threads))
     ap.add_argument("--epsilon", type=float, default=5.0)
-    ap.add_argument("--repeats", type=int, default=None, help="interleaved repetitions, best kept (default 2; quick 1)")
+    ap.add_argument(
+        "--repeats", type=int, default=None, help="interleaved repetitions, best and median kept (default 3; quick 1)"
+    )
     ap.add_argument("--out", default=str(RESULTS), help="output folder (default benchmarks/results)")
     ap.add_argument("--quiet", action="store_true")
     return ap.parse_args(argv)
@@ -268,23 +301,35 @@ def _measure(name, R, factors, threads, args, repeats) -> dict:
     def keep(key, value):
         best[key] = min(best.get(key, np.inf), value)
 
+    runs: dict = {"implicit_iteration_s": [], "dpals_sweep_s": [], "dpals_eigen_sweep_s": []}
     for _ in range(repeats):
-        keep("implicit_iteration_s", time_implicit_iteration(R, factors, threads))
+        imp_s = time_implicit_iteration(R, factors, threads)
+        keep("implicit_iteration_s", imp_s)
         keep("als_sweep_cg_s", time_als_sweep(R, factors, threads, "cg")[0])
         keep("als_sweep_exact_s", time_als_sweep(R, factors, threads, "cholesky")[0])
-        dp = time_dpals_sweep(R, factors, threads, args.epsilon)
+        dp = time_dpals_sweep(R, factors, threads, args.epsilon, "shift")
         keep("dpals_sweep_s", dp["sweep_s"])
         keep("dpals_first_sweep_s", dp["first_sweep_s"])
         keep("dpals_user_step_s", dp["user_step_s"])
         keep("dpals_preprocess_s", dp["preprocess_s"])
+        eig = time_dpals_sweep(R, factors, threads, args.epsilon, "eigen")
+        keep("dpals_eigen_sweep_s", eig["sweep_s"])
+        for key, value in (("implicit_iteration_s", imp_s), ("dpals_sweep_s", dp["sweep_s"]),
+                           ("dpals_eigen_sweep_s", eig["sweep_s"])):  # fmt: skip
+            runs[key].append(value)
         g = gramian_gflops(batch, threads)
         keep("gramian_s", g["seconds"])
         keep("gramian_cpu_s", g["cpu_seconds"])
+        keep("noise_s", noise_seconds(batch.n_tasks, batch.dim, threads))
         keep("projection_s_per_task", projection_seconds_per_task(batch.dim))
+        keep("shift_s_per_task", projection_seconds_per_task(batch.dim, projection="shift"))
         best["gemm_gflops"] = max(best.get("gemm_gflops", 0.0), gemm_gflops(1024 if args.quick else 2048))
         best["gemm_cpu_gflops"] = max(
             best.get("gemm_cpu_gflops", 0.0), gemm_gflops(1024 if args.quick else 2048, cpu=True)
         )
+    # each run's sweep against the implicit iteration of the same run, and their median
+    per_run = [d / i for d, i in zip(runs["dpals_sweep_s"], runs["implicit_iteration_s"])]
+    per_run_eigen = [d / i for d, i in zip(runs["dpals_eigen_sweep_s"], runs["implicit_iteration_s"])]
     d = batch.dim
     flops = 2.0 * batch.nnz * d * d
     imp = best["implicit_iteration_s"]
@@ -311,15 +356,29 @@ def _measure(name, R, factors, threads, args, repeats) -> dict:
         "ratio_dpals_item_step_vs_implicit": (best["dpals_sweep_s"] - best["dpals_user_step_s"]) / imp,
         # the exact PSD projection alone (every item's noisy Gramian needs it at eps = 5), over the threads
         "ratio_projection_floor_vs_implicit": best["projection_s_per_task"] * batch.n_tasks / threads / imp,
+        # the private sweep's parts: Gramians, noise and the shifted solves (the default), over the threads
+        "ratio_gramians_vs_implicit": best["gramian_s"] / imp,
+        "ratio_noise_vs_implicit": best["noise_s"] / imp,
+        "ratio_shift_solve_vs_implicit": best["shift_s_per_task"] * batch.n_tasks / threads / imp,
+        "ratio_dpals_eigen_vs_implicit": best["dpals_eigen_sweep_s"] / imp,
+        "runs": runs,
+        "ratio_dpals_vs_implicit_per_run": per_run,
+        "ratio_dpals_vs_implicit_median": float(np.median(per_run)),
+        "ratio_dpals_eigen_vs_implicit_per_run": per_run_eigen,
+        "ratio_dpals_eigen_vs_implicit_median": float(np.median(per_run_eigen)),
     }
     res["gramian_vs_gemm"] = res["gramian"]["gflops"] / best["gemm_gflops"]
     # the same ratio per CPU-second (both sides): what a busy machine's wall clock hides
     res["gramian_vs_gemm_cpu"] = res["gramian"]["cpu_gflops"] / best["gemm_cpu_gflops"]
     log(
         f"{name}: implicit {imp:.2f} s; ALS CG {res['ratio_als_cg_vs_implicit']:.2f}x, exact "
-        f"{res['ratio_als_exact_vs_implicit']:.2f}x; ada-dpals {res['ratio_dpals_vs_implicit']:.2f}x (user step "
-        f"{res['ratio_dpals_user_step_vs_implicit']:.2f}x + item step {res['ratio_dpals_item_step_vs_implicit']:.2f}x; "
-        f"first sweep {res['ratio_dpals_first_sweep_vs_implicit']:.2f}x; PSD projection floor "
+        f"{res['ratio_als_exact_vs_implicit']:.2f}x; ada-dpals {res['ratio_dpals_vs_implicit']:.2f}x (median of runs "
+        f"{res['ratio_dpals_vs_implicit_median']:.2f}x; user step "
+        f"{res['ratio_dpals_user_step_vs_implicit']:.2f}x + item step {res['ratio_dpals_item_step_vs_implicit']:.2f}x: "
+        f"Gramians {res['ratio_gramians_vs_implicit']:.2f}x, noise {res['ratio_noise_vs_implicit']:.2f}x, shifted "
+        f"solves {res['ratio_shift_solve_vs_implicit']:.2f}x; first sweep "
+        f"{res['ratio_dpals_first_sweep_vs_implicit']:.2f}x); with the exact projection "
+        f"{res['ratio_dpals_eigen_vs_implicit_median']:.2f}x (projection alone "
         f"{res['ratio_projection_floor_vs_implicit']:.2f}x); Gramian "
         f"{res['gramian']['gflops']:.1f} GFLOP/s = {res['gramian_vs_gemm']:.2f}x GEMM {best['gemm_gflops']:.1f} "
         f"(per CPU-second {res['gramian_vs_gemm_cpu']:.2f}x)",
@@ -333,7 +392,7 @@ def _run(argv) -> dict:
     preset = args.preset or ("synthetic-skew" if args.quick else "ml20m-like")
     factors = args.factors or (16 if args.quick else 64)
     threads = args.threads
-    repeats = args.repeats or (1 if args.quick else 2)
+    repeats = args.repeats or (1 if args.quick else 3)
 
     log(f"generating {preset}", args.quiet)
     R = load_dataset(preset, random_state=0).matrix.tocsr().astype(np.float32)
@@ -377,6 +436,11 @@ def _run(argv) -> dict:
         "ratio_dpals_user_step_vs_implicit",
         "ratio_dpals_item_step_vs_implicit",
         "ratio_projection_floor_vs_implicit",
+        "ratio_gramians_vs_implicit",
+        "ratio_noise_vs_implicit",
+        "ratio_shift_solve_vs_implicit",
+        "ratio_dpals_vs_implicit_median",
+        "ratio_dpals_eigen_vs_implicit_median",
         "gramian_vs_gemm",
         "gramian_vs_gemm_cpu",
     ):
@@ -395,31 +459,41 @@ def _run(argv) -> dict:
     write_json(out / f"{name}.json", res)
     rows = []
     for mname, r in res["matrices"].items():
+        runs = ", ".join(f"{v:.2f}" for v in r["ratio_dpals_vs_implicit_per_run"])
+        runs_eig = ", ".join(f"{v:.2f}" for v in r["ratio_dpals_eigen_vs_implicit_per_run"])
         rows.append(
             f"| {mname} | {r['n_users']:,} x {r['n_items']:,}, nnz {r['nnz']:,} | {r['implicit_iteration_s']:.2f} | "
             f"{r['ratio_als_cg_vs_implicit']:.2f} | {r['ratio_als_exact_vs_implicit']:.2f} | "
-            f"{r['ratio_dpals_vs_implicit']:.2f} ({r['ratio_dpals_user_step_vs_implicit']:.2f} + "
-            f"{r['ratio_dpals_item_step_vs_implicit']:.2f}) | {r['ratio_projection_floor_vs_implicit']:.2f} | "
+            f"**{r['ratio_dpals_vs_implicit_median']:.2f}** ({runs}) | "
+            f"{r['ratio_dpals_user_step_vs_implicit']:.2f} + {r['ratio_dpals_item_step_vs_implicit']:.2f} "
+            f"({r['ratio_gramians_vs_implicit']:.2f} / {r['ratio_noise_vs_implicit']:.2f} / "
+            f"{r['ratio_shift_solve_vs_implicit']:.2f}) | "
+            f"{r['ratio_dpals_eigen_vs_implicit_median']:.2f} ({runs_eig}; projection alone "
+            f"{r['ratio_projection_floor_vs_implicit']:.2f}) | "
             f"{r['ratio_dpals_first_sweep_vs_implicit']:.2f} | "
             f"{r['gramian']['gflops']:.1f} / {r['gemm_gflops']:.1f} "
             f"({r['gramian_vs_gemm']:.2f}; per CPU-s {r['gramian_vs_gemm_cpu']:.2f}) |"
         )
     md = (
         f"# {name}\n\nfactors {factors}, float32, {threads} threads, cpus {os.cpu_count()}; implicit with "
-        f"single-threaded BLAS; best of {repeats} interleaved repetitions\n\n"
+        f"single-threaded BLAS; {repeats} interleaved runs (ratios: each run against the same run's implicit "
+        "iteration; parts: best of the runs)\n\n"
         "| matrix | shape | implicit iteration (s) | ALS sweep CG (3 steps, default) / implicit | "
-        "ALS sweep exact / implicit | ada-dpals sweep / implicit (CG user step + item step) | "
-        "of which the exact PSD projection alone / implicit | "
+        "ALS sweep exact / implicit | ada-dpals sweep / implicit, median (runs) | "
+        "user step + item step (Gramians / noise / shifted solves) | "
+        "with the exact PSD projection (item_projection='eigen'), median (runs) | "
         "ada-dpals first sweep (exact user step) / implicit | SSP Gramian GFLOP/s / float32 GEMM (ratio) |\n"
-        "|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
-        f"Targets (issue 16): ALS <= 1.0x, ada-dpals <= 1.5x implicit, Gramian >= 0.70x GEMM (d = factors + 1 with the bias "
-        f"feature, 2 n d^2 useful FLOPs per task). Peak RSS {res['peak_rss_gb']:.2f} GB; ada-dpals "
-        f"eps={res['dpals_epsilon']:.3g}. heavy-head: {res['heavy_head']} (Zipf item popularity, seed 0).\n\n"
-        "The PSD projection column is n_items x (one thread's seconds per exact projected solve of a "
-        "noisy d x d Gramian) / threads: a floor of the private item step that faster Gramians or noise "
-        "cannot remove (spec 004 §2 projects every noisy local Gramian; at eps = 5 all of them need it). "
-        "The per-CPU-second Gramian ratio is the robust one: the wall-clock GEMM reference moves with "
-        "other load on a 2-core machine.\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
+        f"Targets (issues 16, 29): ALS <= 1.0x, ada-dpals <= 1.5x implicit (median of 3 runs), Gramian >= 0.70x GEMM "
+        f"(d = factors + 1 with the bias feature, 2 n d^2 useful FLOPs per task). Peak RSS "
+        f"{res['peak_rss_gb']:.2f} GB; ada-dpals eps={res['dpals_epsilon']:.3g}. heavy-head: {res['heavy_head']} "
+        "(Zipf item popularity, seed 0).\n\n"
+        "The parts are measured apart, on the ada-dpals item step's shapes: the Gramians (gather, scaling, "
+        "products) over the threads, the symmetric noise over the threads, and n_items x (one thread's seconds "
+        "per solve of a noisy d x d Gramian that is not positive definite) / threads, for the eigenvalue-shifted "
+        "Cholesky solve (the default) and the exact PSD projection (spec 004 §2; at eps = 5 every item needs "
+        "one or the other). The per-CPU-second Gramian ratio is the robust one: the wall-clock GEMM reference "
+        "moves with other load on a 2-core machine.\n"
     )
     write_text(out / f"{name}.md", md)
     if not args.quiet:

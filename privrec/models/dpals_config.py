@@ -101,6 +101,7 @@ class DPALSConfig:
     init_scale: float
     user_solver: str
     cg_steps: int
+    item_projection: str
     dtype: np.dtype
     accountant: str
 

@@ -14,7 +14,10 @@ one ledger:
    own training part: free). So every user moves each of the K summed scores by at most the clip
    ``C``, and the score vector by at most ``sqrt(K) C`` in L2 norm. One Gaussian release of the
    vector is recorded. The candidate with the lowest noisy score wins (report noisy min:
-   post-processing of that release).
+   post-processing of that release), except that candidates are listed simplest first and a
+   later one must beat the first by ``simplicity_margin`` noise standard deviations (default 3):
+   where the candidates are equally good, the score noise alone would otherwise pick the more
+   complex one about half the time.
 4. **Refit.** The winner's settings are refitted on all the data with the remaining budget.
 
 The budget is split in zCDP terms. rho is the concentrated-DP parameter of a Gaussian
@@ -27,8 +30,9 @@ model carries that ledger: its ``epsilon`` is the guarantee of the whole procedu
 
 Cost. Compared with one fit at epsilon, the released model is fitted with ``refit_share`` of the
 budget (its noise std grows by ``1 / sqrt(refit_share)``: 1.41x at the default 0.5). Selection
-pays off only where the automatic rule would otherwise pick a clearly worse model. The default
-DPALS therefore does not select; call this when you would otherwise tune.
+pays off only where the automatic rule would otherwise pick a clearly worse model. A default
+``DPALS()`` selects only where the rule proposes a rank for explicit ratings
+(:func:`privrec.tuning.auto.fit_by_selection`); call this when you would otherwise tune.
 
 References: report-noisy-max selection (Dwork & Roth 2014, Sec. 3.3) with a Gaussian score
 release; Papernot & Steinke (ICLR 2022) for why selection must be accounted.
@@ -149,6 +153,7 @@ def select_private(
     budget=None,
     label: str | None = None,
     rating_cap: int | None = None,
+    simplicity_margin: float = 3.0,
 ) -> PrivateSelection:
     """Accounted private selection among ``candidates`` (see the module docstring).
 
@@ -166,6 +171,11 @@ def select_private(
     (every user weighs the same); an integer m scores each user by that mean times
     ``min(n_held, m)``, so users weigh by their number of held-out ratings up to m, as in a
     per-rating RMSE (sensitivity ``sqrt(K) m C``).
+    ``simplicity_margin``: candidates are listed simplest first (e.g. the bias model, then
+    ranks); any later candidate wins only if its noisy score beats the first one's by this many
+    standard deviations of the score noise (public, post-processing of the noisy scores). With
+    equal true scores the first is kept with probability Phi(margin / sqrt(2)) (98.3% at the
+    default 3); 0 is plain report-noisy-min.
     """
     with budget.lock() if budget is not None else contextlib.nullcontext():
         if budget is not None:  # refused before any candidate sees the data
@@ -179,6 +189,8 @@ def select_private(
             raise ValueError("selection_share and refit_share must be in (0, 1) with a sum below 1")
         if not 0 < holdout < 1:
             raise ValueError(f"holdout must be in (0, 1), got {holdout!r}")
+        if not (math.isfinite(float(simplicity_margin)) and simplicity_margin >= 0):
+            raise ValueError(f"simplicity_margin must be finite and >= 0, got {simplicity_margin!r}")
         if not math.isfinite(float(epsilon)) or epsilon <= 0:
             raise ValueError("select_private is for private fits: epsilon must be finite and > 0")
         R = sp.csr_matrix(X, dtype=np.float64)
@@ -215,7 +227,9 @@ def select_private(
         )
         release.record(ledger)
         noisy = np.asarray(release.value, dtype=np.float64)
-        best = int(np.argmin(noisy))
+        score_std = z_s * math.sqrt(K) * weight * clip
+        handicap = np.where(np.arange(K) > 0, float(simplicity_margin) * score_std, 0.0)
+        best = int(np.argmin(noisy + handicap))
 
         final = clone(candidates[best]).set_params(
             epsilon=eps_r, delta=delta, random_state=int(seeds[K]) if random_state is not None else None
@@ -246,6 +260,8 @@ def select_private(
             "holdout": holdout,
             "loss_clip": clip,
             "rating_cap": rating_cap,
+            "simplicity_margin": float(simplicity_margin),
+            "score_noise_std": score_std,
         }
         if budget is not None:
             budget.record(final.privacy_report(), label or "private model selection")

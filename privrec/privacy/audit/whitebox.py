@@ -204,10 +204,10 @@ def tap_solver(solver: Any) -> tuple[Any, SolverTap]:
                     tap._leave()
 
             @staticmethod
-            def _solve_systems(G, b, reg, gram, floor, out):
+            def _solve_systems(G, b, reg, gram, floor, out, edge=0.0):
                 tap._record("gramian", G)
                 tap._record("rhs", b)
-                return cls._solve_systems(G, b, reg, gram, floor, out)
+                return cls._solve_systems(G, b, reg, gram, floor, out, edge)
 
         tapped_cls: type = TappedSSP
     elif issubclass(cls, NoisyGDSolver):
