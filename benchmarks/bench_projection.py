@@ -1,7 +1,9 @@
 """Cost of the SSP item step's PSD projection: every LAPACK route to a noisy Gramian's eigensystem.
 
 Spec 004 §2 projects every item's noisy d x d Gramian onto the PSD cone; at eps = 5 essentially
-all of them have negative eigenvalues, so each needs an eigendecomposition. This times, on one
+all of them have negative eigenvalues, so each needs an eigendecomposition (``item_projection=
+"eigen"``), unless the eigenvalue shift replaces it (``"shift"``, the default: one Cholesky solve,
+timed last). This times, on one
 thread, the per-matrix cost of the tridiagonal reduction (``ssytrd``) and of each LAPACK solver of
 the tridiagonal eigensystem (``sstevd`` -- the one privrec uses --, ``sstemr``, ``sstebz`` +
 ``sstein``, ``sstev``, ``dstevd``, eigenvalues only ``ssterf``), the dense ``ssyevd`` and numpy's
@@ -55,7 +57,7 @@ def _best_us(fn, n: int, repeats: int) -> float:
 
 def routes(G: np.ndarray) -> dict:
     """name -> zero-argument callable running that route over every matrix of ``G``."""
-    from privrec.solvers._linalg import _sytrd_lwork, projected_ridge_solve
+    from privrec.solvers._linalg import _sytrd_lwork, noise_edge, projected_ridge_solve, shifted_solve
 
     n, d = G.shape[0], G.shape[-1]
     lw = _sytrd_lwork(d)
@@ -72,7 +74,12 @@ def routes(G: np.ndarray) -> dict:
         "ssterf (eigenvalues only)": lambda: [lapack.ssterf(a, e) for a, e in tri],
         "ssyevd (dense)": lambda: [lapack.ssyevd(G[i]) for i in range(n)],
         "numpy eigh (dense, batched)": lambda: np.linalg.eigh(G),
-        "privrec projected_ridge_solve (whole solve)": lambda: projected_ridge_solve(G, b, 40.0),
+        "privrec projected_ridge_solve (whole solve; item_projection='eigen')": lambda: projected_ridge_solve(
+            G, b, 40.0
+        ),
+        "privrec shifted_solve (whole solve; item_projection='shift', the default)": lambda: shifted_solve(
+            G, b, 40.0, noise_edge(7.0, d)
+        ),
     }
 
 
@@ -110,7 +117,8 @@ def main(argv=None) -> dict:
         "|---|---|",
         *(f"| {k} | {v:.1f} |" for k, v in timings.items()),
         "",
-        "privrec's projected solve = ssytrd + sstevd + reflectors applied to vectors only; see docs/performance.md.\n",
+        "privrec's projected solve = ssytrd + sstevd + reflectors applied to vectors only; its shifted solve = one "
+        "Cholesky solve (sposv) of the Gramian raised by the noise's spectral edge; see docs/performance.md.\n",
     ]
     C.write_text(Path(args.out) / f"{name}.md", "\n".join(lines))
     C.log("\n".join(lines), args.quiet)
