@@ -139,5 +139,6 @@ def test_quick_projection_bench_times_every_eigensolver_route(tmp_path):
     res = P.main(["--quick", "--out", str(tmp_path), "--quiet", "--repeats", "1"])
     t = res["microseconds_per_matrix"]
     assert res["share_with_negative_eigenvalues"] > 0.9
-    assert len(t) == 10 and all(v > 0 for v in t.values())
+    assert len(t) == 11 and all(v > 0 for v in t.values())
+    assert any(k.startswith("privrec shifted_solve") for k in t)  # the default item step's solve is timed too
     assert (tmp_path / "projection_quick.md").exists() and (tmp_path / "projection_quick.json").exists()
