@@ -355,7 +355,8 @@ def test_rating_range_is_public_enforced_and_centres_the_mean():
     R.data = np.round(rng.uniform(2, 10, R.nnz))
     with pytest.warns(UserWarning, match="rating_range"):
         DPALS(epsilon=5.0, factors=0).fit(R)
-    m = DPALS(epsilon=5.0, rating_range=(2, 10), factors=0).fit(R)
+    # seeded noise (test only): with OS entropy a tail draw once missed 0.3 (0.356; typical 0.01-0.16)
+    m = DPALS(epsilon=5.0, rating_range=(2, 10), factors=0, random_state=0).fit(R)
     assert abs(float(m.global_mean_) - R.data.mean()) < 0.3
     assert m.config_["label_bound"] == 4.0 and m.config_["rating_bound"] == 10.0
     with pytest.raises(ValueError, match="outside the declared rating_range"):
