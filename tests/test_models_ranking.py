@@ -292,3 +292,45 @@ def test_a_user_who_keeps_the_personal_part_gets_exactly_the_fixed_projection():
     np.testing.assert_allclose(U[keep], fixed_U[keep], atol=1e-5)
     np.testing.assert_allclose(b[keep], fixed_b[keep], atol=1e-5)
     assert not U[~keep].any()
+
+
+# ---------------------------------------------------------------------- spectral ridge (implicit rank)
+def test_spectral_ridge_is_the_noise_edge_of_a_random_binary_matrix():
+    """Without structure, the centred spectral norm of an n x k Bernoulli(p) matrix sits at the
+    Bai-Yin edge sqrt(p (1 - p)) (sqrt(n) + sqrt(k)); the rule is that edge, scaled."""
+    from privrec.tuning import spectral_ridge
+
+    rng = np.random.default_rng(0)
+    for n, k, p in ((4_000, 300, 0.05), (2_000, 800, 0.2)):
+        X = (rng.random((n, k)) < p).astype(np.float64)
+        norm = np.linalg.norm(X - X.mean(), 2)
+        edge = spectral_ridge(X.sum(axis=0), n, scale=1.0)
+        assert abs(edge / norm - 1.0) < 0.05, (edge, norm)
+    # the sum of the noisy counts is used as released (unbiased), not clipped per item
+    counts = np.array([5.0, -3.0, 10.0])
+    assert spectral_ridge(counts, 100, scale=1.0) == pytest.approx(math.sqrt(0.04 * 0.96) * (10 + math.sqrt(3)))
+    assert spectral_ridge(np.zeros(4), 10) > 0  # never a zero ridge
+
+
+def test_implicit_rank_takes_its_ridges_from_the_released_counts_and_not_from_epsilon():
+    from privrec.tuning import SPECTRAL_RIDGE_SCALE, spectral_ridge
+
+    R = generate_preset(
+        "ml20m-like", scale=0.05, random_state=0
+    ).interactions.matrix.tocsr()  # 6,834 users: n * 20 >= 100,000
+    n = R.shape[0]
+    ridges = []
+    for eps in (20.0, 50.0):  # both in the head-restricted tier for this roster
+        model = DPALS(epsilon=eps, feedback="implicit", random_state=0).fit(R, show_progress=False)
+        cfg = model.config_
+        assert cfg["reg_rule"] == "spectral" and cfg["factors"] > 0
+        assert cfg["reg"] == cfg["user_reg"] == model.user_regularization_
+        released = model.item_counts_[model.trained_items_]
+        assert cfg["reg"] == pytest.approx(spectral_ridge(released, n))
+        ridges.append(cfg["reg"])
+    # the rule reads no epsilon: the two ridges differ only by the counts' noise
+    exact = spectral_ridge(np.diff(R.tocsc().indptr)[model.trained_items_], n)
+    assert all(abs(r / exact - 1.0) < 0.25 for r in ridges), (ridges, exact, SPECTRAL_RIDGE_SCALE)
+    # a ridge the user sets is kept as given, on both sides
+    fixed = DPALS(epsilon=50.0, feedback="implicit", regularization=12.0, random_state=0).fit(R, show_progress=False)
+    assert fixed.config_["reg_rule"] == "constant" and fixed.config_["reg"] == 12.0

@@ -360,6 +360,7 @@ class _Driver:
             mu = total / n if n else 0.0
         head = pipe.head(counts, cfg.item_frac)
         counts_h = counts[head]
+        cfg = proxy._released_ridges(cfg, counts_h, n_users)
         alloc_key = pipe.allocation_key(cfg.allocation)  # drawn where the local pipe.allocate draws it
         trains = cfg.iterations > 0
         states: list = []

@@ -64,7 +64,7 @@ from ..privacy import check_noise_random_state, clip_labels, clip_rows, make_rng
 from ..solvers import PrivateSolver, TaskBatch, make_solver
 from ..solvers.ridge import frequency_regularization, scaled_regularization
 from ..tuning.auto import backend_config, fit_by_selection, selects_rank
-from ..tuning.rule import auto_config, empirical_bayes_item_ridge
+from ..tuning.rule import auto_config, empirical_bayes_item_ridge, spectral_ridge
 from ._base import FactorizationModel, check_fit_matrix
 from .als import check_exponent, half_step
 from .billboard import shrunk_projection
@@ -271,7 +271,14 @@ class DPALS(Hyperparameters, FactorizationModel):
         reg = cfg["reg"] = chosen("regularization")
         # automatic item ridge of a private bias model: empirical Bayes from the calibrated noise
         eb = private and self.regularization is None and factors == 0 and not implicit
-        cfg["reg_rule"] = "empirical-bayes" if eb else "constant"
+        # automatic ridges of a private implicit rank: the spectral rule from the released counts
+        spectral = (
+            private
+            and auto.get("reg_rule") == "spectral"
+            and self.regularization is None
+            and self.user_regularization is None
+        )
+        cfg["reg_rule"] = "empirical-bayes" if eb else ("spectral" if spectral else "constant")
         cfg["reg_exponent"] = check_exponent(self.reg_exponent)
         # epsilon = inf: one ridge for both sides, as ALS
         default_user_reg = auto["user_regularization"] if private else reg
@@ -449,6 +456,7 @@ class DPALS(Hyperparameters, FactorizationModel):
         R = (R_full[:, head] if head.size != n_items else R_full).tocsr()
         R.sort_indices()
         counts_h = counts[head]
+        cfg = self._released_ridges(cfg, counts_h, n_users)
         centered = R.copy()
         centered.data = centered.data.astype(dtype, copy=True)
         if mu:
@@ -573,6 +581,17 @@ class DPALS(Hyperparameters, FactorizationModel):
         # the public shape (roster and catalogue sizes, public under the stated relation) with the settings
         self.config_ = {**cfg.as_dict(), "n_users": int(n_users), "n_items": int(n_items)}
         self.trained_items_ = head
+
+    @staticmethod
+    def _released_ridges(cfg: DPALSConfig, counts_h, n_users: int) -> DPALSConfig:
+        """``cfg`` with the ridges its rule sets from released values: under ``reg_rule ==
+        "spectral"`` both sides get :func:`privrec.tuning.spectral_ridge` of the trained items'
+        noisy counts and the public roster (post-processing; every backend calls this once the
+        head is chosen, before the first user step)."""
+        if cfg.reg_rule != "spectral":
+            return cfg
+        ridge = spectral_ridge(counts_h, n_users)
+        return dataclasses.replace(cfg, reg=ridge, user_reg=ridge)
 
     @staticmethod
     def _item_regularization(cfg: DPALSConfig, counts, train_scale: float) -> tuple[np.ndarray, float]:

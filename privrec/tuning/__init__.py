@@ -7,7 +7,15 @@
 DP and refits the winner, with every release in one ledger (see :mod:`privrec.tuning.selection`).
 """
 
-from .rule import auto_config, empirical_bayes_item_ridge
+from .rule import SPECTRAL_RIDGE_SCALE, auto_config, empirical_bayes_item_ridge, spectral_ridge
 from .selection import PrivateSelection, holdout_mask, select_private
 
-__all__ = ["PrivateSelection", "auto_config", "empirical_bayes_item_ridge", "holdout_mask", "select_private"]
+__all__ = [
+    "SPECTRAL_RIDGE_SCALE",
+    "PrivateSelection",
+    "auto_config",
+    "empirical_bayes_item_ridge",
+    "holdout_mask",
+    "select_private",
+    "spectral_ridge",
+]

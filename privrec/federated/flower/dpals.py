@@ -319,6 +319,7 @@ def fit_dpals(
     mu = pipe.release_sampled_mean(mean_round, k, cfg.rating_bound, cfg.rating_range) if cfg.center else 0.0
     head = pipe.head(counts, cfg.item_frac)
     counts_h = counts[head]
+    cfg = model._released_ridges(cfg, counts_h, n_users)
     alloc_key = pipe.allocation_key(cfg.allocation)  # drawn where the local pipe.allocate draws it
     model._exposure_parts = []  # this fit's noisy weighted counts (DPALS._collect_exposure)
 
