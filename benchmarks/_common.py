@@ -55,3 +55,26 @@ def read_json(path: Path):
 def log(msg: str, quiet: bool = False) -> None:
     if not quiet:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def rating_recall(recommend, targets, history, k: int = 20, threshold: float = 4.0, batch: int = 4096) -> float:
+    """Recall@k on held-out ratings: ``recommend(users, history_rows) -> (ids, scores)`` (it filters
+    the history's items), relevant = held-out rating >= ``threshold``, each user's recall
+    ``hits / min(k, n_relevant)``, averaged over users with a relevant item; users in batches
+    (bounded memory on large catalogues)."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    rel = sp.csr_matrix(targets, copy=True)
+    rel.data = (rel.data >= threshold).astype(np.float32)
+    rel.eliminate_zeros()
+    history = sp.csr_matrix(history)
+    users = np.flatnonzero(np.diff(rel.indptr) > 0)
+    hits = np.zeros(users.size)
+    for s0 in range(0, users.size, batch):
+        u = users[s0 : s0 + batch]
+        ids, _ = recommend(u, history[u])
+        for j, uu in enumerate(u):
+            truth = rel.indices[rel.indptr[uu] : rel.indptr[uu + 1]]
+            hits[s0 + j] = np.isin(ids[j], truth).sum() / min(k, truth.size)
+    return float(hits.mean()) if users.size else 0.0

@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 
 try:
     from . import _common as C
@@ -48,18 +47,7 @@ DATASETS = ("ml-100k", "lastfm-2k", "synthetic-skew", "synthetic-biases", "synth
 def explicit_recall(scores_fn, split, k: int = 20, threshold: float = 4.0) -> float:
     """Recall@k of ``scores_fn(users, history) -> (ids, scores)`` on the test ratings >= threshold,
     every user's train + validation items filtered (the random protocol's projection history)."""
-    test = sp.csr_matrix(split.test)
-    rel = test.copy()
-    rel.data = (rel.data >= threshold).astype(np.float32)
-    rel.eliminate_zeros()
-    users = np.flatnonzero(np.diff(rel.indptr) > 0)
-    history = sp.csr_matrix(split.projection)[users]
-    ids, _ = scores_fn(users, history)
-    hits = np.zeros(users.size)
-    for j, u in enumerate(users):
-        truth = rel.indices[rel.indptr[u] : rel.indptr[u + 1]]
-        hits[j] = np.isin(ids[j], truth).sum() / min(k, truth.size)
-    return float(hits.mean())
+    return C.rating_recall(scores_fn, split.test, split.projection, k, threshold)
 
 
 def _popularity_recommender(prior: np.ndarray, k: int):

@@ -58,18 +58,9 @@ def validation_ratings(split) -> sp.csr_matrix:
 
 def validation_recall(model, train: sp.csr_matrix, val: sp.csr_matrix, k: int = 20, threshold: float = 4.0) -> float:
     """Recall@k of ``model.recommend`` on the validation ratings >= threshold (train items filtered)."""
-    rel = val.copy()
-    rel.data = (rel.data >= threshold).astype(np.float32)
-    rel.eliminate_zeros()
-    users = np.flatnonzero(np.diff(rel.indptr) > 0)
-    hits = np.zeros(users.size)
-    for s0 in range(0, users.size, 4096):  # bounded memory on large catalogues
-        u = users[s0 : s0 + 4096]
-        ids, _ = model.recommend(u, train[u], N=k, filter_already_liked_items=True)
-        for j, uu in enumerate(u):
-            truth = rel.indices[rel.indptr[uu] : rel.indptr[uu + 1]]
-            hits[s0 + j] = np.isin(ids[j], truth).sum() / min(k, truth.size)
-    return float(hits.mean())
+    return C.rating_recall(
+        lambda u, h: model.recommend(u, h, N=k, filter_already_liked_items=True), val, train, k, threshold
+    )
 
 
 def score(model, split) -> dict:

@@ -50,7 +50,8 @@ def test_no_interaction_structure_gives_the_bias_model(biases_only, seed):
     assert [c["factors"] for c in sel["candidates"]] == [0, 8]
     assert model.config_["factors"] == 0 and model.item_factors_.shape == (300, 0)
     assert sel["rating_cap"] == SELECTION_RATING_CAP
-    assert sel["shares"]["refit"] == SELECTION_SHARES["refit_share"]
+    assert sel["shares"]["refit"] == SELECTION_SHARES["refit_share"] == 0.0 and not sel["refit"]
+    assert sel["shares"]["candidates"] == list(SELECTION_SHARES["candidate_shares"])
 
 
 def test_the_selection_is_in_the_ledger_and_meets_the_target(biases_only):
@@ -60,7 +61,9 @@ def test_the_selection_is_in_the_ledger_and_meets_the_target(biases_only):
     assert any(lab.startswith("selection candidate 0: ") for lab in labels)
     assert any(lab.startswith("selection candidate 1: ALS step 2") for lab in labels)
     assert "selection scores" in labels
-    assert any(lab.startswith("refit: ") for lab in labels)
+    # no refit: the winner is released as fitted, so the ledger is the candidates' events and the scores
+    assert not any(lab.startswith("refit: ") for lab in labels)
+    assert all(lab.startswith("selection candidate ") or lab == "selection scores" for lab in labels)
     assert report["epsilon"] <= 25.0 * (1 + 1e-9)
     assert epsilon_from_report(report) == pytest.approx(report["epsilon"], rel=1e-6)
     assert report["epsilon"] == pytest.approx(25.0, rel=0.02)

@@ -94,3 +94,50 @@ def test_selection_spends_from_a_budget_and_is_refused_when_it_would_exceed(flat
     with pytest.raises(BudgetExceededError):
         select_private(cands, flat, epsilon=2.0, delta=1e-5, random_state=1, budget=budget)
     assert len(Budget.open(tmp_path / "b.json").releases) == 1  # refused before anything was released
+
+
+def test_without_refit_the_scored_candidate_is_what_is_released(flat):
+    """refit_share = 0: the winner is released as fitted on the training parts, at its own share."""
+    from sklearn.base import clone
+
+    from privrec.tuning.selection import _split
+
+    cands = [DPALS(factors=0), DPALS(factors=4, iterations=2)]
+    res = select_private(
+        cands,
+        flat,
+        epsilon=3.0,
+        delta=1e-5,
+        random_state=5,
+        selection_share=0.05,
+        refit_share=0.0,
+        candidate_shares=[0.2, 0.75],
+    )
+    sel = res.best_estimator_.selection_
+    report = res.privacy_report()
+    labels = [e["label"] for e in report["events"]]
+    assert not any(lab.startswith("refit: ") for lab in labels) and not sel["refit"]
+    assert sel["shares"]["candidates"] == [0.2, 0.75] and sel["epsilon_refit"] is None
+    assert sel["epsilon_candidates"][0] < sel["epsilon_candidates"][1]
+    assert report["epsilon"] <= 3.0 and report["epsilon"] == pytest.approx(3.0, rel=0.03)
+    assert epsilon_from_report(report, report["accountant"]) == pytest.approx(report["epsilon"], rel=1e-9)
+    # the same candidate, fitted again from the procedure's seeds on the same training part, is the release
+    R = sp.csr_matrix(flat, dtype=np.float64)
+    R.sort_indices()
+    seeds = np.random.default_rng(5).integers(0, 2**63 - 1, size=4)
+    train, _ = _split(R, holdout_mask(R, sel["holdout"], int(seeds[-1]) & 0xFFFFFFFF))
+    k = res.best_index_
+    again = clone(cands[k]).set_params(epsilon=sel["epsilon_candidates"][k], delta=1e-5, random_state=int(seeds[k]))
+    again.fit(train, show_progress=False)
+    np.testing.assert_array_equal(again.item_bias_, res.best_estimator_.item_bias_)
+    np.testing.assert_array_equal(again.item_factors_, res.best_estimator_.item_factors_)
+
+
+def test_candidate_shares_are_checked():
+    R = load_dataset("synthetic-skew").matrix
+    two = [DPALS(), DPALS(factors=2)]
+    for shares in ([0.5], [0.5, 0.6], [0.0, 0.9], [float("nan"), 0.5]):
+        with pytest.raises(ValueError, match="candidate_shares"):
+            select_private(two, R, epsilon=1.0, delta=1e-5, refit_share=0.0, candidate_shares=shares)
+    with pytest.raises(ValueError, match="share"):
+        select_private(two, R, epsilon=1.0, delta=1e-5, refit_share=-0.1)

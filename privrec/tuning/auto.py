@@ -53,11 +53,11 @@ def backend_config(model: Any, shape: tuple[int, int], backend: str) -> Any:
 
 def fit_by_selection(model: Any, R: sp.csr_matrix, cfg: Any, show_progress: bool) -> Any:
     """The bias model against the rule's rank by :func:`~privrec.tuning.select_private`, with the
-    shares of :data:`~privrec.tuning.rule.SELECTION_SHARES`, per-rating scores capped at
+    shares and holdout of :data:`~privrec.tuning.rule.SELECTION_SHARES`, per-rating scores capped at
     :data:`~privrec.tuning.rule.SELECTION_RATING_CAP` held-out ratings per user and the label clip
-    squared as the loss clip. The winner, refitted on all the data, becomes ``model``'s release
-    (its fitted attributes), with the whole procedure's ledger; ``selection_`` says what was
-    compared and chosen."""
+    squared as the loss clip. The winning candidate, as fitted on the training parts, becomes
+    ``model``'s release (its fitted attributes), with the whole procedure's ledger;
+    ``selection_`` says what was compared and chosen."""
     from sklearn.base import clone
 
     base = clone(model).set_params(show_progress=False)
@@ -72,8 +72,10 @@ def fit_by_selection(model: Any, R: sp.csr_matrix, cfg: Any, show_progress: bool
         delta=cfg.delta,
         random_state=model.random_state,
         show_progress=bool(show_progress),
-        selection_share=SELECTION_SHARES["selection_share"],
-        refit_share=SELECTION_SHARES["refit_share"],
+        selection_share=float(SELECTION_SHARES["selection_share"]),
+        refit_share=float(SELECTION_SHARES["refit_share"]),
+        candidate_shares=SELECTION_SHARES["candidate_shares"],
+        holdout=float(SELECTION_SHARES["holdout"]),
         rating_cap=SELECTION_RATING_CAP,
         loss_clip=cfg.label_bound**2,
     )

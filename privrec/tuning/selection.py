@@ -18,18 +18,22 @@ one ledger:
    later one must beat the first by ``simplicity_margin`` noise standard deviations (default 3):
    where the candidates are equally good, the score noise alone would otherwise pick the more
    complex one about half the time.
-4. **Refit.** The winner's settings are refitted on all the data with the remaining budget.
+4. **Release.** Either the winner's settings are refitted on all the data with the remaining
+   budget (``refit_share`` > 0), or the winning candidate itself is released as fitted on the
+   training parts (``refit_share = 0``): what was scored is then exactly what is released, and
+   no budget goes to a refit.
 
 The budget is split in zCDP terms. rho is the concentrated-DP parameter of a Gaussian
 mechanism meeting (epsilon, delta) under the PLD accountant. The candidates get
-``(1 - selection_share - refit_share) rho / K`` each, the score release
-``selection_share rho`` and the refit ``refit_share rho``. Every release is a Gaussian mechanism,
+``candidate_shares[k] rho`` (by default ``(1 - selection_share - refit_share) rho / K`` each),
+the score release ``selection_share rho`` and the refit ``refit_share rho``. Every release is a Gaussian mechanism,
 so the composition is again Gaussian. Every event is recorded in one ledger with its label, and
 the reported epsilon is computed over them (``epsilon_from_report`` recomputes it). The refitted
 model carries that ledger: its ``epsilon`` is the guarantee of the whole procedure.
 
 Cost. Compared with one fit at epsilon, the released model is fitted with ``refit_share`` of the
-budget (its noise std grows by ``1 / sqrt(refit_share)``: 1.41x at the default 0.5). Selection
+budget (its noise std grows by ``1 / sqrt(refit_share)``: 1.41x at the default 0.5), or, without
+a refit, with its candidate's share on ``1 - holdout`` of each user's ratings. Selection
 pays off only where the automatic rule would otherwise pick a clearly worse model. A default
 ``DPALS()`` selects only where the rule proposes a rank for explicit ratings
 (:func:`privrec.tuning.auto.fit_by_selection`); call this when you would otherwise tune.
@@ -154,6 +158,7 @@ def select_private(
     label: str | None = None,
     rating_cap: int | None = None,
     simplicity_margin: float = 3.0,
+    candidate_shares: Sequence[float] | None = None,
 ) -> PrivateSelection:
     """Accounted private selection among ``candidates`` (see the module docstring).
 
@@ -176,6 +181,9 @@ def select_private(
     standard deviations of the score noise (public, post-processing of the noisy scores). With
     equal true scores the first is kept with probability Phi(margin / sqrt(2)) (98.3% at the
     default 3); 0 is plain report-noisy-min.
+    ``refit_share = 0`` releases the winning candidate as fitted on the training parts (no
+    refit). ``candidate_shares``: each candidate's share of rho (default: the rest split
+    equally); with the selection and refit shares they sum to at most 1.
     """
     with budget.lock() if budget is not None else contextlib.nullcontext():
         if budget is not None:  # refused before any candidate sees the data
@@ -185,8 +193,15 @@ def select_private(
         K = len(candidates)
         if K < 2:
             raise ValueError("select_private needs at least two candidates")
-        if not (0 < selection_share < 1 and 0 < refit_share < 1 and selection_share + refit_share < 1):
-            raise ValueError("selection_share and refit_share must be in (0, 1) with a sum below 1")
+        if not (0 < selection_share < 1 and 0 <= refit_share < 1 and selection_share + refit_share < 1):
+            raise ValueError("selection_share must be in (0, 1) and refit_share in [0, 1), with a sum below 1")
+        rest = 1.0 - selection_share - refit_share
+        shares = [rest / K] * K if candidate_shares is None else [float(c) for c in candidate_shares]
+        if len(shares) != K or not all(math.isfinite(c) and c > 0 for c in shares) or sum(shares) > rest + 1e-9:
+            raise ValueError(
+                f"candidate_shares must give each of the {K} candidates a positive share, summing to at most "
+                f"1 - selection_share - refit_share = {rest:g}; got {candidate_shares!r}"
+            )
         if not 0 < holdout < 1:
             raise ValueError(f"holdout must be in (0, 1), got {holdout!r}")
         if not (math.isfinite(float(simplicity_margin)) and simplicity_margin >= 0):
@@ -204,21 +219,22 @@ def select_private(
         clip = float(loss_clip)
 
         rho = _rho(float(epsilon), float(delta)) * 0.995  # a margin for the PLD discretisation of the parts
-        rho_c = (1.0 - selection_share - refit_share) * rho / K
-        eps_c = _epsilon_of_rho(rho_c, delta)
-        eps_r = _epsilon_of_rho(refit_share * rho, delta)
+        eps_cs = [_epsilon_of_rho(c * rho, delta) for c in shares]
+        eps_r = _epsilon_of_rho(refit_share * rho, delta) if refit_share > 0 else None
 
         mask = holdout_mask(R, holdout, int(seeds[-1]) & 0xFFFFFFFF)
         train, held = _split(R, mask)
         ledger = PrivacyLedger()
-        losses = []
+        losses: list[np.ndarray] = []
+        fitted: list[Any] = []
         for k, cand in enumerate(candidates):
             model = clone(cand).set_params(
-                epsilon=eps_c, delta=delta, random_state=int(seeds[k]) if random_state is not None else None
+                epsilon=eps_cs[k], delta=delta, random_state=int(seeds[k]) if random_state is not None else None
             )
             model.fit(train, show_progress=show_progress)
             ledger.extend(model.ledger_, prefix=f"selection candidate {k}: ")
             losses.append(_user_losses(model, train, held, clip, rating_cap))
+            fitted.append(model if refit_share == 0 else None)
         scores = np.stack(losses, axis=1).sum(axis=0)  # (K,): each user moves each entry by <= weight * clip
         weight = 1.0 if rating_cap is None else float(rating_cap)
         z_s = math.sqrt(0.5 / (selection_share * rho))
@@ -231,11 +247,16 @@ def select_private(
         handicap = np.where(np.arange(K) > 0, float(simplicity_margin) * score_std, 0.0)
         best = int(np.argmin(noisy + handicap))
 
-        final = clone(candidates[best]).set_params(
-            epsilon=eps_r, delta=delta, random_state=int(seeds[K]) if random_state is not None else None
-        )
-        final.fit(R, show_progress=show_progress)
-        ledger.extend(final.ledger_, prefix="refit: ")
+        final: Any
+        if eps_r is None:  # the winner as fitted (its events are already in the ledger as a candidate's)
+            final = fitted[best]
+        else:
+            final = clone(candidates[best]).set_params(
+                epsilon=eps_r, delta=delta, random_state=int(seeds[K]) if random_state is not None else None
+            )
+            final.fit(R, show_progress=show_progress)
+            ledger.extend(final.ledger_, prefix="refit: ")
+        del fitted
         total = ledger.epsilon(delta, "pld")
         if total > float(epsilon) * (1 + 1e-9):  # cannot happen with the margin above; never report beyond the target
             raise RuntimeError(f"internal error: selection spent epsilon {total:g} > target {epsilon:g}")
@@ -250,10 +271,14 @@ def select_private(
             "candidates": [c.get_params() for c in candidates],
             "chosen": best,
             "noisy_scores": noisy.tolist(),
-            "epsilon_candidate": eps_c,
+            "epsilon_candidates": eps_cs,
             "epsilon_refit": eps_r,
+            "refit": eps_r is not None,
+            "released": "refitted on every rating"
+            if eps_r is not None
+            else f"the winning candidate, as fitted on the training parts ({1 - holdout:g} of each user's ratings)",
             "shares": {
-                "candidates": 1.0 - selection_share - refit_share,
+                "candidates": shares,
                 "selection": selection_share,
                 "refit": refit_share,
             },
