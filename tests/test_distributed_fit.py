@@ -161,6 +161,25 @@ def test_fit_equals_local_fit(client, parts, plays, case):
     assert local._item_ids_given  # the given catalogue survives to_local (fingerprinted)
 
 
+def test_spectral_ridges_are_set_on_the_driver_as_in_the_local_fit(client, plays, monkeypatch):
+    """The implicit rank's ridges from the released counts (tuning.spectral_ridge) are the same on
+    Dask: forced here on data too small for the rule's head-restricted tier."""
+    import privrec.models.dpals as dpals_module
+
+    real = dpals_module.auto_config
+
+    def spectral(*args, **kwargs):
+        return {**real(*args, **kwargs), "reg_rule": "spectral"}
+
+    monkeypatch.setattr(dpals_module, "auto_config", spectral)
+    params = dict(method="ada-dpals", epsilon=5.0, feedback="implicit", factors=6, iterations=2, random_state=18)
+    dist = fit(DPALS(**params), plays, client=client)
+    local = DPALS(**params).fit(plays.to_local(), show_progress=False)
+    assert local.config_["reg_rule"] == "spectral" and local.config_["reg"] == local.config_["user_reg"] != 30.0
+    assert dist.config_["reg"] == local.config_["reg"]
+    _assert_same_release(dist, local)
+
+
 def test_als_equals_cholesky_als(client, parts):
     params = dict(factors=5, iterations=4, regularization=5.0, reg_exponent=0.5, unobserved_weight=0.1, random_state=3)
     with pytest.warns(UserWarning, match="exact"):

@@ -204,6 +204,22 @@ def test_in_process_dpals_methods_equal_local(settings):
     assert_same_release(fed, local)
 
 
+def test_in_process_spectral_ridges_equal_local(monkeypatch):
+    """The implicit rank's ridges from the released counts (forced on this small roster) are set
+    by the server as by the local fit."""
+    import privrec.models.dpals as dpals_module
+
+    real = dpals_module.auto_config
+    monkeypatch.setattr(dpals_module, "auto_config", lambda *a, **k: {**real(*a, **k), "reg_rule": "spectral"})
+    R = ratings(n=160, m=70, seed=3)
+    kw = dict(epsilon=5.0, random_state=4, method="ada-dpals", feedback="implicit", factors=3, iterations=2)
+    local = DPALS(**kw).fit(R, show_progress=False)
+    grid = InProcessGrid(flower.client_app(shards=flower.split_users(R, 4)), 4)
+    fed = flower.fit_dpals(DPALS(**kw), grid, min_clients=4)
+    assert local.config_["reg_rule"] == "spectral" and fed.config_["reg"] == local.config_["reg"]
+    assert_same_release(fed, local)
+
+
 def test_in_process_mb_sgd_options_equal_local():
     silos = silo_set(5)
     for kw in (dict(sampling="without_replacement", averaging="last"), dict(noise="paper", radius=2.0)):
