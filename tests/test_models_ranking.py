@@ -331,6 +331,7 @@ def test_implicit_rank_takes_its_ridges_from_the_released_counts_and_not_from_ep
     # the rule reads no epsilon: the two ridges differ only by the counts' noise
     exact = spectral_ridge(np.diff(R.tocsc().indptr)[model.trained_items_], n)
     assert all(abs(r / exact - 1.0) < 0.25 for r in ridges), (ridges, exact, SPECTRAL_RIDGE_SCALE)
-    # a ridge the user sets is kept as given, on both sides
+    # a ridge the user sets is kept as given; the other side is then the rule table's constant
     fixed = DPALS(epsilon=50.0, feedback="implicit", regularization=12.0, random_state=0).fit(R, show_progress=False)
     assert fixed.config_["reg_rule"] == "constant" and fixed.config_["reg"] == 12.0
+    assert fixed.config_["user_reg"] == 30.0

@@ -52,6 +52,9 @@ def test_no_interaction_structure_gives_the_bias_model(biases_only, seed):
     assert sel["rating_cap"] == SELECTION_RATING_CAP
     assert sel["shares"]["refit"] == SELECTION_SHARES["refit_share"] == 0.0 and not sel["refit"]
     assert sel["shares"]["candidates"] == list(SELECTION_SHARES["candidate_shares"])
+    assert all("random_state" not in c for c in sel["candidates"])  # no noise seed beside the release
+    card = model.model_card()
+    assert "model selection: chosen by accounted private selection among 2 candidates" in card
 
 
 def test_the_selection_is_in_the_ledger_and_meets_the_target(biases_only):

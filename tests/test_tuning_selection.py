@@ -131,6 +131,12 @@ def test_without_refit_the_scored_candidate_is_what_is_released(flat):
     again.fit(train, show_progress=False)
     np.testing.assert_array_equal(again.item_bias_, res.best_estimator_.item_bias_)
     np.testing.assert_array_equal(again.item_factors_, res.best_estimator_.item_factors_)
+    # the users' own projection covers all their ratings, held-out ones included (free)
+    U, ub = res.best_estimator_._project_users(R)
+    np.testing.assert_allclose(res.best_estimator_.user_factors_, U)
+    np.testing.assert_allclose(res.best_estimator_.user_bias_, ub)
+    # no noise seed is kept beside the release
+    assert all("random_state" not in c for c in sel["candidates"])
 
 
 def test_candidate_shares_are_checked():

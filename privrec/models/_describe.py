@@ -110,6 +110,23 @@ def _personal_part(model, cfg: dict) -> str:
     return f"yes ({factors} factors): every user's embedding is a ridge fit of their own history on the item factors"
 
 
+def _selection_statement(sel: dict) -> str:
+    """How a model chosen by :func:`privrec.tuning.select_private` was chosen and released."""
+    cands = sel.get("candidates") or []
+    chosen = int(sel.get("chosen", 0))
+    shapes = [c.get("factors") for c in cands]
+    eps_c = sel.get("epsilon_candidates") or []
+    released = sel.get("released", "refitted on every rating")
+    own = sel.get("epsilon_refit") if sel.get("refit", True) else (eps_c[chosen] if chosen < len(eps_c) else None)
+    return (
+        f"chosen by accounted private selection among {len(cands)} candidates (factors {shapes}): "
+        f"candidate {chosen} (factors {shapes[chosen] if chosen < len(shapes) else '?'}), {released}. "
+        + (f"Its settings show its own share, epsilon {_fmt(float(own))}; " if own is not None else "")
+        + "the guarantee above covers the whole procedure (candidates, held-out scores"
+        + (", refit)" if sel.get("refit", True) else ")")
+    )
+
+
 def _privacy(model) -> dict:
     """The privacy guarantee in plain words (and its numbers)."""
     report_fn = getattr(model, "privacy_report", None)
@@ -151,6 +168,9 @@ def _privacy(model) -> dict:
         + (f" (target {_fmt(float(target))})" if isinstance(target, (int, float)) else "")
         + "."
     )
+    sel = getattr(model, "selection_", None)
+    if sel:
+        out["selection"] = _selection_statement(sel)
     if getattr(model, "random_state", None) is not None:
         out["seed_warning"] = (
             f"random_state={model.random_state!r} fixed the noise: anyone who knows the seed can regenerate and "
@@ -259,6 +279,8 @@ def model_card(
             out.append(f"- neighbouring relation: {p['neighbouring_relation']}")
         if p.get("public"):
             out.append("- treated as public: " + "; ".join(p["public"]))
+        if p.get("selection"):
+            out.append(f"- model selection: {p['selection']}")
         if p.get("seed_warning"):
             out.append(f"- **warning**: {p['seed_warning']}")
         out.append("")

@@ -105,10 +105,15 @@ class DPALS(Hyperparameters, FactorizationModel):
         :class:`ALS` with ``biases=True``.
     regularization, reg_exponent : item-side ridge reg * (n + 1)^e normalised as in :class:`ALS`,
         with n the *noisy* counts (the ridge must be public). ``None`` -> automatic (see
-        :func:`auto_config`).
+        :func:`auto_config`; the private bias model's is the empirical-Bayes ridge of the released
+        counts, :func:`privrec.tuning.empirical_bayes_item_ridge`).
     user_regularization, user_reg_exponent : user-side ridge ``user_regularization * (n_u + 1)^e``
         from user u's own count only (no cross-user normaliser in a private fit, so removing one
-        user moves no other user's embedding). ``None`` -> automatic.
+        user moves no other user's embedding). ``None`` -> automatic. For the implicit
+        head-restricted rank, leaving *both* ridges at ``None`` sets both to
+        :func:`privrec.tuning.spectral_ridge` of the released counts (one threshold for the two
+        sides); giving either one takes that one as given and the other from :func:`auto_config`
+        (30).
     accountant : ``"pld"`` (default: tighter, so less noise for the same guarantee) or ``"rdp"``;
         used for calibration and for ``privacy_report()["epsilon"]``.
     unobserved_weight : gravity alpha_0; its global user Gramian gets its own noise

@@ -1,10 +1,12 @@
 """Configuration and accounted private model selection (the "configure" stage of the data flow).
 
-:func:`auto_config` and :func:`empirical_bayes_item_ridge` are the automatic rule of
-:class:`~privrec.models.DPALS` (public inputs and released statistics only; :mod:`privrec.tuning.rule`).
+:func:`auto_config`, :func:`empirical_bayes_item_ridge` and :func:`spectral_ridge` are the
+automatic rule of :class:`~privrec.models.DPALS` (public inputs and released statistics only;
+:mod:`privrec.tuning.rule`).
 
 :func:`select_private` compares candidate private estimators on a held-out loss released under
-DP and refits the winner, with every release in one ledger (see :mod:`privrec.tuning.selection`).
+DP and releases the winner (refitted, or as fitted), with every release in one ledger (see
+:mod:`privrec.tuning.selection`).
 """
 
 from .rule import SPECTRAL_RIDGE_SCALE, auto_config, empirical_bayes_item_ridge, spectral_ridge

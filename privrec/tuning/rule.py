@@ -1,6 +1,6 @@
 """The automatic configuration rule of :class:`~privrec.models.DPALS` (the "configure" stage).
 
-Two parts, both functions of public inputs and of statistics already released with noise, so
+Three parts, all functions of public inputs and of statistics already released with noise, so
 choosing with them costs no privacy:
 
 * :func:`auto_config` -- the settings left at ``None`` (rank, iterations, ridges, clipping and
@@ -8,7 +8,9 @@ choosing with them costs no privacy:
   and the kind of feedback (Krichene et al., ICML 2023, Sec. 5 and App. D; the settings of the
   reference DPALS for the head-restricted implicit case);
 * :func:`empirical_bayes_item_ridge` -- the per-item ridge of the private bias model from the
-  released counts and the calibrated noise scale (post-processing of the count release).
+  released counts and the calibrated noise scale (post-processing of the count release);
+* :func:`spectral_ridge` -- both ridges of the implicit head-restricted rank from the released
+  counts of the trained items and the public roster (post-processing of the count release).
 
 Where no rule can decide, :func:`privrec.tuning.select_private` compares candidates on a
 held-out loss released under DP, with its cost in the ledger.

@@ -8,7 +8,8 @@ one ledger:
    item (no other user's data involved), into a training part and a held-out part (``holdout``
    of the ratings of users with at least two).
 2. **Candidates.** Every candidate (a private estimator such as ``DPALS(factors=0)``,
-   ``DPALS(factors=8)``) is fitted on the training parts at the same per-candidate budget.
+   ``DPALS(factors=8)``) is fitted on the training parts at its share of the budget (equal
+   shares unless ``candidate_shares`` says otherwise).
 3. **Noisy scores.** Each user computes, for every candidate, the mean clipped squared error
    of their held-out ratings against the candidate's release (the billboard projection of their
    own training part: free). So every user moves each of the K summed scores by at most the clip
@@ -28,7 +29,7 @@ mechanism meeting (epsilon, delta) under the PLD accountant. The candidates get
 ``candidate_shares[k] rho`` (by default ``(1 - selection_share - refit_share) rho / K`` each),
 the score release ``selection_share rho`` and the refit ``refit_share rho``. Every release is a Gaussian mechanism,
 so the composition is again Gaussian. Every event is recorded in one ledger with its label, and
-the reported epsilon is computed over them (``epsilon_from_report`` recomputes it). The refitted
+the reported epsilon is computed over them (``epsilon_from_report`` recomputes it). The released
 model carries that ledger: its ``epsilon`` is the guarantee of the whole procedure.
 
 Cost. Compared with one fit at epsilon, the released model is fitted with ``refit_share`` of the
@@ -114,18 +115,19 @@ def _user_losses(
 
 @dataclass
 class PrivateSelection:
-    """Outcome of :func:`select_private`: the refitted winner and the whole procedure's ledger."""
+    """Outcome of :func:`select_private`: the released winner (refitted, or as fitted) and the whole
+    procedure's ledger."""
 
     best_estimator_: Any
     best_index_: int
     noisy_scores_: np.ndarray
     ledger_: PrivacyLedger
     delta: float
-    shares: dict[str, float] = field(default_factory=dict)
+    shares: dict[str, Any] = field(default_factory=dict)
 
     def privacy_report(self) -> dict:
         """The best estimator's report: every event of the procedure (candidates, score release,
-        refit), epsilon computed over them."""
+        refit if any), epsilon computed over them."""
         return self.best_estimator_.privacy_report()
 
 
@@ -250,6 +252,8 @@ def select_private(
         final: Any
         if eps_r is None:  # the winner as fitted (its events are already in the ledger as a candidate's)
             final = fitted[best]
+            if hasattr(final, "_project_users"):  # users' own projection of all their ratings (free)
+                final.user_factors_, final.user_bias_ = final._project_users(R)
         else:
             final = clone(candidates[best]).set_params(
                 epsilon=eps_r, delta=delta, random_state=int(seeds[K]) if random_state is not None else None
@@ -268,7 +272,8 @@ def select_private(
 
             final._fitted_params = _param_fingerprint(final)
         final.selection_ = {
-            "candidates": [c.get_params() for c in candidates],
+            # the settings compared, without random_state: a noise seed kept beside a release would void it
+            "candidates": [{k: v for k, v in c.get_params().items() if k != "random_state"} for c in candidates],
             "chosen": best,
             "noisy_scores": noisy.tolist(),
             "epsilon_candidates": eps_cs,
