@@ -68,13 +68,16 @@ def rating_recall(recommend, targets, history, k: int = 20, threshold: float = 4
     rel = sp.csr_matrix(targets, copy=True)
     rel.data = (rel.data >= threshold).astype(np.float32)
     rel.eliminate_zeros()
+    rel.sort_indices()
     history = sp.csr_matrix(history)
-    users = np.flatnonzero(np.diff(rel.indptr) > 0)
+    n_rel = np.diff(rel.indptr)
+    users = np.flatnonzero(n_rel > 0)
     hits = np.zeros(users.size)
     for s0 in range(0, users.size, batch):
         u = users[s0 : s0 + batch]
         ids, _ = recommend(u, history[u])
-        for j, uu in enumerate(u):
-            truth = rel.indices[rel.indptr[uu] : rel.indptr[uu + 1]]
-            hits[s0 + j] = np.isin(ids[j], truth).sum() / min(k, truth.size)
+        ids = np.asarray(ids)
+        valid = ids >= 0  # padding, where fewer than k items could be recommended
+        found = np.asarray(rel[u[:, None], np.where(valid, ids, 0)].todense()) > 0  # (batch, k) lookups
+        hits[s0 : s0 + u.size] = (found & valid).sum(axis=1) / np.minimum(k, n_rel[u])
     return float(hits.mean()) if users.size else 0.0

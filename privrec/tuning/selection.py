@@ -221,8 +221,9 @@ def select_private(
         clip = float(loss_clip)
 
         rho = _rho(float(epsilon), float(delta)) * 0.995  # a margin for the PLD discretisation of the parts
+        refit = refit_share > 0
         eps_cs = [_epsilon_of_rho(c * rho, delta) for c in shares]
-        eps_r = _epsilon_of_rho(refit_share * rho, delta) if refit_share > 0 else None
+        eps_r = _epsilon_of_rho(refit_share * rho, delta) if refit else None
 
         mask = holdout_mask(R, holdout, int(seeds[-1]) & 0xFFFFFFFF)
         train, held = _split(R, mask)
@@ -236,7 +237,7 @@ def select_private(
             model.fit(train, show_progress=show_progress)
             ledger.extend(model.ledger_, prefix=f"selection candidate {k}: ")
             losses.append(_user_losses(model, train, held, clip, rating_cap))
-            fitted.append(model if refit_share == 0 else None)
+            fitted.append(None if refit else model)
         scores = np.stack(losses, axis=1).sum(axis=0)  # (K,): each user moves each entry by <= weight * clip
         weight = 1.0 if rating_cap is None else float(rating_cap)
         z_s = math.sqrt(0.5 / (selection_share * rho))
@@ -250,16 +251,16 @@ def select_private(
         best = int(np.argmin(noisy + handicap))
 
         final: Any
-        if eps_r is None:  # the winner as fitted (its events are already in the ledger as a candidate's)
-            final = fitted[best]
-            if hasattr(final, "_project_users"):  # users' own projection of all their ratings (free)
-                final.user_factors_, final.user_bias_ = final._project_users(R)
-        else:
+        if refit:
             final = clone(candidates[best]).set_params(
                 epsilon=eps_r, delta=delta, random_state=int(seeds[K]) if random_state is not None else None
             )
             final.fit(R, show_progress=show_progress)
             ledger.extend(final.ledger_, prefix="refit: ")
+        else:  # the winner as fitted (its events are already in the ledger as a candidate's)
+            final = fitted[best]
+            if hasattr(final, "_project_users"):  # users' own projection of all their ratings (free)
+                final.user_factors_, final.user_bias_ = final._project_users(R)
         del fitted
         total = ledger.epsilon(delta, "pld")
         if total > float(epsilon) * (1 + 1e-9):  # cannot happen with the margin above; never report beyond the target
@@ -278,9 +279,9 @@ def select_private(
             "noisy_scores": noisy.tolist(),
             "epsilon_candidates": eps_cs,
             "epsilon_refit": eps_r,
-            "refit": eps_r is not None,
+            "refit": refit,
             "released": "refitted on every rating"
-            if eps_r is not None
+            if refit
             else f"the winning candidate, as fitted on the training parts ({1 - holdout:g} of each user's ratings)",
             "shares": {
                 "candidates": shares,
