@@ -177,10 +177,10 @@ class ModelContract:
             assert np.all(np.isfinite(scores))
             assert not set(ids.tolist()) & self._liked(ratings, user), "a rated item was recommended"
             # the scores are the model's predictions for those (user, item) pairs, or for an
-            # exposure-ranked explicit model log(max(nhat_i, 1)) + (prediction - mean) / label_bound
+            # exposure-ranked explicit model log(exposure_i) + (prediction - mean) / (label_bound / 2)
             pred = fitted.predict(np.full(5, user), ids)
             if getattr(fitted, "_ranking_mode", lambda: "rating")() == "exposure":
-                scale = fitted.config_["label_bound"]
+                scale = fitted.config_["label_bound"] / 2.0
                 exposure = getattr(fitted, "item_exposure_", None)
                 if exposure is None:
                     exposure = np.maximum(fitted.item_counts_, 1.0)

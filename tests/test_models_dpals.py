@@ -189,7 +189,7 @@ def test_private_fit_is_reproducible_with_seed_and_random_without():
 def test_ledger_drift_is_detected():
     R = _skewed_ratings(seed=6)
     m = DPALS(method="ada-dpals", epsilon=3.0, factors=3, iterations=2, budget=5, random_state=0).fit(R)
-    cfg = m._resolve_config()
+    cfg = m._resolve_config(R.shape)
     plan = m.planned_events(m.noise_scales_["count"], m.noise_scales_["train"], cfg)
     check_ledger(m.ledger_, plan)  # consistent
     with pytest.raises(RuntimeError):

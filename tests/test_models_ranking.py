@@ -66,7 +66,7 @@ def test_exposure_scores_are_log_counts_plus_scaled_rating(skew_split):
     model = DPALS(epsilon=5.0, random_state=0).fit(train, show_progress=False)
     ids, scores = model.recommend(7, train[7], N=10)
     pred = model.predict(np.full(ids.size, 7), ids)
-    scale = model.config_["label_bound"]
+    scale = model.config_["label_bound"] / 2.0  # sigma_y, the rating noise of the bias model's prior
     assert model.item_exposure_ is not None and np.all(model.item_exposure_ > 0)
     expected = (pred - model._global()) / scale + np.log(model.item_exposure_[ids])
     np.testing.assert_allclose(scores, expected, rtol=1e-4, atol=1e-4)

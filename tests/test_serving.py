@@ -70,12 +70,13 @@ def test_ranking_terms_reproduce_the_models_scores(models, name):
 
 
 def test_dpals_exposure_terms_are_the_documented_ones(models):
-    """DPALS's exposure ranking: log(exposure) + (prediction - mean) / label_bound, the exposure being
+    """DPALS's exposure ranking: log(exposure) + (prediction - mean) / sigma_y (sigma_y = label_bound / 2,
+    the rating noise of the bias model's prior), the exposure being
     the released counts max(nhat, 1) (or the model's ``item_exposure_`` when it holds one)."""
     m = models["dpals"]
     assert m._ranking_mode() == "exposure"
     t = ranking_terms(m)
-    scale = float(m.config_["label_bound"])
+    scale = float(m.config_["label_bound"]) / 2.0
     assert t.linear_scale == pytest.approx(1 / scale, rel=1e-5)
     assert t.bias_scale == pytest.approx(1 / scale, rel=1e-5)
     exposure = getattr(m, "item_exposure_", None)

@@ -481,8 +481,9 @@ class _Driver:
                     if gd is None
                     else {"solver": "noisy_gd", "unit_budget": beta, "iterations": int(solver.iterations)}
                 )
-                if out and len(out[0]) > 2:  # SSP with keep_diagonal: the noisy Gramians' diagonals
+                if out and len(out[0]) > 2:  # SSP with keep_diagonal: the noisy Gramians' diagonals and rhs
                     info["noisy_gramian_diagonal"] = np.concatenate([r[2] for r in out])
+                    info["noisy_rhs"] = np.concatenate([r[3] for r in out])
             else:
                 if gravity:
                     g0 = np.asarray(self.total(self._grams(step_futs, t), f"gram-sum-{t}"))
@@ -510,12 +511,13 @@ class _Driver:
             params = np.concatenate([r[0] for r in out]) if out else np.zeros((0, width), dtype=dtype)
             result = Release(params, solver.labelled_events(), info)
             pipe.record(result, prefix=f"ALS step {t}: ")
-            if not self.als:
-                model._collect_exposure(cfg, result, solver)
-            params = np.asarray(result.params, dtype=dtype)
-            V = np.ascontiguousarray(params[:, :d])
-            if cfg.biases:
-                b_items = np.ascontiguousarray(params[:, d] * c)
+            if self.als:
+                params = np.asarray(result.params, dtype=dtype)
+                V = np.ascontiguousarray(params[:, :d])
+                if cfg.biases:
+                    b_items = np.ascontiguousarray(params[:, d] * c)
+            else:
+                V, b_items = model._item_side(cfg, result, solver)
             del step_futs, side
             step_times.append(time.perf_counter() - t_step)
         ledger = pipe.finish()
@@ -562,7 +564,9 @@ class _Driver:
             model.user_reg_norm_ = np.asarray(norm_u, dtype=np.float64)
             model.item_reg_norm_ = np.asarray(norm_i, dtype=np.float64)
         else:  # exactly DPALS.fit's release
-            model._release_item_side(cfg, head, counts, V, b_items, mu, norm_u, n_users, n_items)
+            model._release_item_side(
+                cfg, head, counts, V, b_items, mu, norm_u, n_users, n_items, count_scale=cal.count_scale
+            )
             model.ledger_ = ledger
             model.noise_scales_ = {"count": cal.count_scale, "train": cal.train_scale}
         model.user_factors_ = None

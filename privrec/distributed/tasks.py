@@ -256,20 +256,21 @@ def _release_blocks(total, k: int, seeds, solver, reg: np.ndarray, gram, block_t
     out = np.empty(b.shape, dtype=np.dtype(solver.dtype))
     keep = gd is None and getattr(solver, "keep_diagonal", False)
     diag = np.empty(b.shape, dtype=np.float64) if keep else None
+    rhs = np.empty(b.shape, dtype=np.float64) if keep else None
     n_bad = 0
     with single_threaded_blas():
         for j, seed in enumerate(seeds):
             s0, s1 = solver.block_tasks(j, j + 1, len(b))
             lo, hi = t0 + s0, t0 + s1
             if gd is None:
-                extra = {} if diag is None else {"diagonal_out": diag[s0:s1]}
+                extra = {} if diag is None or rhs is None else {"diagonal_out": diag[s0:s1], "rhs_out": rhs[s0:s1]}
                 out[s0:s1], bad = solver.release_block(G[s0:s1], b[s0:s1], reg[lo:hi], gram, seed, **extra)
                 n_bad += bad
             else:
                 out[s0:s1] = solver.release_block(
                     G[s0:s1], b[s0:s1], reg[lo:hi], gram, seed, gd["theta0"][lo:hi], gd["steps"][:, lo:hi]
                 )
-    return (out, n_bad) if diag is None else (out, n_bad, diag)
+    return (out, n_bad) if diag is None else (out, n_bad, diag, rhs)
 
 
 def _solve_exact(total, k: int, seed, reg: np.ndarray, gram, block_tasks: int):

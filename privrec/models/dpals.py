@@ -67,6 +67,7 @@ from ..tuning.auto import backend_config, fit_by_selection, selects_rank
 from ..tuning.rule import auto_config, empirical_bayes_item_ridge, spectral_ridge
 from ._base import FactorizationModel, check_fit_matrix
 from .als import check_exponent, half_step
+from .bias_posterior import posterior_item_bias
 from .billboard import shrunk_projection
 from .dpals_config import (
     METHODS,
@@ -162,11 +163,12 @@ class DPALS(Hyperparameters, FactorizationModel):
         PSD projection of spec 004 §2 (one eigendecomposition per item, about 9x the cost at
         64 factors). Validation utility of both in docs/performance.md.
     ranking : how :meth:`recommend` scores items. ``"exposure"`` (the ``"auto"`` choice for explicit
-        ratings): ``log(max(nhat_i, 1)) + (r_ui - mean) / label_bound``, i.e. the log of the
-        released noisy count (how likely a user is to consume item i at all: which items a user
-        rates is the strongest ranking signal, and the counts are already released) plus a
-        log-odds of liking it that grows by one per half rating span of the predicted rating; see
-        docs/algorithms.md. ``"rating"``: the predicted rating (a rating predictor is not a
+        ratings): ``log(exposure_i) + (r_ui - mean) / sigma_y``, i.e. the log of the item's released
+        noisy weighted count (``item_exposure_``, or ``max(nhat_i, 1)`` of the released counts
+        without one: how likely a user is to consume item i at all -- which items a user rates is
+        the strongest ranking signal, and the counts are already released) plus a log-odds of
+        liking it, ``sigma_y = label_bound / 2`` the rating noise of the bias model's prior
+        (:mod:`privrec.models.exposure`); see docs/algorithms.md. ``"rating"``: the predicted rating (a rating predictor is not a
         ranker: the noisy biases of rarely rated items float to the top). Implicit feedback always
         ranks by prior + <u, v_i>.
     personal : how each user uses the released personal (low-rank) part when projected
@@ -251,6 +253,8 @@ class DPALS(Hyperparameters, FactorizationModel):
         rating_range = self._rating_range()
         rating_bound = max(abs(rating_range[0]), abs(rating_range[1])) if rating_range else float(self.rating_bound)
         n_users, n_items = shape if shape is not None else (10_000, 1_000)
+        # factors = 0 asked for on explicit ratings: the bias model's automatic settings at any size
+        bias_model = bias_model or (self.factors == 0 and not implicit)
         auto = auto_config(n_users, n_items, eps, delta, rating_bound, implicit=implicit, bias_model=bias_model)
 
         def chosen(name: str, cast: Callable = float):
@@ -272,7 +276,9 @@ class DPALS(Hyperparameters, FactorizationModel):
                 f"budget is the number of sampled items k for {self.method}; must be an integer, got {budget!r}"
             )
         cfg["count_sample"] = max(1, int(math.ceil(budget)) if self.count_sample is None else int(self.count_sample))
-        cfg["mu"] = (0.1 if factors == 0 else 0.25) if self.mu is None else float(self.mu)
+        # the bias model's weights do not depend on the noisy counts (mu = 0): every user spreads the
+        # budget evenly, so the exposure term weighs popular items as fully as rare ones
+        cfg["mu"] = (0.0 if factors == 0 else 0.25) if self.mu is None else float(self.mu)
         reg = cfg["reg"] = chosen("regularization")
         # automatic item ridge of a private bias model: empirical Bayes from the calibrated noise
         eb = private and self.regularization is None and factors == 0 and not implicit
@@ -302,7 +308,9 @@ class DPALS(Hyperparameters, FactorizationModel):
         fit_biases = bool(self.biases) and not implicit
         cfg["biases"], cfg["popularity_prior"] = fit_biases, bool(self.biases) and implicit
         cfg["bias_feature"] = (float(self.bias_scale) * max_norm if private else 1.0) if fit_biases else 0.0
-        cfg["count_fraction"], cfg["gramian_ratio"] = chosen("count_fraction"), chosen("gramian_ratio")
+        cfg["count_fraction"] = chosen("count_fraction")
+        # the bias model's Gramian share (tuning.rule.bias_gramian_ratio) only where the model is one
+        cfg["gramian_ratio"] = chosen("gramian_ratio") if factors == 0 or self.gramian_ratio is not None else 1.0
         cfg["mean_ratio"] = float(auto.get("mean_ratio", 1.0))
         cfg["global_ratio"], cfg["unobserved_weight"] = float(self.global_ratio), float(self.unobserved_weight)
         cfg["gd_iterations"], cfg["init_scale"] = int(self.gd_iterations), float(self.init_scale)
@@ -366,9 +374,13 @@ class DPALS(Hyperparameters, FactorizationModel):
         """[(label, DpEvent)] that a private fit records, from the two noise scales alone.
 
         Used by calibration (so epsilon is computed over exactly this structure) and by ``fit``
-        (which checks the recorded events against it).
+        (which checks the recorded events against it). Without ``cfg``: the settings of the fitted
+        shape (the public roster and catalogue sizes), or of the default shape before a fit.
         """
-        cfg = cfg or self._resolve_config()
+        if cfg is None:
+            fitted = getattr(self, "config_", None) or {}
+            shape = (int(fitted["n_users"]), int(fitted["n_items"])) if "n_users" in fitted else None
+            cfg = self._resolve_config(shape)
         return self._pipeline(cfg, None).planned_events(count_scale, train_scale)
 
     def _train_plan(self, cfg: DPALSConfig, s: float) -> Plan:
@@ -510,11 +522,7 @@ class DPALS(Hyperparameters, FactorizationModel):
                 )  # fmt: skip
             result = solver.solve(batch, rng=rng)
             pipe.record(result, prefix=f"ALS step {t}: ")
-            self._collect_exposure(cfg, result, solver)
-            params = np.asarray(result.params, dtype=dtype)
-            V = np.ascontiguousarray(params[:, :d])
-            if cfg.biases:
-                b_items = np.ascontiguousarray(params[:, d] * c)
+            V, b_items = self._item_side(cfg, result, solver)
             check_overflow(cfg, t, "item", V, b_items)
             step_times.append(time.perf_counter() - t_step)
             if callback is not None:  # implicit 0.7 contract: callback(iteration, elapsed_seconds, loss)
@@ -523,7 +531,7 @@ class DPALS(Hyperparameters, FactorizationModel):
         self.noise_scales_ = {"count": cal.count_scale, "train": cal.train_scale}
 
         # 3. release --------------------------------------------------------------------------
-        self._release_item_side(cfg, head, counts, V, b_items, mu, norm_u, n_users, n_items)
+        self._release_item_side(cfg, head, counts, V, b_items, mu, norm_u, n_users, n_items, cal.count_scale)
         t_proj = time.perf_counter()
         self.user_factors_, self.user_bias_ = self._project_users(R_full)
         self.fit_timings_ = {
@@ -554,16 +562,45 @@ class DPALS(Hyperparameters, FactorizationModel):
         part = step_counts(info, cfg.bias_feature, float(solver.noise_stds()["gramian"]))
         self.__dict__.setdefault("_exposure_parts", []).append(part)
 
-    def _exposure(self, cfg: DPALSConfig, head, counts, n_users: int, n_items: int) -> np.ndarray | None:
-        """``item_exposure_`` from the kept step counts over the public task weights omega_i
-        (:func:`.exposure.item_exposure`); None without them (noisy GD, no biases, eps = inf)."""
+    def _item_side(self, cfg: DPALSConfig, result, solver) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(V, item biases)`` from an item step's release (every backend calls this once per step):
+        the factors and ``c`` times the bias coordinate of the solution; for the private bias model
+        the biases are instead the empirical-Bayes posterior means from the same release
+        (:func:`.bias_posterior.posterior_item_bias`). Also keeps the step's exposure counts.
+        Post-processing only: no event."""
+        self._collect_exposure(cfg, result, solver)
+        d, dtype = cfg.factors, cfg.dtype
+        params = np.asarray(result.params, dtype=dtype)
+        V = np.ascontiguousarray(params[:, :d])
+        if not cfg.biases:
+            return V, None
+        info = getattr(result, "info", None) or {}
+        if d == 0 and cfg.reg_rule == "empirical-bayes" and "noisy_rhs" in info:
+            stds = solver.noise_stds()
+            b = posterior_item_bias(
+                info["noisy_gramian_diagonal"][:, d], info["noisy_rhs"][:, d], cfg.bias_feature,
+                stds["gramian"], stds["rhs"], cfg.label_bound,
+            )  # fmt: skip
+            return V, np.ascontiguousarray(b, dtype=dtype)
+        return V, np.ascontiguousarray(params[:, d] * dtype.type(cfg.bias_feature))
+
+    def _exposure(
+        self, cfg: DPALSConfig, head, counts, n_users: int, n_items: int, count_scale: float = 0.0
+    ) -> np.ndarray | None:
+        """``item_exposure_`` from the kept step counts over the public task weights omega_i,
+        combined with the released counts (noise std ``count_scale * sqrt(count_sample)``:
+        :func:`.exposure.item_exposure`); None without them (noisy GD, no biases, eps = inf)."""
         parts = self.__dict__.pop("_exposure_parts", None)
         if not parts:
             return None
         counts_h = np.maximum(np.asarray(counts, dtype=np.float64)[head], 1.0)
-        return item_exposure(parts, self._task_weights(cfg, counts_h, n_users), head, n_items)
+        count_std = float(count_scale) * math.sqrt(cfg.count_sample)
+        omega = self._task_weights(cfg, counts_h, n_users)
+        return item_exposure(parts, omega, head, n_items, counts=counts, count_std=count_std)
 
-    def _release_item_side(self, cfg: DPALSConfig, head, counts, V, b_items, mu, norm_u, n_users, n_items) -> None:
+    def _release_item_side(
+        self, cfg: DPALSConfig, head, counts, V, b_items, mu, norm_u, n_users, n_items, count_scale: float = 0.0
+    ) -> None:
         """Set the released attributes (shared by the local and the distributed fit): item factors
         and biases scattered back to all ``n_items`` (zeros outside the trained ``head``), the
         implicit popularity prior (released counts / public n_users: post-processing), the mean,
@@ -579,7 +616,7 @@ class DPALS(Hyperparameters, FactorizationModel):
         elif cfg.popularity_prior:
             self.item_bias_ = (counts / n_users).astype(dtype)
         self.item_counts_ = np.asarray(counts, dtype=np.float64)
-        self.item_exposure_ = self._exposure(cfg, head, counts, n_users, n_items)
+        self.item_exposure_ = self._exposure(cfg, head, counts, n_users, n_items, count_scale)
         self.global_mean_ = np.asarray(mu, dtype=np.float64)
         self.user_reg_norm_ = float(norm_u)
         self.user_regularization_ = float(cfg.user_reg)
@@ -722,9 +759,10 @@ class DPALS(Hyperparameters, FactorizationModel):
         scores = super()._score_all(uvec, ubias)
         if self._ranking_mode() != "exposure":
             return scores
-        scale = float((getattr(self, "config_", None) or {}).get("label_bound") or 1.0)
+        # the rating noise sigma_y = label_bound / 2 of the bias model's empirical-Bayes prior
+        noise = 0.5 * float((getattr(self, "config_", None) or {}).get("label_bound") or 2.0)
         exposure, counts = getattr(self, "item_exposure_", None), getattr(self, "item_counts_", None)
-        return exposure_scores(scores, self._global(), scale, exposure, counts)
+        return exposure_scores(scores, self._global(), noise, exposure, counts)
 
     def _project_users(self, rows: sp.csr_matrix):
         """Billboard projection (Krichene et al., ICML 2023, Remark D.1): a ridge fit of a user's own

@@ -7,12 +7,14 @@ per item; the bias feature's diagonal entry is ``c^2 sum_j w_ij`` plus Gaussian 
 ``c^2`` it is a noisy weighted count of the item's raters. :func:`step_counts` reads it from one
 step's release, :func:`item_exposure` averages the steps (independent noise of the same quantity)
 and divides by the public task weight, and :func:`exposure_scores` ranks by
-``log(exposure_i) + (r_hat_ui - mean) / label_bound``.
+``log(exposure_i) + (r_hat_ui - mean) / sigma_y``: the log of how likely the user is to consume
+item i plus the log-odds of liking it, ``log Phi((r_hat - t) / sigma_y)``, whose slope near the
+threshold ``t`` is about ``0.8 / sigma_y`` (``sigma_y = label_bound / 2``, the rating noise of
+the bias model's empirical-Bayes prior). Validation (ML-100K, 6 noise seeds), Recall@20 with the
+slope 1 / label_bound, 2 / label_bound: 0.1925 / 0.1945 at eps = 1, 0.2104 / 0.2119 at eps = 5.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -27,23 +29,40 @@ def step_counts(info: dict, bias_feature: float, gramian_std: float) -> tuple[np
     return np.asarray(diag)[:, -1] / c2, float(gramian_std) / c2
 
 
-def item_exposure(parts, omega: np.ndarray, head: np.ndarray, n_items: int) -> np.ndarray:
+def item_exposure(
+    parts, omega: np.ndarray, head: np.ndarray, n_items: int, counts=None, count_std: float = 0.0
+) -> np.ndarray:
     """Mean of the steps' noisy weighted counts (``parts`` from :func:`step_counts`) over the
     public task weights ``omega`` of the trained ``head`` (adaptive allocation: ``w_ij = omega_i
     s_j``, so the ratio sums the raters' normalisers ``s_j``, a count in which each user weighs
-    about ``sqrt(budget / n_u)``). Values within one noise std of zero are floored at that std;
-    items outside the head get the smallest value."""
+    about ``sqrt(budget / n_u)``; the bias model's ``mu = 0`` makes omega constant).
+
+    With the released item ``counts`` (noise std ``count_std``), both measurements of how often
+    each item is consumed are combined by inverse-variance weighting, the counts first put on the
+    weighted count's scale by the ratio of their sums over the items both see above twice their
+    noise (the two weigh users differently: a sampled user counts one per item, a weighted one
+    ``s_j``). Values within one noise std of zero are floored at that std; items outside the head
+    get the smallest value."""
     mean = np.mean([p for p, _ in parts], axis=0)
-    std = float(parts[0][1]) / math.sqrt(len(parts))
     omega = np.maximum(np.asarray(omega, dtype=np.float64), 1e-12)
+    value = mean / omega
+    var = (float(parts[0][1]) / omega) ** 2 / len(parts)
+    if counts is not None and count_std > 0:
+        c = np.asarray(counts, dtype=np.float64)[head]
+        seen = (value > 2.0 * np.sqrt(var)) & (c > 2.0 * count_std)
+        if int(seen.sum()) >= 3:
+            scale = float(value[seen].sum() / c[seen].sum())
+            var_c = (scale * count_std) ** 2
+            value = (value / var + scale * c / var_c) / (1.0 / var + 1.0 / var_c)
+            var = 1.0 / (1.0 / var + 1.0 / var_c)
     exposure = np.full(n_items, np.nan)
-    exposure[head] = np.maximum(mean / omega, std / omega)
+    exposure[head] = np.maximum(value, np.sqrt(var))
     floor = np.nanmin(exposure) if np.isfinite(exposure).any() else 1.0
     return np.where(np.isnan(exposure), floor, exposure)
 
 
-def exposure_scores(scores, global_mean: float, label_bound: float, exposure, counts) -> np.ndarray:
-    """Ranking scores ``log(exposure_i) + (scores - global_mean) / label_bound``; without an
+def exposure_scores(scores, global_mean: float, rating_noise: float, exposure, counts) -> np.ndarray:
+    """Ranking scores ``log(exposure_i) + (scores - global_mean) / rating_noise``; without an
     exposure estimate (noisy GD) the released counts ``log(max(n_i, 1))`` stand in."""
     if exposure is None and counts is None:
         raise ValueError("ranking='exposure' needs the released item counts, which this model does not hold")
@@ -51,4 +70,4 @@ def exposure_scores(scores, global_mean: float, label_bound: float, exposure, co
         log_exposure = np.log(np.asarray(exposure, dtype=np.float64)).astype(np.float32)
     else:
         log_exposure = np.log(np.maximum(np.asarray(counts, dtype=np.float64), 1.0)).astype(np.float32)
-    return (scores - np.float32(global_mean)) / np.float32(label_bound) + log_exposure[None, :]
+    return (scores - np.float32(global_mean)) / np.float32(rating_noise) + log_exposure[None, :]

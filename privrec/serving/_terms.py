@@ -6,8 +6,8 @@ Every privrec model ranks the items for a user by a score that is affine in the 
     score(u, i) = s * <u, v_i> + a_i + c * b_u
 
 with ``v_i`` the released item factors, ``a_i`` an additive item term (item bias and global mean
-for the rating models; ``log(max(nhat_i, 1)) + b_i / label_bound`` for DPALS's exposure ranking,
-where ``s = 1 / label_bound``), ``b_u`` the user's bias and ``s``, ``c`` constants. The standard
+for the rating models; ``log(exposure_i) + b_i / sigma_y`` for DPALS's exposure ranking,
+where ``s = 1 / sigma_y``, ``sigma_y = label_bound / 2``), ``b_u`` the user's bias and ``s``, ``c`` constants. The standard
 trick turns this into one inner product: item ``i`` becomes ``x_i = [s * v_i, a_i]`` and the
 query ``q_u = [u, 1]``, so that ``<q_u, x_i> = score(u, i) - c * b_u``; the user term does not
 change the ranking and is added back to the reported scores.

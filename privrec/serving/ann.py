@@ -5,7 +5,7 @@
 
 * ``similar_items``: cosine similarity of the item factors (the model's ``similar_items``);
 * ``recommend``: the model's own ranking score, including its additive item terms (item bias and
-  global mean; for the explicit DPALS model the exposure term and the ``1 / label_bound`` scale), as
+  global mean; for the explicit DPALS model the exposure term and the ``2 / label_bound`` scale), as
   one inner product of an augmented item vector ``[s * v_i, a_i]`` with the query ``[u, 1]``
   (:mod:`privrec.serving._terms`), searched on an inner-product HNSW graph (a non-metric
   similarity graph, as in Morozov & Babenko, NeurIPS 2018, "Non-metric similarity graphs for

@@ -95,8 +95,9 @@ class SSPSolver(NoisySolverBase):
     gramian_ratio: float = 1.0
     eig_floor: float = 0.0
     #: also return the diagonal of every released noisy Gramian (after the noise, before the PSD
-    #: projection) as ``info["noisy_gramian_diagonal"]`` (tasks x d): post-processing of the
-    #: release, e.g. DPALS's exposure term from the bias feature's weighted count
+    #: projection) as ``info["noisy_gramian_diagonal"]`` and the noisy right-hand sides as
+    #: ``info["noisy_rhs"]`` (both tasks x d): post-processing of the release, e.g. DPALS's
+    #: exposure term and the empirical-Bayes item biases of the bias model
     keep_diagonal: bool = False
     #: how a noisy Gramian that is not positive definite is made so (post-processing of the
     #: release, no effect on the guarantee): ``"eigen"`` projects it onto the PSD cone (spec 004
@@ -180,15 +181,16 @@ class SSPSolver(NoisySolverBase):
             G, b = chunk_statistics(batch, x, batch.labels, t0, t1, label_bound=self.label_bound)
             out = np.empty((t1 - t0, d), dtype=dtype)
             diag = np.empty((t1 - t0, d), dtype=np.float64) if self.keep_diagonal else None
+            rhs = np.empty((t1 - t0, d), dtype=np.float64) if self.keep_diagonal else None
             n_bad = 0
             for k in range(b0, b1):
                 s0, s1 = (t - t0 for t in self.block_tasks(k, k + 1, m))
-                extra = {} if diag is None else {"diagonal_out": diag[s0:s1]}
+                extra = {} if diag is None else {"diagonal_out": diag[s0:s1], "rhs_out": rhs[s0:s1]}
                 out[s0:s1], bad = self.release_block(
                     G[s0:s1], b[s0:s1], reg[t0 + s0 : t0 + s1], gram, seeds[k], **extra
                 )
                 n_bad += bad
-            return out, n_bad, diag
+            return out, n_bad, diag, rhs
 
         per_solve = SHIFT_SOLVE_COST_IN_EXAMPLES if self.projection == "shift" else SOLVE_COST_IN_EXAMPLES
         costs = chunk_costs(batch.indptr, [self.block_tasks(b0, b1, m) for b0, b1 in chunks], per_solve)
@@ -197,21 +199,28 @@ class SSPSolver(NoisySolverBase):
         n_projected = sum(r[1] for r in results)
         info = {"solver": "ssp", "unit_budget": beta, "projected_tasks": n_projected}
         if self.keep_diagonal:
-            info["noisy_gramian_diagonal"] = (
-                np.concatenate([r[2] for r in results]) if results else np.zeros((0, d), dtype=np.float64)
-            )
+            for key, j in (("noisy_gramian_diagonal", 2), ("noisy_rhs", 3)):
+                info[key] = np.concatenate([r[j] for r in results]) if results else np.zeros((0, d), dtype=np.float64)
         return SolverResult(params, events, info)
 
     # -------------------------------------------------------------- stages (local and distributed)
     def release_block(
-        self, G: np.ndarray, b: np.ndarray, reg: np.ndarray, gram, seed, diagonal_out: np.ndarray | None = None
+        self,
+        G: np.ndarray,
+        b: np.ndarray,
+        reg: np.ndarray,
+        gram,
+        seed,
+        diagonal_out: np.ndarray | None = None,
+        rhs_out: np.ndarray | None = None,
     ) -> tuple[np.ndarray, int]:
         """Noisy release and solve of one public block of tasks: ``(params, n_projected)``.
 
         ``G`` (k, d, d), ``b`` (k, d): the block's exact statistics (``G`` is overwritten); noise
         drawn from ``seed``'s stream -- the Gramian noise of the block's tasks in order, then the
         right-hand-side noise. ``diagonal_out`` (k, d), if given, receives the diagonals of the
-        noisy Gramians (released values: no extra noise, no extra event).
+        noisy Gramians and ``rhs_out`` (k, d) the noisy right-hand sides (released values: no
+        extra noise, no extra event).
         """
         dtype = np.dtype(self.dtype)
         std = self.noise_stds()
@@ -224,6 +233,8 @@ class SSPSolver(NoisySolverBase):
             b += gaussian_noise(b.shape, std["rhs"], stream, dtype)
         if diagonal_out is not None:
             diagonal_out[...] = np.diagonal(G, axis1=1, axis2=2)
+        if rhs_out is not None:
+            rhs_out[...] = b
         out = np.empty(b.shape, dtype=dtype)
         floor = dtype.type(self.eig_floor)
         # the shift's bracket: the spectral edge of the symmetric noise (no noise: exact projection)

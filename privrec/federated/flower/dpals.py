@@ -373,14 +373,13 @@ def fit_dpals(
         out = _release_blocks((stats["G"], stats["b"]), 0, seeds, root, reg_dtype, gram, 0, gd)
         if gd is None:
             info: dict[str, Any] = {"solver": "ssp", "projected_tasks": int(out[1])}
-            if len(out) > 2:  # SSP with keep_diagonal: the noisy Gramians' diagonals
-                info["noisy_gramian_diagonal"] = out[2]
+            if len(out) > 2:  # SSP with keep_diagonal: the noisy Gramians' diagonals and rhs
+                info["noisy_gramian_diagonal"], info["noisy_rhs"] = out[2], out[3]
         else:
             info = {"solver": "noisy_gd", "iterations": int(solver.iterations)}
         result = Release(out[0], solver.labelled_events(), info)
         pipe.record(result, prefix=f"ALS step {t}: ")
-        model._collect_exposure(cfg, result, solver)
-        V, b_items = _item_side(result.params, cfg)
+        V, b_items = model._item_side(cfg, result, solver)
         step_times.append(time.perf_counter() - t_step)
 
     # 4. ledger check and the Dask fit's release (the local fit's, without user factors) --------
@@ -393,14 +392,6 @@ def fit_dpals(
     _check_fitted_factors(model)
     model._fitted_params = _param_fingerprint(model)
     return model
-
-
-def _item_side(params, cfg) -> tuple[np.ndarray, np.ndarray | None]:
-    """``(V, item biases)`` from an item step's solution (the bias is the last coordinate times c)."""
-    params = np.asarray(params, dtype=cfg.dtype)
-    V = np.ascontiguousarray(params[:, : cfg.factors])
-    bias = np.ascontiguousarray(params[:, cfg.factors] * cfg.dtype.type(cfg.bias_feature)) if cfg.biases else None
-    return V, bias
 
 
 def _check_roster(model, cfg, roster: dict) -> None:
