@@ -167,3 +167,19 @@ def test_exposure_combines_the_weighted_count_and_the_released_counts():
     # (inverse-variance weights: s_g^2 against (s_c / 2)^2 gives about 0.36 of the error)
     assert np.mean(errs["both"]) < 0.5 * np.mean(errs["alone"])
     assert np.mean(both) == pytest.approx(np.mean(truth), rel=0.02)
+
+
+def test_popularity_ranker_samples_fifty_items_per_user_and_a_given_sample_wins(skew):
+    from privrec.tuning.rule import POPULARITY_COUNT_SAMPLE
+
+    pop = DPALS(feedback="implicit", epsilon=0.5)._resolve_config((1_000, 500))
+    assert pop.factors == 0 and pop.iterations == 0 and pop.count_sample == POPULARITY_COUNT_SAMPLE == 50
+    ranked = DPALS(feedback="implicit", epsilon=20.0)._resolve_config((10_000, 500))
+    assert ranked.factors > 0 and ranked.count_sample == math.ceil(ranked.budget)
+    given = DPALS(feedback="implicit", epsilon=0.5, count_sample=7)._resolve_config((1_000, 500))
+    assert given.count_sample == 7
+    # the count release's sensitivity follows: sqrt(50) per user
+    model = DPALS(feedback="implicit", epsilon=0.5, random_state=0).fit(skew, show_progress=False)
+    entry = model.ledger_.entries[0]
+    assert entry.label == "item counts" and entry.meta["count_sample"] == 50
+    assert entry.meta["sensitivity"] == pytest.approx(math.sqrt(50))

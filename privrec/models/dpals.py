@@ -275,7 +275,10 @@ class DPALS(Hyperparameters, FactorizationModel):
             raise ValueError(
                 f"budget is the number of sampled items k for {self.method}; must be an integer, got {budget!r}"
             )
-        cfg["count_sample"] = max(1, int(math.ceil(budget)) if self.count_sample is None else int(self.count_sample))
+        if self.count_sample is not None:
+            cfg["count_sample"] = int(self.count_sample)
+        else:  # the budget, or the rule's own value where the counts are the whole release
+            cfg["count_sample"] = max(1, int(auto.get("count_sample", math.ceil(budget))))
         # the bias model's weights do not depend on the noisy counts (mu = 0): every user spreads the
         # budget evenly, so the exposure term weighs popular items as fully as rare ones
         cfg["mu"] = (0.0 if factors == 0 else 0.25) if self.mu is None else float(self.mu)
