@@ -145,6 +145,9 @@ CASES = {
     "dpsgd-uniform with gravity": dict(
         method="dpsgd-uniform", epsilon=4.0, factors=4, iterations=2, budget=20, unobserved_weight=0.2, random_state=17
     ),
+    "bias model (empirical-Bayes posterior)": dict(
+        method="ada-dpals", epsilon=5.0, rating_range=(1, 5), factors=0, random_state=18
+    ),
     "epsilon inf": dict(
         method="ada-dpals", epsilon=math.inf, factors=6, iterations=4, reg_exponent=1.0, random_state=15
     ),

@@ -93,7 +93,7 @@ def simulated():
 
 
 def assert_same_release(fed, local, tol=1e-4):
-    scale = max(1.0, float(np.abs(local.item_factors_).max()))
+    scale = max(1.0, float(np.abs(local.item_factors_).max(initial=0.0)))  # (no factors: the bias model)
     np.testing.assert_allclose(fed.item_factors_, local.item_factors_, atol=tol * scale, rtol=0)
     np.testing.assert_allclose(fed.item_bias_, local.item_bias_, atol=tol * scale, rtol=0)
     np.testing.assert_array_equal(fed.item_counts_, local.item_counts_)
@@ -190,6 +190,7 @@ def test_simulated_mb_sgd_dropped_silo(simulated):
         dict(method="dpals-tail", factors=3, iterations=2, budget=8, unobserved_weight=0.05, item_frac=0.5),
         dict(method="ada-dpsgd", factors=3, iterations=2),
         dict(method="ada-dpals", feedback="implicit", factors=3, iterations=2, unobserved_weight=0.1),
+        dict(method="ada-dpals", factors=0),  # the bias model's empirical-Bayes posterior biases
     ],
 )
 def test_in_process_dpals_methods_equal_local(settings):

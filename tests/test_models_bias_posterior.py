@@ -123,14 +123,41 @@ def test_bias_model_releases_the_posterior_of_its_own_item_step(skew, monkeypatc
     np.testing.assert_allclose(model.item_bias_[model.trained_items_], want, rtol=1e-5, atol=1e-6)
     # post-processing: the ledger holds exactly the planned events (nothing added for the posterior)
     plan = model.planned_events(model.noise_scales_["count"], model.noise_scales_["train"])
-    assert [label for label, _ in plan] == [e.label for e in model.ledger_.entries]
+    assert [(label, event) for label, event in plan] == [(e.label, e.event) for e in model.ledger_.entries]
 
 
-def test_an_explicit_ridge_or_a_rank_keeps_the_solver_solution(skew):
-    fixed = DPALS(epsilon=3.0, regularization=5.0, factors=0, random_state=0).fit(skew, show_progress=False)
-    assert fixed.config_["reg_rule"] == "constant"
+def test_an_explicit_ridge_or_gravity_keeps_the_solver_solution(skew, monkeypatch):
+    """Only the automatic (empirical-Bayes) bias model replaces the solver's ridge solution."""
+    kept = {}
+    solve = SSPSolver.solve
+
+    def spy(self, batch, rng=None):
+        out = solve(self, batch, rng)
+        kept["params"] = np.asarray(out.params)
+        return out
+
+    monkeypatch.setattr(SSPSolver, "solve", spy)
+    for kwargs in (dict(regularization=5.0), dict(unobserved_weight=0.05)):
+        model = DPALS(epsilon=3.0, factors=0, random_state=0, **kwargs).fit(skew, show_progress=False)
+        c = model.config_["bias_feature"]
+        np.testing.assert_allclose(model.item_bias_[model.trained_items_], kept["params"][:, 0] * c, rtol=1e-6)
     ranked = DPALS(epsilon=3.0, factors=2, iterations=1, random_state=0).fit(skew, show_progress=False)
     assert ranked.config_["gramian_ratio"] == 1.0 and ranked.config_["mu"] == 0.25
+
+
+def test_degenerate_and_non_finite_releases_stay_finite():
+    n = np.full(6, 400.0)
+    b = posterior_item_bias(n, 0.3 * n, 1.0, 1.0, 1.0, 2.0)  # one count: the intercept alone
+    np.testing.assert_allclose(b, 0.3, atol=0.01)
+    n2 = n.copy()
+    n2[0] = 401.0  # no jump when the counts start to differ
+    np.testing.assert_allclose(posterior_item_bias(n2, 0.3 * n2, 1.0, 1.0, 1.0, 2.0), b, atol=0.005)
+    R = 0.3 * n
+    R[2] = np.nan
+    out = posterior_item_bias(n, R, 1.0, 1.0, 1.0, 2.0)
+    assert np.isnan(out[2]) and np.all(np.isfinite(np.delete(out, 2)))  # one bad item stays its own
+    f32 = posterior_item_bias(n.astype(np.float32), (0.3 * n).astype(np.float32), 0.5, 1.0, 1.0, 2.0)
+    assert f32.dtype == np.float64 and np.all(np.isfinite(f32))
 
 
 # ---------------------------------------------------------------------- the budget split rule
@@ -178,6 +205,8 @@ def test_popularity_ranker_samples_fifty_items_per_user_and_a_given_sample_wins(
     assert ranked.factors > 0 and ranked.count_sample == math.ceil(ranked.budget)
     given = DPALS(feedback="implicit", epsilon=0.5, count_sample=7)._resolve_config((1_000, 500))
     assert given.count_sample == 7
+    asked = DPALS(feedback="implicit", epsilon=20.0, factors=0)._resolve_config((100_000, 500))
+    assert asked.count_sample == POPULARITY_COUNT_SAMPLE  # a popularity ranker at any size
     # the count release's sensitivity follows: sqrt(50) per user
     model = DPALS(feedback="implicit", epsilon=0.5, random_state=0).fit(skew, show_progress=False)
     entry = model.ledger_.entries[0]

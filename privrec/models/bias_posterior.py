@@ -15,7 +15,11 @@ mean of the bias is
 the ridge of :func:`privrec.tuning.empirical_bayes_item_ridge` (public ratio
 ``sigma_y / tau``), here evaluated at the weighted count this release carries (floored at one
 noise std) rather than at the separately released item count: that count has a larger share of
-the budget and every user weighs about one in it, so the ridge follows the item's true count.
+the budget and follows every rater (the count release samples), so the ridge follows the item's
+true count. A user weighs ``sqrt(budget / n_u)`` in it (``mu = 0``), so the label-noise term
+``sigma_y^2 sum_j w_ij^2`` is taken as ``sigma_y^2 sum_j w_ij``: exact where users have about
+``budget`` ratings, an under-shrinkage where most raters have far fewer (on synthetic-skew the
+median ratio of the two sums is 1.44). The exact sum of squares is not released.
 
 **Prior mean.** How often an item is rated predicts how it is rated (rarely rated items are
 rated lower on every public rating set we know), so the prior mean is a line in the log weighted
@@ -42,7 +46,8 @@ __all__ = ["posterior_item_bias", "prior_mean_line"]
 
 def prior_mean_line(n: np.ndarray, R: np.ndarray, variance: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Prior means ``a + b (log n - x0)`` of every item from the items in ``mask``, each coefficient
-    shrunk by its positive-part James-Stein factor (zeros when fewer than three items qualify)."""
+    shrunk by its positive-part James-Stein factor (zeros when fewer than three items qualify; the
+    intercept alone when they share one count)."""
     if int(mask.sum()) < 3:
         return np.zeros(n.size)
     w = 1.0 / variance[mask]
@@ -50,9 +55,9 @@ def prior_mean_line(n: np.ndarray, R: np.ndarray, variance: np.ndarray, mask: np
     logn = np.clip(np.log(n), np.log(n[mask]).min(), np.log(n[mask]).max())
     x0 = float(np.sum(w * logn[mask]) / w.sum())
     X = np.stack([np.ones(n.size), logn - x0], axis=1)
+    if np.ptp(logn[mask]) < 1e-6:  # one count: no slope to fit, the weighted mean alone
+        X = X[:, :1]
     A = X[mask].T @ (X[mask] * w[:, None])
-    if np.linalg.cond(A) > 1e12:
-        return np.zeros(n.size)
     A_inv = np.linalg.inv(A)
     coef = A_inv @ (X[mask].T @ ((R / n)[mask] * w))
     se2 = np.diag(A_inv)
@@ -69,7 +74,7 @@ def posterior_item_bias(
     n = np.asarray(diagonal, dtype=np.float64) / (c * c)
     R = np.asarray(rhs, dtype=np.float64) / c
     s_g, s_r = float(gramian_std) / (c * c), float(rhs_std) / c
-    trusted = n > 2.0 * s_g
+    trusted = (n > 2.0 * s_g) & np.isfinite(n) & np.isfinite(R)
     n = np.maximum(n, max(s_g, 1.0))
     tau = float(label_bound) / (2.0 * SIGMA_Y_OVER_TAU)
     sigma_y = tau * SIGMA_Y_OVER_TAU

@@ -64,7 +64,7 @@ from ..privacy import check_noise_random_state, clip_labels, clip_rows, make_rng
 from ..solvers import PrivateSolver, TaskBatch, make_solver
 from ..solvers.ridge import frequency_regularization, scaled_regularization
 from ..tuning.auto import backend_config, fit_by_selection, selects_rank
-from ..tuning.rule import auto_config, empirical_bayes_item_ridge, spectral_ridge
+from ..tuning.rule import POPULARITY_COUNT_SAMPLE, auto_config, empirical_bayes_item_ridge, spectral_ridge
 from ._base import FactorizationModel, check_fit_matrix
 from .als import check_exponent, half_step
 from .bias_posterior import posterior_item_bias
@@ -95,9 +95,10 @@ class DPALS(Hyperparameters, FactorizationModel):
         the authors' reference implementation).
     budget : per-user budget beta (= k items for uniform / tail sampling); the authors' reference
         implementation uses 100.
-    mu : exponent of the adaptive weights (``ada-*``), omega_i ∝ nhat_i^-mu; ``None`` -> 0.1 for
-        the bias model (``factors = 0``), 0.25 otherwise (validation splits of ML-100K and
-        ml10m-like; the paper's range is 1/4..1/2 for factor models).
+    mu : exponent of the adaptive weights (``ada-*``), omega_i ∝ nhat_i^-mu; ``None`` -> 0 for
+        the bias model (``factors = 0``: weights that do not depend on the noisy counts, see
+        docs/algorithms.md), 0.25 otherwise (validation splits of ML-100K and ml10m-like; the
+        paper's range is 1/4..1/2 for factor models).
     biases : learn an item bias (released, see below) and a user bias (computed by each user from
         their own ratings: free). The item bias is the coefficient of a constant feature
         ``bias_scale * max_norm`` appended to every user's clipped embedding in the private item
@@ -143,7 +144,8 @@ class DPALS(Hyperparameters, FactorizationModel):
         of the authors' reference implementation is not needed).
     count_fraction : share of the RDP budget for pre-processing; ``None`` ->
         ``privrec.privacy.default_count_fraction(epsilon)`` (paper: 12% at 1, 14% at 5, 20% at 20).
-    count_sample : items per user sampled for the counts; ``None`` -> ``budget``.
+    count_sample : items per user sampled for the counts; ``None`` -> ``budget``, or 50 for the
+        implicit popularity ranker (``factors = 0``), whose release is the counts alone.
     gramian_ratio, global_ratio : (``None`` -> automatic) SSP noise multipliers of local / global Gramians relative to
         the right-hand sides (the sigma ratios s1/s2, s0/s2 of the authors' reference implementation).
     gd_iterations : inner steps of noisy GD per ALS step (``dpsgd-*``).
@@ -277,8 +279,10 @@ class DPALS(Hyperparameters, FactorizationModel):
             )
         if self.count_sample is not None:
             cfg["count_sample"] = int(self.count_sample)
-        else:  # the budget, or the rule's own value where the counts are the whole release
-            cfg["count_sample"] = max(1, int(auto.get("count_sample", math.ceil(budget))))
+        elif implicit and factors == 0:  # the counts are the whole release (popularity ranker)
+            cfg["count_sample"] = POPULARITY_COUNT_SAMPLE
+        else:
+            cfg["count_sample"] = max(1, int(math.ceil(budget)))
         # the bias model's weights do not depend on the noisy counts (mu = 0): every user spreads the
         # budget evenly, so the exposure term weighs popular items as fully as rare ones
         cfg["mu"] = (0.0 if factors == 0 else 0.25) if self.mu is None else float(self.mu)
@@ -578,7 +582,8 @@ class DPALS(Hyperparameters, FactorizationModel):
         if not cfg.biases:
             return V, None
         info = getattr(result, "info", None) or {}
-        if d == 0 and cfg.reg_rule == "empirical-bayes" and "noisy_rhs" in info:
+        # (a global Gramian, unobserved_weight > 0, couples the items: keep the solver's solution)
+        if d == 0 and cfg.reg_rule == "empirical-bayes" and cfg.unobserved_weight == 0 and "noisy_rhs" in info:
             stds = solver.noise_stds()
             b = posterior_item_bias(
                 info["noisy_gramian_diagonal"][:, d], info["noisy_rhs"][:, d], cfg.bias_feature,

@@ -145,7 +145,12 @@ def empirical_bayes_item_ridge(counts, noise: float, bias_feature: float) -> np.
 #: 0.495, 6: 0.6400 / 0.504; eps = 20: 4: 0.5900 / 0.516, 6: 0.5889 / 0.526.
 RANK_ITERATIONS = 6
 
-#: items per user in the count release of the private popularity ranker (implicit, factors = 0)
+#: items per user in the count release of the private popularity ranker (implicit feedback,
+#: ``factors = 0``; DPALS._resolve_config). Its release is the counts alone, so the per-user sample
+#: is free of the allocation budget: 50 (the private-popularity baseline's) gives a sensitivity of
+#: sqrt(50) that is tight on data whose users keep at most 50 items (Last.fm validation at eps =
+#: 0.5 / 1 / 5, 6 seeds: Recall@20 0.1160 / 0.1245 / 0.1243 with 100, 0.1234 / 0.1246 / 0.1255
+#: with 50; ml20m-like at eps = 0.1: 0.2272 both)
 POPULARITY_COUNT_SAMPLE = 50
 
 #: signal index ``n_users * min(epsilon, 20)`` at which the bias model's Gramian multiplier is
@@ -251,12 +256,6 @@ def auto_config(
             "gramian_ratio": 1.0,
             "item_frac": item_frac,
             "reg_rule": rule,
-            # the popularity ranker releases only counts, so its per-user sample is free of the
-            # allocation budget: 50 (the private-popularity baseline's), a sensitivity of sqrt(50)
-            # that is tight on data whose users keep at most 50 items (Last.fm validation at
-            # eps = 0.5 / 1 / 5, 6 seeds: Recall@20 0.1160 / 0.1245 / 0.1243 with 100, 0.1234 /
-            # 0.1246 / 0.1255 with 50; ml20m-like at eps = 0.1: 0.2272 both)
-            **({"count_sample": POPULARITY_COUNT_SAMPLE} if factors == 0 else {}),
         }
     if signal < 150_000 or bias_model:  # private bias model
         # the item ridge of the bias model is the empirical-Bayes rule of DPALS._item_regularization
