@@ -1,6 +1,7 @@
 """Configuration and accounted private model selection (the "configure" stage of the data flow).
 
-:func:`auto_config`, :func:`empirical_bayes_item_ridge` and :func:`spectral_ridge` are the
+:func:`auto_config`, :func:`empirical_bayes_item_ridge`, :func:`spectral_ridge` and
+:func:`bias_gramian_ratio` are the
 automatic rule of :class:`~privrec.models.DPALS` (public inputs and released statistics only;
 :mod:`privrec.tuning.rule`).
 
@@ -9,13 +10,14 @@ DP and releases the winner (refitted, or as fitted), with every release in one l
 :mod:`privrec.tuning.selection`).
 """
 
-from .rule import SPECTRAL_RIDGE_SCALE, auto_config, empirical_bayes_item_ridge, spectral_ridge
+from .rule import SPECTRAL_RIDGE_SCALE, auto_config, bias_gramian_ratio, empirical_bayes_item_ridge, spectral_ridge
 from .selection import PrivateSelection, holdout_mask, select_private
 
 __all__ = [
     "SPECTRAL_RIDGE_SCALE",
     "PrivateSelection",
     "auto_config",
+    "bias_gramian_ratio",
     "empirical_bayes_item_ridge",
     "holdout_mask",
     "select_private",
