@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..tuning.rule import SIGMA_Y_OVER_TAU
+from ..tuning.rule import SIGMA_Y_OVER_TAU, empirical_bayes_item_ridge
 
 __all__ = ["posterior_item_bias", "prior_mean_line"]
 
@@ -78,6 +78,7 @@ def posterior_item_bias(
     n = np.maximum(n, max(s_g, 1.0))
     tau = float(label_bound) / (2.0 * SIGMA_Y_OVER_TAU)
     sigma_y = tau * SIGMA_Y_OVER_TAU
-    lam = SIGMA_Y_OVER_TAU**2 + (s_r / tau) ** 2 / n
+    # the ridge in label units (bias feature 1): noise multiplier x sqrt(budget) = s_r / label bound
+    lam = empirical_bayes_item_ridge(n, s_r / float(label_bound), 1.0)
     m = prior_mean_line(n, R, tau**2 + sigma_y**2 / n + s_r**2 / n**2, trusted)
     return m + (R - n * m) / (n + lam)
