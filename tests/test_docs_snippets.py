@@ -222,10 +222,16 @@ def test_docs_blocks_on_real_data(block, workdir):
 def test_documented_thresholds_are_the_rule():
     """The docs quote the automatic configuration's current thresholds on n_users * min(eps, 20)."""
     from privrec.tuning import auto_config
+    from privrec.tuning.rule import SELECTION_SIGNAL
 
-    for threshold, implicit in ((150_000, False), (20_000, True)):
+    for threshold, implicit in ((int(SELECTION_SIGNAL), False), (20_000, True)):
         for path in FILES:
             assert f"≥ {threshold:,}" in (ROOT / path).read_text(encoding="utf-8"), (path, threshold)
-        at = auto_config(threshold // 5, 2_000, 5.0, 1e-5, 5.0, implicit=implicit)
+        # ratings: the selection also needs room for the rank in the budget ("about 8% past")
+        at = auto_config(threshold // 5, 2_000, 5.0 if implicit else 5.0 * 1.08, 1e-5, 5.0, implicit=implicit)
         below = auto_config(threshold // 5 - 1, 2_000, 5.0, 1e-5, 5.0, implicit=implicit)
         assert at["factors"] > 0 and below["factors"] == 0, "update the docs' sentence on when the default is personal"
+    # the demo set (5,000 users) from eps ~ 13, ML-100K never
+    assert auto_config(5_000, 2_000, 12.5, 1e-5, 5.0)["factors"] == 0
+    assert auto_config(5_000, 2_000, 13.0, 1e-5, 5.0)["factors"] > 0
+    assert auto_config(943, 1_682, 1e6, 1e-5, 5.0)["factors"] == 0

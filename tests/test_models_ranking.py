@@ -268,7 +268,7 @@ def test_empirical_bayes_ridge_shrinks_with_epsilon_and_count():
     counts = np.array([1.0, 10.0, 100.0, 1000.0])
     ridges = []
     for eps in (0.5, 1.0, 5.0, 20.0, 100.0):
-        model = DPALS(epsilon=eps)
+        model = DPALS(epsilon=eps, factors=0)  # the bias model (the default selects from eps ~ 13 here)
         cfg = model._resolve_config(R.shape)
         assert cfg.reg_rule == "empirical-bayes"
         z = model._pipeline(cfg, None).calibrate().train_scale

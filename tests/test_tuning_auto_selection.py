@@ -1,6 +1,7 @@
 """The automatic configuration decides the personal part by accounted private selection (issue 24).
 
-Where the rule's public inputs admit a rank (``n_users * min(eps, 20) >= 150,000``) a private fit of
+Where the rule's public inputs admit a rank (``n_users * min(eps, 20) >= SELECTION_SIGNAL``, with room
+for the rank in the budget: ``privrec.tuning.rule.selection_shares``) a private fit of
 explicit ratings compares the bias model with that rank on held-out ratings released under DP
 (``DPALS._fit_by_selection``). On data without interaction structure the default must stay the
 bias model; the whole procedure is in one ledger whose epsilon is the target.
@@ -17,7 +18,7 @@ from privrec.privacy import epsilon_from_report
 from privrec.tuning import auto_config
 from privrec.tuning.rule import SELECTION_RATING_CAP, SELECTION_SHARES
 
-N_USERS = 8_000  # n_users * 20 = 160,000: the rule admits a rank at eps >= 18.75
+N_USERS = 8_000  # the selection starts at eps = 60,000 / 8,000 = 7.5, with the full shares from about 27
 
 
 def _no_structure(seed: int):

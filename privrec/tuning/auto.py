@@ -19,7 +19,7 @@ from typing import Any
 
 import scipy.sparse as sp
 
-from .rule import SELECTION_RATING_CAP, SELECTION_SHARES
+from .rule import SELECTION_RATING_CAP, selection_shares
 from .selection import select_private
 
 __all__ = ["backend_config", "fit_by_selection", "selects_rank"]
@@ -53,7 +53,8 @@ def backend_config(model: Any, shape: tuple[int, int], backend: str) -> Any:
 
 def fit_by_selection(model: Any, R: sp.csr_matrix, cfg: Any, show_progress: bool) -> Any:
     """The bias model against the rule's rank by :func:`~privrec.tuning.select_private`, with the
-    shares and holdout of :data:`~privrec.tuning.rule.SELECTION_SHARES`, per-rating scores capped at
+    shares and holdout of :func:`~privrec.tuning.rule.selection_shares` (public: the number of
+    users, epsilon, delta), per-rating scores capped at
     :data:`~privrec.tuning.rule.SELECTION_RATING_CAP` held-out ratings per user and the label clip
     squared as the loss clip. The winning candidate, as fitted on the training parts, becomes
     ``model``'s release (its fitted attributes), with the whole procedure's ledger;
@@ -65,6 +66,9 @@ def fit_by_selection(model: Any, R: sp.csr_matrix, cfg: Any, show_progress: bool
         clone(base).set_params(factors=0, iterations=1),
         clone(base).set_params(factors=cfg.factors, iterations=cfg.iterations),
     ]
+    shares = selection_shares(R.shape[0], cfg.epsilon, cfg.delta)
+    if shares is None:  # the rule proposes a rank only where the selection can run
+        raise RuntimeError("internal error: the automatic selection ran where the rule keeps the bias model")
     sel = select_private(
         candidates,
         R,
@@ -72,12 +76,9 @@ def fit_by_selection(model: Any, R: sp.csr_matrix, cfg: Any, show_progress: bool
         delta=cfg.delta,
         random_state=model.random_state,
         show_progress=bool(show_progress),
-        selection_share=float(SELECTION_SHARES["selection_share"]),
-        refit_share=float(SELECTION_SHARES["refit_share"]),
-        candidate_shares=SELECTION_SHARES["candidate_shares"],
-        holdout=float(SELECTION_SHARES["holdout"]),
         rating_cap=SELECTION_RATING_CAP,
         loss_clip=cfg.label_bound**2,
+        **shares,
     )
     for name, value in vars(sel.best_estimator_).items():  # the fitted state (trailing underscore) is the release
         if name.endswith("_") and not name.startswith("__"):

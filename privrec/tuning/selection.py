@@ -59,6 +59,7 @@ from ..evaluation.protocols import predict_pairs, project_users
 from ..privacy import PrivacyLedger, calibrate_noise_multiplier, gaussian_event, make_rng
 from ..privacy.ledger import epsilon_of_event
 from ..privacy.mechanisms import gaussian_mechanism
+from .rule import gaussian_rho
 
 __all__ = ["PrivateSelection", "select_private", "holdout_mask"]
 
@@ -137,7 +138,7 @@ def _multiplier(epsilon: float, delta: float) -> float:
 
 
 def _rho(epsilon: float, delta: float) -> float:
-    return 0.5 / _multiplier(epsilon, delta) ** 2
+    return gaussian_rho(float(epsilon), float(delta))
 
 
 def _epsilon_of_rho(rho: float, delta: float) -> float:
