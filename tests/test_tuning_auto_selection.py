@@ -18,7 +18,7 @@ from privrec.privacy import epsilon_from_report
 from privrec.tuning import auto_config
 from privrec.tuning.rule import SELECTION_RATING_CAP, SELECTION_SHARES
 
-N_USERS = 8_000  # the selection starts at eps = 60,000 / 8,000 = 7.5, with the full shares from about 27
+N_USERS = 8_000  # the selection starts at eps = 8.0 (60,000 / 8,000 = 7.5, then 10% free), full shares from 25.1
 
 
 def _no_structure(seed: int):

@@ -107,4 +107,45 @@ def test_the_fit_spends_the_shares_of_the_rule():
     sel = model.selection_
     assert sel["shares"]["candidates"] == pytest.approx(list(want["candidate_shares"]))
     assert sel["shares"]["selection"] == pytest.approx(want["selection_share"])
+    # in the ramp the bias candidate's epsilon is the threshold's (less the selection's margin)
+    eps_bias = sel["epsilon_candidates"][0]
+    assert 0.97 * SELECTION_SIGNAL / n_users < eps_bias <= SELECTION_SIGNAL / n_users
     assert model.privacy_report()["epsilon"] <= eps * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("delta", [1e-4, 1e-6, 1e-8])
+def test_once_the_selection_runs_it_keeps_running(delta):
+    """Along an increasing epsilon grid the default never goes back from selection to the plain
+    bias model, for other deltas too; the bias candidate's rho stays that of the threshold in the ramp."""
+    n = 14_000
+    eps_0 = SELECTION_SIGNAL / n
+    started = False
+    for eps in np.linspace(3.0, 40.0, 38):
+        shares = selection_shares(n, float(eps), delta)
+        assert not (started and shares is None), eps
+        if shares is not None:
+            started = True
+            bias = shares["candidate_shares"][0]
+            if bias > SELECTION_SHARES["candidate_shares"][0]:
+                assert bias * gaussian_rho(float(eps), delta) == pytest.approx(gaussian_rho(eps_0, delta))
+    assert started
+
+
+def test_the_free_share_boundary_and_huge_rosters():
+    delta = 1e-5
+    n = 14_000
+    eps_0 = SELECTION_SIGNAL / n
+    lo, hi = eps_0, 1.2 * eps_0  # bisect to where 10% of rho becomes free
+    for _ in range(30):
+        mid = 0.5 * (lo + hi)
+        if selection_shares(n, mid, delta) is None:
+            lo = mid
+        else:
+            hi = mid
+    first = selection_shares(n, hi, delta)
+    # (rho of a calibrated multiplier moves in small steps: the first free share is 10% or a little more)
+    assert SELECTION_MIN_FREE <= 1.0 - first["candidate_shares"][0] < SELECTION_MIN_FREE + 0.01
+    assert 1.04 * eps_0 < hi < 1.1 * eps_0  # "about 6-7% past eps_0"
+    # a roster whose threshold epsilon is below the smallest calibrated target: the full shares
+    assert selection_shares(10**9, 5.0, delta)["candidate_shares"] == tuple(SELECTION_SHARES["candidate_shares"])
+    assert auto_config(10**9, 1_000, 5.0, delta, 5.0)["factors"] > 0
