@@ -40,6 +40,7 @@ __all__ = [
     "auto_config",
     "bias_gramian_ratio",
     "empirical_bayes_item_ridge",
+    "gaussian_multiplier",
     "gaussian_rho",
     "selection_shares",
     "spectral_ridge",
@@ -83,10 +84,14 @@ SELECTION_MIN_FREE = 0.1
 
 
 @functools.lru_cache(maxsize=256)
+def gaussian_multiplier(epsilon: float, delta: float) -> float:
+    """Noise multiplier z of the one Gaussian mechanism meeting (epsilon, delta) under PLD (cached)."""
+    return calibrate_noise_multiplier(float(epsilon), float(delta), lambda s: gaussian_event(s), "pld")
+
+
 def gaussian_rho(epsilon: float, delta: float) -> float:
-    """rho = 1 / (2 z^2) of the one Gaussian mechanism meeting (epsilon, delta) under PLD."""
-    z = calibrate_noise_multiplier(float(epsilon), float(delta), lambda s: gaussian_event(s), "pld")
-    return 0.5 / z**2
+    """rho = 1 / (2 z^2) of that mechanism (:func:`gaussian_multiplier`)."""
+    return 0.5 / gaussian_multiplier(float(epsilon), float(delta)) ** 2
 
 
 def selection_shares(n_users: int, epsilon: float, delta: float) -> dict[str, Any] | None:
@@ -124,19 +129,12 @@ def selection_shares(n_users: int, epsilon: float, delta: float) -> dict[str, An
         if epsilon_0 >= MIN_TARGET_EPSILON
         else 0.0
     )
-    if keep <= bias_floor:  # past the ramp: the shares of SELECTION_SHARES
-        return {key: (tuple(v) if isinstance(v, tuple) else float(v)) for key, v in SELECTION_SHARES.items()}
-    bias = keep
-    free = 1.0 - bias
-    if free < SELECTION_MIN_FREE:
+    if keep <= bias_floor:  # past the ramp
+        return dict(SELECTION_SHARES)
+    if 1.0 - keep < SELECTION_MIN_FREE:
         return None
-    scale = free / (rank + select)
-    return {
-        "selection_share": select * scale,
-        "refit_share": float(SELECTION_SHARES["refit_share"]),
-        "candidate_shares": (bias, rank * scale),
-        "holdout": float(SELECTION_SHARES["holdout"]),
-    }
+    scale = (1.0 - keep) / (rank + select)
+    return {**SELECTION_SHARES, "selection_share": select * scale, "candidate_shares": (keep, rank * scale)}
 
 
 #: held-out ratings a user's score counts at most in the automatic selection: per-rating

@@ -56,10 +56,10 @@ import scipy.sparse as sp
 from sklearn.base import clone
 
 from ..evaluation.protocols import predict_pairs, project_users
-from ..privacy import PrivacyLedger, calibrate_noise_multiplier, gaussian_event, make_rng
+from ..privacy import PrivacyLedger, gaussian_event, make_rng
 from ..privacy.ledger import epsilon_of_event
 from ..privacy.mechanisms import gaussian_mechanism
-from .rule import gaussian_rho
+from .rule import gaussian_multiplier, gaussian_rho
 
 __all__ = ["PrivateSelection", "select_private", "holdout_mask"]
 
@@ -132,15 +132,6 @@ class PrivateSelection:
         return self.best_estimator_.privacy_report()
 
 
-def _multiplier(epsilon: float, delta: float) -> float:
-    """Noise multiplier of the one Gaussian mechanism meeting (epsilon, delta) under PLD."""
-    return calibrate_noise_multiplier(float(epsilon), float(delta), lambda s: gaussian_event(s), "pld")
-
-
-def _rho(epsilon: float, delta: float) -> float:
-    return gaussian_rho(float(epsilon), float(delta))
-
-
 def _epsilon_of_rho(rho: float, delta: float) -> float:
     return float(epsilon_of_event(gaussian_event(math.sqrt(0.5 / rho)), delta, "pld"))
 
@@ -191,7 +182,12 @@ def select_private(
     with budget.lock() if budget is not None else contextlib.nullcontext():
         if budget is not None:  # refused before any candidate sees the data
             budget.check(
-                [("private model selection (planned, whole procedure)", gaussian_event(_multiplier(epsilon, delta)))]
+                [
+                    (
+                        "private model selection (planned, whole procedure)",
+                        gaussian_event(gaussian_multiplier(epsilon, delta)),
+                    )
+                ]
             )
         K = len(candidates)
         if K < 2:
@@ -221,7 +217,7 @@ def select_private(
             loss_clip = float(rr[1] - rr[0]) ** 2 if rr is not None else float(getattr(first, "rating_bound", 5.0)) ** 2
         clip = float(loss_clip)
 
-        rho = _rho(float(epsilon), float(delta)) * 0.995  # a margin for the PLD discretisation of the parts
+        rho = gaussian_rho(float(epsilon), float(delta)) * 0.995  # a margin for the PLD discretisation of the parts
         refit = refit_share > 0
         eps_cs = [_epsilon_of_rho(c * rho, delta) for c in shares]
         eps_r = _epsilon_of_rho(refit_share * rho, delta) if refit else None
