@@ -122,6 +122,14 @@ class PrivatePipeline:
         self.count_scale, self.train_scale = cal.count_scale, cal.train_scale
         return cal
 
+    def use_calibration(self, cal: SplitCalibration | None) -> SplitCalibration:
+        """Take the scales of an earlier :meth:`calibrate` of the same settings (a fit's plan);
+        calibrates when ``cal`` is None."""
+        if cal is None:
+            return self.calibrate()
+        self.count_scale, self.train_scale = cal.count_scale, cal.train_scale
+        return cal
+
     # ------------------------------------------------------------------ 2. counts, centering
     def release_counts(
         self,

@@ -177,7 +177,7 @@ def test_record_refuses_altered_or_foreign_reports(tmp_path, R):
     forged["events"][-1]["event"]["noise_multiplier"] *= 10  # claims the old epsilon with less noise spent
     with pytest.raises(ValueError, match="the report was altered"):
         budget.record(forged)
-    other = {**report, "neighboring": "replace_one"}
+    other = {**report, "accountant_neighboring": "replace_one"}
     other.pop("epsilon")
     with pytest.raises(ValueError, match="different relations"):
         budget.record(other)

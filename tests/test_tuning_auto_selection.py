@@ -97,7 +97,8 @@ def test_strong_structure_can_choose_the_rank():
     assert model.config_["factors"] == 8 and model.item_factors_.shape == (300, 8)
 
 
-def test_dask_backend_fits_the_bias_model_and_says_why(biases_only):
+def test_dask_backend_runs_the_automatic_selection(biases_only):
+    """Dask runs the local fit's plan: the same selection, the same ledger (issue 38)."""
     pytest.importorskip("dask")
     import pandas as pd
 
@@ -106,8 +107,10 @@ def test_dask_backend_fits_the_bias_model_and_says_why(biases_only):
     coo = biases_only.tocoo()
     frame = pd.DataFrame({"user": coo.row, "item": coo.col, "rating": coo.data})
     parts = partition_interactions(frame, n_partitions=2, client=SerialClient(), items=np.arange(300))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
         model = fit(DPALS(epsilon=30.0, random_state=0), parts, client=SerialClient())
-    assert any("private selection on held-out ratings" in str(w.message) for w in caught)
-    assert model.config_["factors"] == 0
+    assert model.selection_["automatic"] and model.selection_["keys"] == "user ids"
+    assert model.config_["factors"] == 0 and model.config_["epsilon"] == 30.0
+    labels = [e.label for e in model.ledger_.entries]
+    assert "selection scores" in labels and any(lab.startswith("selection candidate 1: ") for lab in labels)

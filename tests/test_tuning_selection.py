@@ -100,7 +100,7 @@ def test_without_refit_the_scored_candidate_is_what_is_released(flat):
     """refit_share = 0: the winner is released as fitted on the training parts, at its own share."""
     from sklearn.base import clone
 
-    from privrec.tuning.selection import _split
+    from privrec.tuning.selection import split_holdout
 
     cands = [DPALS(factors=0), DPALS(factors=4, iterations=2)]
     res = select_private(
@@ -125,7 +125,7 @@ def test_without_refit_the_scored_candidate_is_what_is_released(flat):
     R = sp.csr_matrix(flat, dtype=np.float64)
     R.sort_indices()
     seeds = np.random.default_rng(5).integers(0, 2**63 - 1, size=4)
-    train, _ = _split(R, holdout_mask(R, sel["holdout"], int(seeds[-1]) & 0xFFFFFFFF))
+    train, _ = split_holdout(R, sel["holdout"], int(seeds[-1]) & 0xFFFFFFFF)
     k = res.best_index_
     again = clone(cands[k]).set_params(epsilon=sel["epsilon_candidates"][k], delta=1e-5, random_state=int(seeds[k]))
     again.fit(train, show_progress=False)
@@ -147,3 +147,42 @@ def test_candidate_shares_are_checked():
             select_private(two, R, epsilon=1.0, delta=1e-5, refit_share=0.0, candidate_shares=shares)
     with pytest.raises(ValueError, match="share"):
         select_private(two, R, epsilon=1.0, delta=1e-5, refit_share=-0.1)
+
+
+def test_select_private_refuses_silent_and_raw_inputs():
+    """Issue 39: zero / negative / non-finite clips and caps, generators, non-numeric shares and
+    epsilon, duplicate COO entries and dense arrays give one-line errors naming the argument."""
+    R = load_dataset("synthetic-skew").matrix.tocsr()[:300]
+    cands = [DPALS(factors=0), DPALS(factors=2, iterations=1)]
+    kw = dict(epsilon=1.0, delta=1e-5)
+    for name, bad in (
+        ("rating_cap", 0), ("rating_cap", -5), ("rating_cap", float("nan")), ("rating_cap", float("inf")),
+        ("loss_clip", 0), ("loss_clip", -1), ("loss_clip", float("nan")), ("loss_clip", float("inf")),
+    ):  # fmt: skip
+        with pytest.raises(ValueError, match=name):
+            select_private(cands, R, **kw, **{name: bad})
+    with pytest.raises(TypeError, match="candidates must be a list"):
+        select_private((c for c in cands), R, **kw)
+    with pytest.raises(TypeError, match="candidate_shares"):
+        select_private(cands, R, **kw, candidate_shares=["a", "b"])
+    with pytest.raises(TypeError, match="epsilon must be a number"):
+        select_private(cands, R, epsilon="5", delta=1e-5)
+    coo = sp.coo_matrix(([3.0, 4.0], ([0, 0], [1, 1])), shape=(3, 3))
+    with pytest.raises(ValueError, match="duplicate"):
+        select_private(cands, coo, **kw)
+    with pytest.raises(TypeError, match="what DPALS.fit takes"):
+        select_private(cands, R.toarray(), **kw)
+
+
+def test_select_private_reads_a_long_dataframe_as_fit_does():
+    import pandas as pd
+
+    R = load_dataset("synthetic-skew").matrix.tocsr()[:400]
+    coo = R.tocoo()
+    frame = pd.DataFrame({"user": coo.row + 100, "item": coo.col, "rating": coo.data})
+    cands = [DPALS(factors=0, show_progress=False), DPALS(factors=2, iterations=1, show_progress=False)]
+    res = select_private(cands, frame, epsilon=1.0, delta=1e-5, refit_share=0.0)
+    n_items = frame["item"].nunique()
+    assert res.best_estimator_.item_factors_.shape[0] == n_items  # items, not the frame's 3 columns
+    assert res.best_estimator_.selection_["keys"] == "user ids"
+    assert "lower is better" in res.explain() and res.score_noise_std > 0

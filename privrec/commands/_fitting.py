@@ -12,13 +12,17 @@ from contextlib import nullcontext
 from ..evaluation import experiment as X
 
 
-def _fit_model(split, method, epsilon, delta, params, seed, show_progress: bool, charged: dict | None = None):
+def _fit_model(
+    split, method, epsilon, delta, params, seed, show_progress: bool, charged: dict | None = None, after_fit=None
+):
     """``(model, fit seconds)`` for ``run_experiment(fitted=...)``: progress bars only when asked
     (models whose ``fit`` shows progress by default, as implicit's, stay quiet under --json / -q).
 
     ``charged = {"budget": Budget, "label": str}``: the fit is planned, checked, run and recorded
     under the budget's lock (:meth:`privrec.privacy.Budget.charge`), refused before it starts when
-    it would exceed the lifetime epsilon; ``charged["charge"]`` is then the recorded charge."""
+    it would exceed the lifetime epsilon; ``charged["charge"]`` is then the recorded charge.
+    ``after_fit(model)`` runs inside the charge right after the fit (e.g. saving the model): when it
+    raises, nothing is recorded."""
     import inspect
     import time
 
@@ -35,6 +39,8 @@ def _fit_model(split, method, epsilon, delta, params, seed, show_progress: bool,
         t0 = time.perf_counter()
         model.fit(split.train, **kwargs)
         seconds = time.perf_counter() - t0
+        if after_fit is not None:
+            after_fit(model)
     if charged:
         charged["charge"] = ticket
     return model, seconds

@@ -217,6 +217,14 @@ def register(subparsers) -> None:
         default=None,
         help="label of this fit in the budget file (default: method, epsilon and dataset)",
     )
+    p.add_argument(
+        "--dry-run",
+        dest="dry_run",
+        action="store_true",
+        help="print the fit's plan -- the settings, whether the automatic selection runs (its candidates and "
+        "shares), every privacy event it would record and the epsilon they compose to, and with --budget-file "
+        "the lifetime spend it would bring -- then stop: nothing is fitted, released or charged",
+    )
     p.set_defaults(func=cmd_fit)
 
 
@@ -326,6 +334,82 @@ def _check_budget_args(args, private: bool) -> None:
         )
 
 
+def _save_model(args, split, model) -> None:
+    """Write the fitted model to ``--output`` (called inside the budget charge, right after the fit:
+    a spend is recorded only once its model is saved). The model was fitted on the split's matrix:
+    say where its item axis came from (a declared catalogue, or the data) and give it the split's
+    ids when they may be saved -- a declared catalogue is public, a non-private model keeps
+    everything -- so that recommend / similar can check a data file against them (a private
+    model's data-derived ids are not saved)."""
+    declared = args.ratings is not None and args.items is not None
+    model._item_axis = "catalogue" if declared else "data"
+    if split.item_ids is not None and (declared or not model._is_private()):
+        model.item_ids_, model._item_ids_given = np.asarray(split.item_ids), declared
+    try:
+        model.save(args.output)
+    except (OSError, ValueError) as exc:
+        charged = " and nothing was charged to --budget-file" if args.budget_file else ""
+        raise CommandError(
+            f"could not write the model to {args.output}: {exc}; the fitted model was discarded, nothing was "
+            f"released{charged}"
+        ) from None
+
+
+def _dry_run(args, split, epsilon, delta, params) -> int:
+    """``--dry-run``: the plan of the fit (public inputs: settings and the training shape), and with
+    ``--budget-file`` the lifetime spend it would bring; nothing is fitted, released or charged."""
+    from .._io import json_safe
+
+    model = X.make_model(args.method, epsilon, delta, params, _noise_seed(args), split.protocol)
+    planner = getattr(model, "plan", None)
+    if planner is None:
+        out: dict = {"estimator": type(model).__name__, "kind": "fit", "private": False}
+    else:
+        plan = planner(shape=tuple(split.train.shape))
+        out = plan.as_dict()
+        budget = getattr(args, "_budget", None)
+        if budget is not None:
+            out["budget"] = {
+                "file": str(budget.path),
+                "lifetime_epsilon": budget.epsilon,
+                "spent": budget.spent(),
+                "after_this_fit": budget.total_with(list(plan.events)),
+            }
+    if args.json:
+        _print_json(json_safe(out))
+        return 0
+    print(
+        f"plan      {out['estimator']} ({out['kind']}) on {out.get('n_users', '?')} users x {out.get('n_items', '?')} items"
+    )
+    if "target_epsilon" in out:
+        print(
+            f"privacy   target epsilon {out['target_epsilon']}, delta {out['delta']:g}; the planned events compose to "
+            f"epsilon {out['planned_epsilon']:.4g} ({out['accountant']} accountant); sampling keyed on {out['keys']}"
+        )
+    if "selection" in out:
+        for k, c in enumerate(out["candidates"]):
+            print(f"candidate {k}: factors {c['factors']}, iterations {c['iterations']}, epsilon {c['epsilon']:.4g}")
+        sel = out["selection"]
+        print(
+            f"selection holdout {sel['holdout']:g} of each user's ratings; score release share {sel['shares']['selection']:.3g} of rho"
+        )
+    events = out.get("events", [])
+    if events:
+        print(
+            f"events    {len(events)}: "
+            + "; ".join(e["label"] for e in events[:4])
+            + ("; ..." if len(events) > 4 else "")
+        )
+    if "budget" in out:
+        b = out["budget"]
+        print(
+            f"budget    {b['file']}: spent {b['spent']:.4g} of {b['lifetime_epsilon']:.4g}; after this fit "
+            f"{b['after_this_fit']:.4g}"
+        )
+    print("dry run   nothing was fitted, released or charged")
+    return 0
+
+
 def _budget_result(charged: dict) -> dict:
     """The ``budget`` entry of the result: lifetime, spend before and after this fit, its label."""
     budget, ticket = charged["budget"], charged["charge"]
@@ -377,6 +461,9 @@ def _fit(args) -> int:
                     "the user roster comes from the data (only users with ratings); the guarantee is stated for a "
                     "public roster: declare it with --users FILE",
                 )
+        if getattr(args, "dry_run", False):
+            stages.close()
+            return _dry_run(args, split, epsilon, delta if private else None, params)
         charged = None
         if args.budget_file is not None:
             label = args.budget_label or f"privrec fit --method {args.method} --epsilon {epsilon:g} on {name}"
@@ -393,6 +480,7 @@ def _fit(args) -> int:
             _noise_seed(args),
             _progress_enabled(args),
             charged,
+            after_fit=(lambda m: _save_model(args, split, m)) if args.output else None,
         )
         model, res = X.run_experiment(
             split,
@@ -424,16 +512,7 @@ def _fit(args) -> int:
     res["privacy_summary"] = privacy_paragraph(report, feedback, _noise_seed(args) if private else None, width=None)
     res["warnings"] = list(args._warnings)
     _add_description(res, model)
-    if args.output:
-        # the model was fitted on the split's matrix: say where its item axis came from (a declared
-        # catalogue, or the data) and give it the split's ids when they may be saved -- a declared
-        # catalogue is public, a non-private model keeps everything -- so that recommend / similar
-        # can check a data file against them (a private model's data-derived ids are not saved)
-        declared = args.ratings is not None and args.items is not None
-        model._item_axis = "catalogue" if declared else "data"
-        if split.item_ids is not None and (declared or not model._is_private()):
-            model.item_ids_, model._item_ids_given = np.asarray(split.item_ids), declared
-        model.save(args.output)
+    if args.output:  # written right after the fit, before its spend was recorded (_save_model)
         res["output"] = str(args.output)
     res = separate_non_private(res)
     if args.plot is not None:

@@ -232,10 +232,24 @@ def fit(
                 "(repartition with partition_interactions, or leave n_partitions=None)"
             )
     try:
-        driver = _Driver(
-            model, parts, get_client(client or parts.client), fan_in, block_tasks, max_in_flight, _leaf_hook
-        )
-        driver.run(show_progress)
+        run_client = get_client(client or parts.client)
+        plan = None if isinstance(model, ALS) else _plan(model, parts)
+        if plan is not None and plan.kind == "selection":  # the local fit's selection, on the partitions
+            from ..tuning.auto import run_automatic_selection
+            from .selection import DaskSelectionData
+
+            fit_kwargs = dict(
+                fan_in=fan_in, block_tasks=block_tasks, max_in_flight=max_in_flight, _leaf_hook=_leaf_hook
+            )
+            data = DaskSelectionData(parts, run_client, fit_kwargs, implicit=bool(plan.config.implicit))
+            try:
+                run_automatic_selection(model, plan, data, show_progress)
+            finally:
+                data.release()
+            _set_ids(model, parts)
+        else:
+            driver = _Driver(model, parts, run_client, fan_in, block_tasks, max_in_flight, _leaf_hook)
+            driver.run(show_progress, plan)
     finally:
         if owned:
             parts.release()
@@ -243,6 +257,14 @@ def fit(
 
     model._fitted_params = _param_fingerprint(model)  # save() refuses parameters changed after this fit
     return model
+
+
+def _plan(model, parts: PartitionedInteractions):
+    """The fit's :class:`~privrec.tuning.plan.FitPlan` for the partitioned roster and catalogue
+    (the same plan as the local fit of the same users: sampling keyed on their ids)."""
+    from ..tuning.plan import plan_fit
+
+    return plan_fit(model, parts.shape, keys="user ids")
 
 
 def _worker_threads(client) -> int:
@@ -286,14 +308,16 @@ class _Driver:
         return tree_sum(futures, self.fan_in, self.client, key=self.key(name)).result()
 
     # -------------------------------------------------------------- the fit
-    def run(self, show_progress: bool) -> None:
+    def run(self, show_progress: bool, plan=None) -> None:
+        """One fit: ``plan`` (a :class:`~privrec.tuning.plan.FitPlan` of kind ``"fit"``) for a
+        DPALS, the exact path's settings for an ALS."""
         model, parts, client = self.model, self.parts, self.client
         _release_freed_memory(client)  # freed shuffle buffers still held by the workers' heaps
         n_users, n_items = parts.shape
         proxy = _als_proxy(model) if self.als else model
-        cfg = (
-            proxy._resolve_config((n_users, n_items)) if self.als else proxy._backend_config((n_users, n_items), "Dask")
-        )
+        if not self.als and plan is None:
+            plan = _plan(model, parts)
+        cfg = proxy._resolve_config((n_users, n_items)) if self.als else plan.config
         if self.als:
             cfg = dataclasses.replace(cfg, iterations=int(model.iterations))
         threads = 1 if model.num_threads is None else int(model.num_threads)
@@ -328,7 +352,7 @@ class _Driver:
             init_rng = make_rng(model.random_state)
         t_start = time.perf_counter()
         pipe = proxy._pipeline(cfg, rng)
-        cal = pipe.calibrate()
+        cal = pipe.calibrate() if self.als else pipe.use_calibration(plan.calibration)
 
         # counts and mean: the pipeline's own releases, with the exact statistics summed over partitions
         if cfg.private:
@@ -571,23 +595,30 @@ class _Driver:
             model.noise_scales_ = {"count": cal.count_scale, "train": cal.train_scale}
         model.user_factors_ = None
         model.user_bias_ = None
-        # id maps as FactorizationModel's fit wrapper sets them (fit_input of an Interactions)
-        from ..data.frames import vocabulary_fingerprint
-        from ..models._base import _is_identity_ids
+        _set_ids(model, self.parts)
 
-        item_ids = np.asarray(self.parts.item_ids)
-        item_ids_or_none = None if _is_identity_ids(item_ids, n_items) else item_ids
-        info = self.parts.info
-        given = (
-            item_ids_or_none is not None
-            and info.get("item_vocabulary") == "given"
-            and info.get("item_vocabulary_sha256") == vocabulary_fingerprint(item_ids)
-        )
-        model.user_ids_ = None
-        model.item_ids_ = item_ids_or_none
-        model._item_ids_given = bool(given)
-        model._item_axis = "catalogue" if given else "data"  # a partitioned table: its items, unless given
-        model._id_lookup = {}
+
+def _set_ids(model, parts: PartitionedInteractions) -> None:
+    """Id maps as FactorizationModel's fit wrapper sets them (fit_input of an Interactions)."""
+    from ..data.frames import vocabulary_fingerprint
+    from ..models._base import _is_identity_ids
+
+    n_items = parts.n_items
+    item_ids = np.asarray(parts.item_ids)
+    item_ids_or_none = None if _is_identity_ids(item_ids, n_items) else item_ids
+    info = parts.info
+    given = (
+        item_ids_or_none is not None
+        and info.get("item_vocabulary") == "given"
+        and info.get("item_vocabulary_sha256") == vocabulary_fingerprint(item_ids)
+    )
+    model.user_factors_ = None
+    model.user_bias_ = None
+    model.user_ids_ = None
+    model.item_ids_ = item_ids_or_none
+    model._item_ids_given = bool(given)
+    model._item_axis = "catalogue" if given else "data"  # a partitioned table: its items, unless given
+    model._id_lookup = {}
 
 
 __all__ = ["DEFAULT_BLOCK_TASKS", "PartitionState", "StepData", "fit"]

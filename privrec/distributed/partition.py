@@ -265,8 +265,17 @@ def build_block(
     matrix = sp.csr_matrix(
         (np.ascontiguousarray(svals, dtype=np.float32), cols, indptr.astype(idx_dtype)), shape=(len(uids), n_items)
     )
+    return block_from_matrix(index, uids, matrix)
+
+
+def block_from_matrix(index: int, uids: np.ndarray, matrix: sp.csr_matrix) -> PartitionBlock:
+    """The :class:`PartitionBlock` of a partition's users ``uids`` (sorted) and their rows ``matrix``
+    (a users x items CSR with sorted column indices; float32 data)."""
     matrix.has_sorted_indices = True
     matrix.has_canonical_format = True
+    n_items = matrix.shape[1]
+    cols, indptr = matrix.indices, np.asarray(matrix.indptr, dtype=np.int64)
+    idx_dtype = np.int32 if len(cols) < np.iinfo(np.int32).max else np.int64
     # one counting sort (CSR -> CSC) of the entry positions gives the item-major layout and the
     # permutation that regroups any per-entry array (labels, weights) the same way
     pos = sp.csr_matrix((np.arange(1, len(cols) + 1, dtype=np.int64), cols, indptr), shape=matrix.shape).tocsc()

@@ -63,7 +63,7 @@ from ..pipeline import Plan, PrivatePipeline
 from ..privacy import check_noise_random_state, clip_labels, clip_rows, make_rng
 from ..solvers import PrivateSolver, TaskBatch, make_solver
 from ..solvers.ridge import frequency_regularization, scaled_regularization
-from ..tuning.auto import backend_config, fit_by_selection, selects_rank
+from ..tuning.auto import selects_rank
 from ..tuning.rule import POPULARITY_COUNT_SAMPLE, auto_config, empirical_bayes_item_ridge, spectral_ridge
 from ._base import FactorizationModel, check_fit_matrix
 from .als import check_exponent, half_step
@@ -435,17 +435,70 @@ class DPALS(Hyperparameters, FactorizationModel):
         )
 
     # ------------------------------------------------------------------ fit
+    def plan(self, X=None, *, shape: tuple[int, int] | None = None, users=None, items=None):
+        """What :meth:`fit` will do on ``X`` -- a :class:`privrec.tuning.plan.FitPlan`: the resolved
+        settings, whether the automatic selection runs (its candidates, shares and holdout), the
+        noise scales and every DpEvent it will record -- from public inputs only (the settings and
+        the shape: the declared roster / catalogue sizes). Nothing is fitted or spent.
+
+        ``X``: any ``fit`` input (its shape is used, never its ratings), with the same ``users=`` /
+        ``items=`` declarations the fit will get; or ``shape=(n_users, n_items)``.
+        """
+        from ..tuning.plan import plan_fit
+
+        keys = "row positions"
+        if X is not None:
+            if shape is not None:
+                raise ValueError("give X or shape, not both")
+            from .inputs import fit_input, with_item_catalogue, with_user_roster
+
+            if users is not None:
+                X = with_user_roster(X, users)
+            if items is not None:
+                X = with_item_catalogue(X, items)
+            R, user_ids, _, _ = fit_input(X)
+            shape = (int(R.shape[0]), int(R.shape[1]))
+            keys = "user ids" if user_ids is not None else keys
+        elif shape is not None:
+            if len(tuple(shape)) != 2 or any(isinstance(v, bool) or int(v) != v or v < 1 for v in shape):
+                raise ValueError(f"shape must be (n_users, n_items) of positive integers, got {shape!r}")
+            shape = (int(shape[0]), int(shape[1]))
+        return plan_fit(self, shape, keys=keys)
+
     def fit(self, user_items, show_progress: bool = True, callback=None):
         """Fit on a users x items rating matrix (CSR or ``Interactions``); releases ``item_factors_``
         (and ``item_bias_`` with ``biases=True``) under the configured (epsilon, delta).
 
-        The stages are those of :class:`privrec.pipeline.PrivatePipeline` (see the module docstring).
+        Runs :meth:`plan` for the input's shape (the selection, or one fit through the stages of
+        :class:`privrec.pipeline.PrivatePipeline`; see the module docstring) and checks the recorded
+        events against it.
         """
         R_full = check_fit_matrix(user_items)
+        ids = self.__dict__.get("_fit_user_ids")
+        keys = self._sampling_user_keys(R_full.shape[0])
+        return self._fit_matrix(
+            R_full, user_keys=keys, show_progress=show_progress, callback=callback,
+            keys_from="user ids" if ids is not None else "row positions",
+        )  # fmt: skip
+
+    def _fit_matrix(
+        self, R_full, *, user_keys=None, show_progress: bool = True, callback=None, plan=None, keys_from=None
+    ):
+        """Run the plan of a fit on the checked CSR ``R_full`` whose users have the sampling keys
+        ``user_keys`` (one per row; ``None``: the row positions' keys). ``plan``: a given
+        :class:`~privrec.tuning.plan.FitPlan` (default: :meth:`plan` of this shape)."""
+        from ..tuning.auto import run_automatic_selection
+        from ..tuning.plan import plan_fit
+        from ..tuning.selection import LocalSelectionData
+
         n_users, n_items = R_full.shape
-        cfg = self._resolve_config((n_users, n_items))
-        if self._selects_rank(cfg):
-            return self._fit_by_selection(R_full, cfg, show_progress)
+        if user_keys is None:
+            user_keys = self._sampling_user_keys(n_users)
+        if plan is None:
+            plan = plan_fit(self, (n_users, n_items), keys=keys_from or "row positions")
+        if plan.kind == "selection":
+            return run_automatic_selection(self, plan, LocalSelectionData(R_full, user_keys), show_progress)
+        cfg = plan.config
         check_fit_memory(
             n_users,
             n_items,
@@ -466,10 +519,10 @@ class DPALS(Hyperparameters, FactorizationModel):
         init_rng = np.random.default_rng(rng.integers(0, 2**63 - 1)) if cfg.private else make_rng(self.random_state)
         t_start = time.perf_counter()
         pipe = self._pipeline(cfg, rng)
-        cal = pipe.calibrate()
+        cal = pipe.use_calibration(plan.calibration)  # the plan's: calibrated once, from public inputs
 
         # 1. pre-processing: counts, centering, head, allocation ---------------------------
-        keys = self._sampling_user_keys(n_users) if cfg.private else None  # per-user samples keyed on user ids
+        keys = user_keys if cfg.private else None  # per-user samples keyed on user ids
         counts = pipe.release_counts(R_full, cfg.count_sample, user_keys=keys)
         mu = (
             pipe.release_mean(R_full, cfg.count_sample, cfg.rating_bound, cfg.rating_range, user_keys=keys)
@@ -552,14 +605,6 @@ class DPALS(Hyperparameters, FactorizationModel):
     def _selects_rank(self, cfg: DPALSConfig) -> bool:
         """Whether the rank is decided by accounted private selection (:func:`privrec.tuning.auto.selects_rank`)."""
         return selects_rank(self, cfg)
-
-    def _backend_config(self, shape: tuple[int, int], backend: str) -> DPALSConfig:
-        """Settings for a backend without the selection (:func:`privrec.tuning.auto.backend_config`)."""
-        return backend_config(self, shape, backend)
-
-    def _fit_by_selection(self, R: sp.csr_matrix, cfg: DPALSConfig, show_progress: bool):
-        """The fit decided by private selection (:func:`privrec.tuning.auto.fit_by_selection`)."""
-        return fit_by_selection(self, R, cfg, show_progress)
 
     def _collect_exposure(self, cfg: DPALSConfig, result, solver) -> None:
         """Keep this ALS step's noisy weighted counts (:func:`.exposure.step_counts`; no event)."""
@@ -728,6 +773,8 @@ class DPALS(Hyperparameters, FactorizationModel):
                 raise NotFittedError("this DPALS is not fitted yet; call fit(user_items) first")
             return report
         report = ledger.report(check_delta(self.delta), accountant=self.accountant)
+        # one relation per report (RELEASE_STATEMENT's); the accountant's composition mode under its own name
+        report["accountant_neighboring"] = report.pop("neighboring")
         report["method"] = self.method
         report.update(RELEASE_STATEMENT)
         target = check_epsilon(self.epsilon)

@@ -151,12 +151,12 @@ def check_rating_span(lo_v: float, hi_v: float, rating_range, rating_bound: floa
     if rating_range is not None:
         if lo_v < rating_range[0] or hi_v > rating_range[1]:
             raise ValueError(
-                f"ratings span [{lo_v:g}, {hi_v:g}], outside the declared rating_range "
+                f"ratings span [{lo_v:g}, {hi_v:g}] [non-private], outside the declared rating_range "
                 f"[{rating_range[0]:g}, {rating_range[1]:g}]; fix the data or declare the right range"
             )
     elif max(abs(lo_v), abs(hi_v)) > rating_bound:
         warnings.warn(
-            f"ratings span [{lo_v:g}, {hi_v:g}] beyond rating_bound={rating_bound:g}: they are "
+            f"ratings span [{lo_v:g}, {hi_v:g}] [non-private] beyond rating_bound={rating_bound:g}: they are "
             "clipped in every private statistic; declare rating_range=(low, high) for this scale, "
             "or use feedback='implicit' for counts",
             UserWarning,

@@ -50,7 +50,14 @@ import dp_accounting
 
 from .._io import atomic_write_json, json_safe
 from .._validation import check_epsilon
-from .ledger import PrivacyLedger, check_pld_delta, epsilon_from_report, epsilon_of_event, event_to_dict
+from .ledger import (
+    PrivacyLedger,
+    check_pld_delta,
+    epsilon_from_report,
+    epsilon_of_event,
+    event_to_dict,
+    report_neighboring,
+)
 
 FORMAT = "privrec-budget"
 VERSION = 1
@@ -130,16 +137,21 @@ class Budget:
 
     Parameters
     ----------
-    path : the JSON budget file (its lock is ``<path>.lock`` beside it; never delete that file
-        while a process may hold it).
-    lock_timeout : seconds to wait for the lock held by another process (``None``: wait as long as
-        it takes, e.g. for another fit to finish); ``TimeoutError`` after that.
+    path : the JSON budget file (its lock is ``<real path>.lock`` beside the file the path resolves
+        to, so every path to one file -- through symlinks or from other folders -- takes the same
+        lock; never delete that file while a process may hold it).
+    lock_timeout : seconds (a finite number >= 0) to wait for the lock held by another process
+        (``None``: wait as long as it takes, e.g. for another fit to finish); ``TimeoutError`` after that.
     """
 
     def __init__(self, path, *, lock_timeout: float | None = None):
+        if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"a budget path must be a str or os.PathLike, got {type(path).__name__}")
         self.path = Path(path)
-        self.lock_path = self.path.with_name(self.path.name + ".lock")
-        self.lock_timeout = lock_timeout
+        # one lock per budget file however it is reached (symlinks, relative paths, other folders)
+        real = Path(os.path.realpath(self.path))
+        self.lock_path = real.with_name(real.name + ".lock")
+        self.lock_timeout = _check_lock_timeout(lock_timeout)
         self._thread_lock = threading.RLock()
         self._depth = 0
         self._cache: tuple[str, _State] | None = None
@@ -328,9 +340,9 @@ class Budget:
         label = str(label if label is not None else summary.get("method") or "release")
         with self.lock():
             state = self._read()
-            if report.get("neighboring", "add_or_remove_one") != state.neighboring:
+            if report_neighboring(report) != state.neighboring:
                 raise ValueError(
-                    f"the report's neighbouring relation {report.get('neighboring')!r} is not the budget's "
+                    f"the report's neighbouring relation {report_neighboring(report)!r} is not the budget's "
                     f"{state.neighboring!r}: releases under different relations do not compose"
                 )
             spent = _compose(_all_events(state.releases) + events, state.delta, state.neighboring)
@@ -440,8 +452,14 @@ class Budget:
             raise FileNotFoundError(f"budget file {self.path} not found") from None
         except UnicodeDecodeError:
             raise BudgetFileError(f"budget file {self.path} is not UTF-8 text: not a privrec budget") from None
+        except IsADirectoryError:
+            raise BudgetFileError(f"budget file {self.path} is a directory, not a privrec budget") from None
         try:
             content = json.loads(text)
+        except RecursionError:
+            raise BudgetFileError(
+                f"budget file {self.path} nests its JSON too deeply to be a privrec budget; restore it from a backup"
+            ) from None
         except json.JSONDecodeError as exc:
             raise BudgetFileError(
                 f"budget file {self.path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
@@ -470,16 +488,16 @@ class Budget:
 def plan_fit(model, shape) -> Events:
     """The labelled DpEvents a fit of ``model`` on a ``shape = (n_users, n_items)`` matrix will record.
 
-    From public inputs only: the model's settings resolved for that shape and the noise scales its
-    calibration picks (:class:`privrec.pipeline.PrivatePipeline`), i.e. exactly what ``fit`` will
-    check its recorded events against. A non-private model plans one ``NonPrivateDpEvent``.
-    ``TypeError`` for a model privrec cannot plan (pass ``planned=`` to :meth:`Budget.charge`).
+    From public inputs only: the model's own plan (``model.plan(shape=shape)``, e.g.
+    :meth:`privrec.models.DPALS.plan`: its settings for that shape, the automatic selection when it
+    runs, the noise scales its calibration picks), i.e. exactly what ``fit`` will record. A
+    non-private estimator plans one ``NonPrivateDpEvent``. ``TypeError`` for a model privrec cannot
+    plan (pass ``planned=`` to :meth:`Budget.charge`).
     """
     if not hasattr(model, "privacy_report"):
         return [(f"{type(model).__name__} fit (non-private)", dp_accounting.NonPrivateDpEvent())]
-    resolve = getattr(model, "_resolve_config", None)
-    pipeline = getattr(model, "_pipeline", None)
-    if resolve is None or pipeline is None:
+    planner = getattr(model, "plan", None)
+    if planner is None or not callable(planner):
         raise TypeError(
             f"cannot plan the privacy events of a {type(model).__name__} fit; pass its planned events "
             "explicitly (Budget.charge(..., planned=[(label, DpEvent), ...]))"
@@ -487,25 +505,26 @@ def plan_fit(model, shape) -> Events:
     if shape is None or len(tuple(shape)) != 2:
         raise ValueError(f"shape must be (n_users, n_items) of the training matrix, got {shape!r}")
     n_users, n_items = (int(v) for v in shape)
-    cfg = resolve((n_users, n_items))
-    pipe = pipeline(cfg, None)
-    if not pipe.private:
-        return [(f"{type(model).__name__} fit at epsilon = inf (non-private)", dp_accounting.NonPrivateDpEvent())]
-    cal = pipe.calibrate()
-    return list(pipe.planned_events(cal.count_scale, cal.train_scale))
+    return list(planner(shape=(n_users, n_items)).events)
 
 
 def fit_with_budget(model, X, budget, label: str | None = None, **fit_params):
     """Fit ``model`` on ``X`` only if the budget allows it, and record the release; returns ``model``.
 
     ``budget``: a :class:`Budget` or the path of an existing budget file. The fit's events are
-    planned from the shape of ``X`` (any ``fit`` input: sparse matrix, ``Interactions``,
-    DataFrame), checked, fitted and recorded under the budget's lock (:meth:`Budget.charge`);
-    :class:`BudgetExceededError` before the fit when they would exceed the lifetime epsilon.
+    the model's plan for ``X`` with the same declarations the fit gets (``users=`` roster,
+    ``items=`` catalogue: ``model.plan(X, users=..., items=...)``), checked, fitted and recorded
+    under the budget's lock (:meth:`Budget.charge`); :class:`BudgetExceededError` before the fit
+    when they would exceed the lifetime epsilon.
     """
     if not isinstance(budget, Budget):
         budget = Budget.open(budget)
-    with budget.charge(model, _shape(X), label=label):
+    planner = getattr(model, "plan", None)
+    planned = None
+    if planner is not None and callable(planner):
+        declared = {k: fit_params[k] for k in ("users", "items") if fit_params.get(k) is not None}
+        planned = list(planner(X, **declared).events)
+    with budget.charge(model, None if planned is not None else _shape(X), label=label, planned=planned):
         model.fit(X, **fit_params)
     return model
 
@@ -518,9 +537,9 @@ def _shape(X) -> tuple[int, int]:
     matrix = getattr(X, "matrix", None)
     if matrix is not None and sp.issparse(matrix):
         return tuple(matrix.shape)
-    from ..models._base import fit_input
-
-    return tuple(fit_input(X)[0].shape)
+    raise TypeError(
+        f"cannot plan a fit on a {type(X).__name__}: pass a sparse matrix or an Interactions, or the planned events"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -531,11 +550,19 @@ def _shape(X) -> tuple[int, int]:
 def _as_events(planned) -> Events:
     if isinstance(planned, dp_accounting.DpEvent):
         return [("planned release", planned)]
+    if isinstance(planned, (str, bytes)) or not isinstance(planned, Iterable):
+        raise TypeError(
+            f"planned events must be a DpEvent or a list of (label, DpEvent) pairs, got {type(planned).__name__}"
+        )
     out: Events = []
     for item in planned:
         if isinstance(item, dp_accounting.DpEvent):
             out.append(("planned release", item))
             continue
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise TypeError(
+                f"planned events are (label, DpEvent) pairs or DpEvents, got {type(item).__name__} {item!r}"
+            )
         label, event = item
         if not isinstance(event, dp_accounting.DpEvent):
             raise TypeError(f"planned events are (label, DpEvent) pairs, got {type(event).__name__} for {label!r}")
@@ -658,8 +685,14 @@ def _parse(content: dict[str, Any], path: Path) -> _State:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise bad(f"release {i} is malformed ({type(exc).__name__}: {exc})") from None
+        bad_event = next((lab for lab, ev in release.events if not _valid_event(ev)), None)
+        if bad_event is not None:
+            raise bad(f"release {i} has an event with a zero, negative or non-finite noise multiplier ({bad_event!r})")
         releases.append(release)
-    spent = _compose(_all_events(releases), delta, neighboring)
+    try:
+        spent = _compose(_all_events(releases), delta, neighboring)
+    except (ArithmeticError, RecursionError, ValueError, TypeError) as exc:
+        raise bad(f"its releases cannot be composed ({type(exc).__name__}: {exc})") from None
     stored = _float(content.get("spent_epsilon"))
     if not _close(stored, spent):
         raise bad(
@@ -676,6 +709,34 @@ def _new_state(epsilon, delta, neighboring: str, description: str) -> _State:
     d = check_pld_delta(delta, "lifetime delta")
     PrivacyLedger(neighboring=neighboring)  # validates the relation
     return _State(eps, d, neighboring, str(description), _now(), (), 0.0, "")
+
+
+def _valid_event(event) -> bool:
+    """A recorded event privrec could have written: Gaussian / Laplace parameters finite and > 0,
+    nested events valid (``NonPrivateDpEvent`` is valid: it makes the spend infinite)."""
+    for name in ("noise_multiplier", "parameter"):
+        value = getattr(event, name, None)
+        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            return False
+    inner = getattr(event, "events", None)
+    if inner is not None:
+        return all(_valid_event(e) for e in inner)
+    nested = getattr(event, "event", None)
+    if isinstance(nested, dp_accounting.DpEvent):
+        return _valid_event(nested)
+    return True
+
+
+def _check_lock_timeout(value) -> float | None:
+    """``lock_timeout``: ``None`` or a finite number of seconds >= 0 (one-line ``ValueError`` /
+    ``TypeError`` naming it otherwise: a NaN would wait forever)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"lock_timeout must be a number of seconds or None, got {type(value).__name__} {value!r}")
+    if not math.isfinite(float(value)) or value < 0:
+        raise ValueError(f"lock_timeout must be a finite number of seconds >= 0 or None, got {value!r}")
+    return float(value)
 
 
 def _float(v) -> float:

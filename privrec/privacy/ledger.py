@@ -482,11 +482,18 @@ class PrivacyLedger:
     def from_report(cls, report: dict[str, Any]) -> PrivacyLedger:
         ledger = cls(
             orders=report.get("rdp_orders", DEFAULT_RDP_ORDERS),
-            neighboring=report.get("neighboring", "add_or_remove_one"),
+            neighboring=report_neighboring(report),
         )
         for e in report["events"]:
             ledger.record(e["label"], event_from_dict(e["event"]), **e.get("meta", {}))
         return ledger
+
+
+def report_neighboring(report: dict[str, Any]) -> str:
+    """The accountant's composition mode of a report: ``"accountant_neighboring"`` (DPALS reports,
+    which state their neighbouring relation separately) or ``"neighboring"`` (the relation itself,
+    e.g. replace-one for the federated convex methods); add/remove when neither is given."""
+    return str(report.get("accountant_neighboring", report.get("neighboring", "add_or_remove_one")))
 
 
 def epsilon_from_report(report: dict[str, Any], accountant: str | None = None) -> float:
@@ -506,7 +513,7 @@ def epsilon_from_report(report: dict[str, Any], accountant: str | None = None) -
         return 0.0
     event = dp_accounting.ComposedDpEvent(events)
     orders = report.get("rdp_orders", DEFAULT_RDP_ORDERS)
-    neighboring = report.get("neighboring", "add_or_remove_one")
+    neighboring = report_neighboring(report)
     if accountant == "pld" and "epsilon_pld" in report and "pld_discretization" not in report:
         delta = check_delta(report["delta"])
         return math.inf if _is_non_private(event) else _legacy_pld_epsilon(event, delta, orders, neighboring)

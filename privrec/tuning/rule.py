@@ -52,7 +52,7 @@ SIGMA_Y_OVER_TAU = 3.25
 
 
 #: how the automatic private selection between the bias model and a rank
-#: (:func:`privrec.tuning.auto.fit_by_selection`) spends rho and holds out ratings. The winner
+#: (:func:`privrec.tuning.auto.run_automatic_selection`) spends rho and holds out ratings. The winner
 #: is released as fitted (no refit): what the held-out scores compared is what is released.
 #: The rank gets most of the budget because its item Gramians need it -- on ml10m-like@0.2 at
 #: eps = 20 a rank fitted with 17.5% of rho on 80% of the ratings (the earlier design, a refit
@@ -272,7 +272,7 @@ def auto_config(
     proposed. For explicit ratings it is only a candidate: whether the data carries interaction
     structure at all shows only on held-out ratings, so a private DPALS fit that leaves the rank
     to this rule compares the bias model with that rank by accounted private selection
-    (:meth:`privrec.models.DPALS._fit_by_selection`, shares :func:`selection_shares`): the rank is
+    (:func:`privrec.tuning.auto.run_automatic_selection`, shares :func:`selection_shares`): the rank is
     proposed where that selection can run (from ``S = SELECTION_SIGNAL``, once the budget has room
     for the rank). Neither
     the released counts (their noise, not the signal, sets a count-based signal-to-noise rule)

@@ -32,9 +32,8 @@ scale; the tests assert 1e-4, as for Dask).
 
 Trust (stated in :func:`privacy_report`): the released item side is (epsilon, delta) user-level DP
 under the zero-out relation of ``DPALS`` whoever reads it. The server sees the *exact* sums over
-clients of the per-item statistics before it adds the noise; with secure aggregation it sees
-nothing else (no client's own statistics). Without it (the default transport, see
-docs/federated-flower.md), the server also sees each client's sums, so it must be trusted with
+clients of the per-item statistics before it adds the noise, and -- privrec's Flower apps use no
+secure aggregation (docs/federated-flower.md) -- each client's own sums, so it must be trusted with
 them as the Dask driver is. Clients see only released values and the public sampling keys.
 
 Dropouts: a client that fails a round is asked again (the same message: the same answer) and
@@ -292,7 +291,8 @@ def fit_dpals(
     if len(n_items_seen) != 1:
         raise ValueError(f"the clients disagree on the number of items: {sorted(n_items_seen)}")
     n_users, n_items = sum(fed.units.values()), n_items_seen.pop()
-    cfg = model._backend_config((n_users, n_items), "Flower")
+    plan = _flower_plan(model, (n_users, n_items))
+    cfg = plan.config
     if not cfg.private:
         raise ValueError("a Flower fit is private (finite epsilon); fit epsilon=inf locally with DPALS.fit")
     _check_roster(model, cfg, roster)
@@ -303,7 +303,7 @@ def fit_dpals(
     init_rng = np.random.default_rng(rng.integers(0, 2**63 - 1))
     t_start = time.perf_counter()
     pipe = model._pipeline(cfg, rng)
-    cal = pipe.calibrate()
+    cal = pipe.use_calibration(plan.calibration)
     k = cfg.count_sample
 
     def counts_round(key: int) -> np.ndarray:
@@ -394,6 +394,31 @@ def fit_dpals(
     return model
 
 
+def _flower_plan(model, shape: tuple[int, int]):
+    """The fit's plan (:func:`privrec.tuning.plan.plan_fit`, sampling keyed on the users' ids).
+    Where the local default would run the automatic selection, the Flower server fits the private
+    bias model instead, with a warning: the selection's held-out scoring round (each client
+    projecting its users onto every candidate's release and returning the sum of their clipped
+    losses) is not implemented on Flower yet. It needs nothing beyond the stated trust model --
+    the server would see one more exact sum before adding its noise -- so this is a gap, not a
+    limit; pass ``factors=`` and ``iterations=`` to fit a rank here."""
+    import warnings
+
+    from ...tuning.plan import plan_fit
+
+    plan = plan_fit(model, shape, keys="user ids")
+    if plan.kind != "selection":
+        return plan
+    warnings.warn(
+        "on the Flower backend the automatic configuration fits the private bias model (factors=0): the local and "
+        "Dask fits choose between it and a rank by private selection on held-out ratings, whose scoring round is "
+        "not implemented for Flower clients yet; pass factors= and iterations= to fit a rank here",
+        UserWarning,
+        stacklevel=4,
+    )
+    return plan_fit(model, shape, keys="user ids", bias_model=True)
+
+
 def _check_roster(model, cfg, roster: dict) -> None:
     """The local fit's input checks from the clients' counts (sums only)."""
     nnz = sum(int(r["nnz"]) for r in roster.values())
@@ -430,7 +455,8 @@ TRUST_STATEMENT = {
         "the exact sums over clients of the numbers of ratings (and of ratings outside the declared range, for the "
         "input checks), the sampled item counts, the sampled rating sums and, per ALS step, the weighted per-item "
         "Gramians and right-hand sides (and the global Gramian with unobserved_weight > 0), before it adds the "
-        "noise; with secure aggregation nothing else, without it also each client's sums"
+        "noise, and each client's own sums (privrec's Flower apps use no secure aggregation), so the server is "
+        "trusted with them as the Dask driver is"
     ),
     "clients_see": "the released item side, the public settings and the public sampling keys; never the noise seeds",
     "dropouts": "a client left out of a release removes its users from that release only (each user at most once "
