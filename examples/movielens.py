@@ -116,7 +116,7 @@ def main(argv=None) -> int:
     eps, acc = report["epsilon"], report["accountant"]
     print(
         f"\nprivacy: ({eps:.3g}, {report['delta']:.2g})-DP at the user level "
-        f"({report['neighboring']}: all of one user's ratings added or removed)"
+        f"({report['neighbouring_relation']})"
     )
     print(
         f"  epsilon computed by the {acc.upper()} accountant over {len(report['events'])} recorded noise events "
