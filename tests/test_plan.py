@@ -292,3 +292,17 @@ def test_flower_statement_names_the_case_that_applies():
 
     assert "with secure aggregation" not in TRUST_STATEMENT["server_sees"]
     assert "no secure aggregation" in TRUST_STATEMENT["server_sees"]
+
+
+def test_dry_run_shows_the_plan_and_spends_nothing(tmp_path, monkeypatch, capsys):
+    from privrec.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    Budget.create(tmp_path / "b.json", 50.0, 1e-5)
+    before = (tmp_path / "b.json").read_text()
+    assert main(["fit", "--epsilon", "20", "--budget-file", "b.json", "--dry-run", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["kind"] == "selection" and len(out["candidates"]) == 2
+    assert len(out["events"]) == 21 and out["planned_epsilon"] <= 20.0
+    assert out["budget"]["spent"] == 0.0 and 0 < out["budget"]["after_this_fit"] <= 20.0
+    assert (tmp_path / "b.json").read_text() == before and not list(tmp_path.glob("*.npz"))
