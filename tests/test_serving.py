@@ -370,7 +370,9 @@ def test_user_batches_bound_users_and_ratings():
     for b0, b1 in got:
         assert b1 - b0 <= 3
         assert indptr[b1] - indptr[b0] <= 5 or b1 - b0 == 1  # a heavy user alone
-    assert default_batch_size(41_140) * 41_140 <= 1 << 24 and default_batch_size(1) == 8192
+    # the evaluation memory budget (512 MiB of scores and top-N temporaries, 16 bytes per entry)
+    assert default_batch_size(41_140) * 41_140 * 16 <= 512 << 20 and default_batch_size(1) == 8192
+    assert default_batch_size(300_000, memory_budget=300_000 * 16 * 7) == 7
     assert default_batch_ratings(32) * 33**2 <= 1 << 25
 
 

@@ -7,12 +7,20 @@ extra cost) and non-private ALS (fitted when the training data is small enough o
 ratings at or above a threshold (``--relevance-threshold``, default the top quarter of the rating
 scale). Their metrics are computed on the exact held-out data, and all but the noisy-count ranking
 are fitted on the exact training data: the output marks them non-private.
+
+What they cost (issue 44): every ranking goes through :mod:`privrec.evaluation.topk` (users in
+chunks sized from the 512 MiB evaluation memory budget; the popularity rankers, which have no
+factors, without scoring at all). The ALS yardstick's ranking metrics score at most
+:data:`YARDSTICK_SCORE_ENTRIES` (test user, item) pairs: on a wide catalogue they use a uniform
+sample of the test users (seeded by ``--seed``; ``--yardstick-users`` sets the size, 0 = all), and
+the output states the sample size next to the ALS row.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import time
 from typing import Any
 
 import numpy as np
@@ -30,6 +38,10 @@ ALS_COMPARISON_MAX_NNZ = 2_000_000
 TOP_K = 20
 #: default relevance threshold of explicit ratings: the top quarter of the rating scale (4 on 1-5)
 RELEVANCE_QUANTILE = 0.75
+#: (test user x item) scores the ALS yardstick's ranking metrics compute at most by default: 2^31,
+#: i.e. every test user up to a 20,000-user x 100,000-item evaluation; beyond, a uniform sample of
+#: ``YARDSTICK_SCORE_ENTRIES // n_items`` test users (about 7,000 users on a 300,000-item catalogue)
+YARDSTICK_SCORE_ENTRIES = 1 << 31
 
 
 def _compare_args(g) -> None:
@@ -49,6 +61,16 @@ def _compare_args(g) -> None:
         default=None,
         help="also fit non-private ALS as a reference (default: only when the training data has fewer "
         f"than {ALS_COMPARISON_MAX_NNZ:,} ratings)",
+    )
+    g.add_argument(
+        "--yardstick-users",
+        dest="yardstick_users",
+        type=int,
+        default=None,
+        metavar="N",
+        help="test users on which the non-private ALS yardstick's ranking metrics are computed: a uniform "
+        "sample seeded by --seed (default: all of them up to 2^31 scored (user, item) pairs, else as many "
+        "as fit that; 0 = all)",
     )
 
 
@@ -124,27 +146,65 @@ def _relevant(test: sp.csr_matrix, threshold: float) -> sp.csr_matrix:
     return out
 
 
-def ranking_metrics_of(ranker, split, threshold: float | None = None, k: int = TOP_K) -> dict:
+def ranking_metrics_of(ranker, split, threshold: float | None = None, k: int = TOP_K, users=None) -> dict:
     """Recall@k and NDCG@k of a fitted model (or a :class:`_Popularity` ranker) on the split's held-out data.
 
     Held-out users: their targets, their fold-in history excluded (as the protocol's own metric).
     Random split of explicit ratings: relevant = held-out ratings ``>= threshold``; each user is
     projected from the same history as for the RMSE (training + validation ratings, whose items are
     excluded from the candidates). Scores are those of ``model.recommend`` (predicted rating; the
-    per-user offsets do not change a user's ranking).
+    per-user offsets do not change a user's ranking). ``users``: evaluate these rows only (e.g. the
+    yardstick's sample, :func:`evaluation_sample`), else every user with a target.
     """
     if split.protocol == "random":
         history = split.projection if split.projection is not None else split.train
         targets = _relevant(split.test, -math.inf if threshold is None else threshold)
     else:
         history, targets = split.history, split.targets
-    users = np.flatnonzero(np.diff(targets.indptr) > 0)
+    with_target = np.flatnonzero(np.diff(targets.indptr) > 0)
+    users = with_target if users is None else np.intersect1d(with_target, np.asarray(users, dtype=np.int64))
     if users.size == 0:
         return {f"recall@{k}": math.nan, f"ndcg@{k}": math.nan, "ranking_users": 0}
     rows = history[users]
     U = project_users(ranker, rows)
     m = ranking_metrics(U, item_factors_of(ranker), targets[users], rows, ks=(k,), item_bias=item_bias_of(ranker))
     return {f"recall@{k}": m[f"recall@{k}"], f"ndcg@{k}": m[f"ndcg@{k}"], "ranking_users": m["n_users"]}
+
+
+def _ranked_users(split, threshold: float | None) -> np.ndarray:
+    """The test users whose ranking is evaluated (those with at least one relevant target)."""
+    if split.protocol == "random":
+        targets = _relevant(split.test, -math.inf if threshold is None else threshold)
+    else:
+        targets = split.targets
+    return np.flatnonzero(np.diff(targets.indptr) > 0)
+
+
+def evaluation_sample(n_users: int, n_items: int, seed: int, size: int | None = None) -> np.ndarray | None:
+    """The yardstick's evaluation users: ``None`` (all ``n_users``) when they fit
+    :data:`YARDSTICK_SCORE_ENTRIES` scores (or ``size`` is 0 or at least ``n_users``), else the
+    sorted positions of a uniform sample of ``size`` (default ``YARDSTICK_SCORE_ENTRIES // n_items``)
+    of them, drawn with ``seed`` (a public seed: the sample adds no noise and has no privacy role)."""
+    if size is None:
+        size = max(1, YARDSTICK_SCORE_ENTRIES // max(int(n_items), 1))
+    elif size < 0:
+        raise CommandError(f"--yardstick-users must be 0 (all) or a positive number of users, got {size}")
+    if size == 0 or size >= n_users:
+        return None
+    rng = np.random.default_rng(seed)  # sampling of evaluation users, not privacy noise
+    return np.sort(rng.choice(n_users, size=size, replace=False))
+
+
+def _sample_note(n_sampled: int, n_all: int, seed: int, given: int | None) -> str:
+    why = "--yardstick-users" if given else f"at most {YARDSTICK_SCORE_ENTRIES:,} scored (user, item) pairs"
+    return f"ranking metrics on {n_sampled:,} of {n_all:,} test users (uniform sample, seed {seed}; {why})"
+
+
+def _heldout_sample(split, rows: np.ndarray):
+    """``split`` with the held-out users reduced to ``rows`` (their fold-in history and targets)."""
+    from dataclasses import replace
+
+    return replace(split, history=split.history[rows], targets=split.targets[rows])
 
 
 def _want_als(args, method: str | None, nnz: int) -> bool:
@@ -190,10 +250,27 @@ def _baselines(
         als_params = {k: params[k] for k in ("factors", "iterations") if params.get(k)}
         seed = _yardstick_seed(args)
         fitted = _fit_model(split, "als", None, None, als_params, seed, False)
-        als, res = X.run_experiment(split, "als", params=als_params, seed=seed, dataset=name, fitted=fitted)
-        metrics = dict(res["metrics"])
+        given = getattr(args, "yardstick_users", None)
+        n_items = split.train.shape[1]
+        sample_note = None
         if explicit:
-            metrics.update(ranking_metrics_of(als, split, threshold))
+            als, res = X.run_experiment(split, "als", params=als_params, seed=seed, dataset=name, fitted=fitted)
+            metrics = dict(res["metrics"])
+            ranked = _ranked_users(split, threshold)
+            sample = evaluation_sample(ranked.size, n_items, seed, given)
+            if sample is not None:
+                sample_note = _sample_note(sample.size, ranked.size, seed, given)
+            t0 = time.perf_counter()
+            metrics.update(ranking_metrics_of(als, split, threshold, users=None if sample is None else ranked[sample]))
+            res["eval_seconds"] = round(float(res.get("eval_seconds") or 0.0) + time.perf_counter() - t0, 4)
+        else:
+            n_held = split.targets.shape[0]
+            sample = evaluation_sample(n_held, n_items, seed, given)
+            ev_split = split if sample is None else _heldout_sample(split, sample)
+            if sample is not None:
+                sample_note = _sample_note(sample.size, n_held, seed, given)
+            als, res = X.run_experiment(ev_split, "als", params=als_params, seed=seed, dataset=name, fitted=fitted)
+            metrics = dict(res["metrics"])
         kind = "" if explicit else " implicit (Hu et al. 2008)"
         out["als"] = {
             "name": f"ALS{kind}" + (" (same factors, iterations)" if als_params else ""),
@@ -204,7 +281,10 @@ def _baselines(
             "metrics": metrics,
             "sliced": res["sliced"],
             "fit_seconds": res["fit_seconds"],
+            "eval_seconds": res.get("eval_seconds"),
         }
+        if sample_note is not None:
+            out["als"]["evaluation_sample"] = sample_note
     elif method != "als" and args.compare_als is None:
         out["als_skipped"] = (
             f"training data has {split.train.nnz:,} ratings (>= {ALS_COMPARISON_MAX_NNZ:,}); "
@@ -218,8 +298,6 @@ def _add_ranking(res: dict, model, split, args) -> float | None:
     return the relevance threshold (``None`` for the held-out-users protocol, which ranks already)."""
     if split.protocol != "random":
         return None
-    import time
-
     t0 = time.perf_counter()
     threshold = relevance_threshold(model, split.train, getattr(args, "relevance_threshold", None))
     res["metrics"] = {**res["metrics"], **ranking_metrics_of(model, split, threshold)}

@@ -122,7 +122,9 @@ for _name, _preset in PRESETS.items():
         _name,
         "synthetic",
         _preset.description + f" ({_preset.n_users:,} x {_preset.n_items:,}, {_preset.n_interactions:,})",
-        rating_range=(loaders.HALF_STARS if _preset.values == "ratings" else loaders.POSITIVE_COUNTS),
+        rating_range={"ratings": loaders.HALF_STARS, "stars": loaders.STARS_1_TO_5}.get(
+            _preset.values, loaders.POSITIVE_COUNTS
+        ),
     )
 ALIASES = {
     "hetrec2011-lastfm-2k": "lastfm-2k",

@@ -157,7 +157,7 @@ class Preset:
     n_interactions: int
     top10_share: float  # expected share of interactions held by the top 10% of items
     min_per_user: int
-    values: str = "ratings"  # "ratings" (0.5..5 stars) or "counts" (play counts >= 1)
+    values: str = "ratings"  # "ratings" (0.5..5 half stars), "stars" (integers 1..5) or "counts" (>= 1)
     user_sigma: float = 1.4  # log-normal spread of items per user (heavy-tailed activity)
     max_user_fraction: float = 0.35  # cap on a user's share of all items
     description: str = ""
@@ -208,6 +208,20 @@ PRESETS: dict[str, Preset] = {
     "synthetic-skew": Preset(
         5_000, 2_000, 100_000, 0.86, 5, max_user_fraction=0.2, description="small skewed ratings, the embedded default"
     ),
+    # A wide product catalogue (issue 44): the shape of a real product-rating set (22k users x 296k
+    # items, 922k ratings 1-5): few users per item, ~40 ratings per user, Zipf item popularity (the
+    # top 10% of items hold about half the ratings: most items are rated a handful of times).
+    "wide-catalogue": Preset(
+        25_000,
+        300_000,
+        1_000_000,
+        0.5,
+        10,
+        values="stars",
+        user_sigma=1.0,
+        max_user_fraction=0.01,
+        description="wide product catalogue: ~40 ratings 1-5 per user, Zipf item popularity",
+    ),
     # Generators that test the configuration rule (issue 24): no interaction structure at all (the
     # truth is global mean + user bias + item bias, and which items a user rates ignores taste), so
     # the best model is the bias model; and a strongly personal one (large planted low-rank part,
@@ -243,7 +257,8 @@ class LowRankData:
     """Output of :func:`low_rank_interactions`: the data plus its planted ground truth.
 
     Ratings follow ``clip(round_half(global_mean + user_bias + item_bias + signal * <U_u, V_i> +
-    N(0, noise_std^2)), 0.5, 5)`` (half-star steps); counts follow ``1 + Poisson(exp(0.3 +
+    N(0, noise_std^2)), 0.5, 5)`` (half-star steps; ``values="stars"``: rounded to the integers
+    1..5 instead); counts follow ``1 + Poisson(exp(0.3 +
     0.5 user_bias + 0.5 item_bias + signal * <U_u, V_i>))``. ``expected`` gives the noiseless score
     (before rounding / Poisson) for any (user, item) pair. Indexing equals ``interactions``'.
     """
@@ -690,8 +705,8 @@ def low_rank_interactions(
     oversample = check_positive(oversample, "oversample")
     if oversample < 1:
         raise ValueError(f"oversample must be >= 1, got {oversample}")
-    if values not in ("ratings", "counts"):
-        raise ValueError(f"values must be 'ratings' or 'counts', got {values!r}")
+    if values not in ("ratings", "stars", "counts"):
+        raise ValueError(f"values must be 'ratings', 'stars' or 'counts', got {values!r}")
     rng = np.random.default_rng(random_state)
     k = _user_degrees(rng, n_users, n_items, n_interactions, min_per_user, user_sigma, max_user_fraction)
     # candidates per user: k itself when observation ignores taste, else oversampled (capped)
@@ -722,7 +737,7 @@ def low_rank_interactions(
     nnz = len(users)
     ub = (0.35 * rng.standard_normal(n_users)).astype(np.float32)
     ib = (0.35 * rng.standard_normal(n_items)).astype(np.float32)
-    gm = 3.5 if values == "ratings" else 0.3
+    gm = 0.3 if values == "counts" else 3.5
     vals = np.empty(nnz, dtype=np.float32)
     step = 1 << 22
     for s in range(0, nnz, step):  # chunked to bound memory
@@ -731,6 +746,9 @@ def low_rank_interactions(
         if values == "ratings":
             score = gm + ub[u] + ib[i] + signal * dots + noise_std * rng.standard_normal(len(u)).astype(np.float32)
             vals[s : s + step] = np.clip(np.round(score * 2.0) / 2.0, 0.5, 5.0)
+        elif values == "stars":
+            score = gm + ub[u] + ib[i] + signal * dots + noise_std * rng.standard_normal(len(u)).astype(np.float32)
+            vals[s : s + step] = np.clip(np.round(score), 1.0, 5.0)
         else:
             lam = np.exp(gm + 0.5 * ub[u] + 0.5 * ib[i] + signal * dots)
             vals[s : s + step] = 1.0 + rng.poisson(lam)
@@ -754,7 +772,7 @@ def low_rank_interactions(
         duplicate_rows=0,
     )
     inter = Interactions(matrix, np.arange(n_users), np.arange(n_items), name=name, info=info)
-    offset = gm if values == "ratings" else 0.0
+    offset = 0.0 if values == "counts" else gm
     return LowRankData(inter, uf, vf, ub, ib, offset, signal, p, a)
 
 

@@ -3,9 +3,10 @@
 All ranking metrics take factor matrices and CSR interaction matrices aligned row by row:
 ``user_factors[r]`` scores every item as ``user_factors[r] @ item_factors.T (+ item_bias)``,
 ``targets[r]`` holds the user's held-out items and ``history[r]`` the items that are *excluded
-from the candidates* (the fold-in history; Liang et al. 2018). Users are scored in float32 blocks of
-``chunk`` rows (bounded memory) and the top k is taken by :func:`topk.topk_indices`
-(ties: higher score first, then lower item index).
+from the candidates* (the fold-in history; Liang et al. 2018). Users are scored in float32 chunks
+sized from a memory budget (:mod:`privrec.evaluation.topk`: 512 MiB by default) and the top k is
+taken by :func:`topk.stream_topk` (ties: higher score first, then lower item index); targets and
+history stay sparse.
 
 Definitions (Krichene et al., App. D.1, "Metrics"):
 
@@ -32,7 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._validation import check_finite_array, check_int
-from .topk import DEFAULT_CHUNK, iter_chunks, mask_history, score_block, topk_indices
+from .topk import hits_of, iter_chunks, stream_topk
 
 
 def rmse(predictions, targets) -> float:
@@ -89,14 +90,17 @@ def ranking_metrics(
     ks=(20,),
     item_bias=None,
     items=None,
-    chunk: int = DEFAULT_CHUNK,
+    chunk: int | None = None,
     progress=None,
+    memory_budget: int | None = None,
 ) -> dict:
     """Recall@k, NDCG@k, Precision@k, MAP@k and coverage@k for every k in ``ks`` in one pass over the users.
 
     ``items`` (optional index array) restricts both candidates and targets to those items
     (e.g. the top-10% most popular items, as in the authors' reference implementation). ``progress`` is
     an optional callable receiving the number of users processed per block (e.g. ``tqdm.update``).
+    Users are scored ``chunk`` at a time, by default as many as ``memory_budget`` allows
+    (:func:`privrec.evaluation.topk.chunk_rows`; default 512 MiB); targets and history stay sparse.
     Returns ``{"recall@k", "ndcg@k", "precision@k", "map@k", "coverage@k", "n_users"}`` (NaN metrics
     when no user has a target; definitions in the module docstring).
     """
@@ -115,47 +119,39 @@ def ranking_metrics(
     targets.eliminate_zeros()
     kmax = ks[-1]
     disc = _discounts(kmax)
+    cum_disc = np.cumsum(disc)
     n_t = np.diff(targets.indptr)
-    recall_sum = dict.fromkeys(ks, 0.0)
-    ndcg_sum = dict.fromkeys(ks, 0.0)
-    precision_sum = dict.fromkeys(ks, 0.0)
-    ap_sum = dict.fromkeys(ks, 0.0)
     ranks = np.arange(1, kmax + 1, dtype=np.float64)
     seen = {k: np.zeros(V.shape[0], dtype=bool) for k in ks}
-    n_eval = 0
-    for a, b in iter_chunks(U.shape[0], chunk):
-        keep = np.flatnonzero(n_t[a:b] > 0)
-        if keep.size:
-            rows = a + keep
-            s = score_block(U[rows], V, bias)
-            mask_history(s, history, rows)
-            top = topk_indices(s, kmax)
-            valid = top >= 0
-            tdense = targets[rows].toarray() != 0
-            hits = tdense[np.arange(rows.size)[:, None], np.where(valid, top, 0)] & valid
-            nt = n_t[rows].astype(np.float64)
-            cum_hits = np.cumsum(hits, axis=1)
-            cum_dcg = np.cumsum(hits * disc[None, :], axis=1)
-            cum_disc = np.cumsum(disc)
-            cum_ap = np.cumsum(hits * (cum_hits / ranks[None, :]), axis=1)  # precision at each hit
-            for k in ks:
-                denom = np.minimum(k, nt)
-                recall_sum[k] += float(np.sum(cum_hits[:, k - 1] / denom))
-                idcg = cum_disc[denom.astype(np.int64) - 1]
-                ndcg_sum[k] += float(np.sum(cum_dcg[:, k - 1] / idcg))
-                precision_sum[k] += float(np.sum(cum_hits[:, k - 1])) / k
-                ap_sum[k] += float(np.sum(cum_ap[:, k - 1] / denom))
-                shown = top[:, :k][valid[:, :k]]
-                seen[k][shown] = True
-            n_eval += rows.size
+    users = np.flatnonzero(n_t > 0)
+    n_eval = int(users.size)
+    # per-user values, summed once at the end: the result does not depend on the chunking
+    per_user = {name: np.zeros((len(ks), n_eval)) for name in ("recall", "ndcg", "precision", "map")}
+    if progress is not None and U.shape[0] > n_eval:
+        progress(U.shape[0] - n_eval)  # users without a target: nothing to score
+    for a, b, top in stream_topk(U, V, kmax, bias, history, users, chunk, memory_budget):
+        rows = users[a:b]
+        valid = top >= 0
+        hits = hits_of(top, targets[rows])
+        nt = n_t[rows].astype(np.float64)
+        cum_hits = np.cumsum(hits, axis=1)
+        cum_dcg = np.cumsum(hits * disc[None, :], axis=1)
+        cum_ap = np.cumsum(hits * (cum_hits / ranks[None, :]), axis=1)  # precision at each hit
+        for j, k in enumerate(ks):
+            denom = np.minimum(k, nt)
+            idcg = cum_disc[denom.astype(np.int64) - 1]
+            per_user["recall"][j, a:b] = cum_hits[:, k - 1] / denom
+            per_user["ndcg"][j, a:b] = cum_dcg[:, k - 1] / idcg
+            per_user["precision"][j, a:b] = cum_hits[:, k - 1] / k
+            per_user["map"][j, a:b] = cum_ap[:, k - 1] / denom
+            shown = top[:, :k][valid[:, :k]]
+            seen[k][shown] = True
         if progress is not None:
             progress(b - a)
-    out: dict = {"n_users": int(n_eval)}
-    for k in ks:
-        out[f"recall@{k}"] = recall_sum[k] / n_eval if n_eval else float("nan")
-        out[f"ndcg@{k}"] = ndcg_sum[k] / n_eval if n_eval else float("nan")
-        out[f"precision@{k}"] = precision_sum[k] / n_eval if n_eval else float("nan")
-        out[f"map@{k}"] = ap_sum[k] / n_eval if n_eval else float("nan")
+    out: dict = {"n_users": n_eval}
+    for j, k in enumerate(ks):
+        for name, vals in per_user.items():
+            out[f"{name}@{k}"] = float(np.sum(vals[j])) / n_eval if n_eval else float("nan")
         out[f"coverage@{k}"] = float(seen[k].mean()) if V.shape[0] else float("nan")
     return out
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import check_finite_array, check_int
-from .topk import iter_chunks, topk_indices
+from .topk import chunk_rows, iter_chunks, topk_indices
 
 
 def _normalise(V) -> np.ndarray:
@@ -26,14 +26,20 @@ def _normalise(V) -> np.ndarray:
     return V / np.where(norms > 0, norms, 1.0)
 
 
-def cosine_neighbours(item_factors, k: int = 20, chunk: int = 2048, items=None) -> np.ndarray:
-    """``(len(items), k)`` indices of each item's k most cosine-similar other items."""
+def cosine_neighbours(
+    item_factors, k: int = 20, chunk: int | None = None, items=None, memory_budget: int | None = None
+) -> np.ndarray:
+    """``(len(items), k)`` indices of each item's k most cosine-similar other items.
+
+    Query items are scored ``chunk`` at a time, by default as many as ``memory_budget`` allows
+    (:func:`privrec.evaluation.topk.chunk_rows`, 512 MiB unless configured)."""
     k = check_int(k, "k", minimum=1)
     Vn = _normalise(item_factors)
     m = Vn.shape[0]
     items = np.arange(m) if items is None else np.asarray(items, dtype=np.int64)
     out = np.empty((items.size, k), dtype=np.int64)
-    for a, b in iter_chunks(items.size, chunk):
+    step = chunk_rows(m, memory_budget) if chunk is None else chunk
+    for a, b in iter_chunks(items.size, step):
         idx = items[a:b]
         s = Vn[idx] @ Vn.T
         s[np.arange(idx.size), idx] = -np.inf
@@ -60,7 +66,7 @@ class ReferenceNeighbours:
         return self._cache[key]
 
 
-def neighbour_overlap(item_factors, reference_factors, k: int = 20, chunk: int = 2048, items=None) -> np.ndarray:
+def neighbour_overlap(item_factors, reference_factors, k: int = 20, chunk: int | None = None, items=None) -> np.ndarray:
     """Per-item overlap fraction in [0, 1] between the two models' top-k cosine neighbours.
 
     ``reference_factors`` may be a :class:`ReferenceNeighbours` (cached); ``items`` restricts the

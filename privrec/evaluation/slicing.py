@@ -24,7 +24,7 @@ import numpy as np
 
 from .._validation import check_int
 from .metrics import _as_csr, _check_factors, _discounts
-from .topk import DEFAULT_CHUNK, iter_chunks, mask_history, score_block, topk_indices
+from .topk import hits_of, stream_topk
 
 #: The paper's per-bucket cut-offs, least popular bucket first (Krichene et al. 2023, Sec. 5, footnote 2).
 PAPER_SLICED_KS = (100, 80, 60, 40, 20)
@@ -80,13 +80,16 @@ def sliced_recall(
     ks=20,
     item_bias=None,
     n_buckets: int | None = None,
-    chunk: int = DEFAULT_CHUNK,
+    chunk: int | None = None,
     with_ndcg: bool = False,
+    memory_budget: int | None = None,
 ):
     """Per-bucket Recall@k_b (module docstring). ``ks``: one int or one cut-off per bucket.
 
     Returns a list of recalls (bucket 0 first); with ``with_ndcg`` a pair ``(recalls, ndcgs)``.
-    Empty buckets and buckets where no user has a target give NaN.
+    Empty buckets and buckets where no user has a target give NaN. Each bucket is ranked on its
+    own (its items' scores only), users ``chunk`` at a time or as many as ``memory_budget`` allows
+    (:mod:`privrec.evaluation.topk`); targets and history stay sparse.
     """
     U, V = _check_factors(user_factors, item_factors)
     shape = (U.shape[0], V.shape[0])
@@ -99,42 +102,30 @@ def sliced_recall(
     nb = int(buckets.max()) + 1 if n_buckets is None else check_int(n_buckets, "n_buckets", 1)
     ks = [check_int(int(k), "k", 1) for k in np.broadcast_to(np.asarray(ks), (nb,))]
     bias = None if item_bias is None else np.asarray(item_bias, dtype=np.float32)
-    cols = [np.flatnonzero(buckets == b) for b in range(nb)]
-    # per-bucket target counts per user
-    tb = buckets[targets.indices]
-    trow = np.repeat(np.arange(shape[0]), np.diff(targets.indptr))
-    okb = tb >= 0
-    per_user = np.zeros((shape[0], nb), dtype=np.int64)
-    np.add.at(per_user, (trow[okb], tb[okb]), 1)
-    rec_sum = np.zeros(nb)
-    ndcg_sum = np.zeros(nb)
-    users = np.zeros(nb, dtype=np.int64)
-    for a, b_ in iter_chunks(shape[0], chunk):
-        active = np.flatnonzero(per_user[a:b_].sum(axis=1) > 0)
-        if not active.size:
+    rec = [float("nan")] * nb
+    nd = [float("nan")] * nb
+    for b in range(nb):
+        cols = np.flatnonzero(buckets == b)
+        if cols.size == 0:
             continue
-        rows = a + active
-        s = score_block(U[rows], V, bias)
-        mask_history(s, history, rows)
-        tdense = targets[rows].toarray() != 0
-        for b in range(nb):
-            nt = per_user[rows, b]
-            has = nt > 0
-            if not has.any() or cols[b].size == 0:
-                continue
-            k = ks[b]
-            sc = s[has][:, cols[b]]
-            top = topk_indices(sc, k)
-            valid = top >= 0
-            td = tdense[has][:, cols[b]]
-            hits = td[np.arange(td.shape[0])[:, None], np.where(valid, top, 0)] & valid
-            denom = np.minimum(k, nt[has]).astype(np.float64)
-            rec_sum[b] += float(np.sum(hits.sum(axis=1) / denom))
-            disc = _discounts(k)
-            idcg = np.cumsum(disc)[denom.astype(np.int64) - 1]
-            ndcg_sum[b] += float(np.sum((hits * disc).sum(axis=1) / idcg))
-            users[b] += int(has.sum())
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rec = [float(v) for v in rec_sum / users]
-        nd = [float(v) for v in ndcg_sum / users]
+        tb = targets[:, cols]  # the bucket's targets, columns = positions in ``cols``
+        nt = np.diff(tb.indptr)
+        users = np.flatnonzero(nt > 0)
+        if users.size == 0:
+            continue
+        k = ks[b]
+        disc = _discounts(k)
+        cum_disc = np.cumsum(disc)
+        hb = None if history is None else history[:, cols]
+        recall_u = np.zeros(users.size)
+        ndcg_u = np.zeros(users.size)
+        vb, bb = V[cols], (None if bias is None else bias[cols])
+        for a, b_, top in stream_topk(U, vb, k, bb, hb, users, chunk, memory_budget):
+            rows = users[a:b_]
+            hits = hits_of(top, tb[rows])
+            denom = np.minimum(k, nt[rows]).astype(np.float64)
+            recall_u[a:b_] = hits.sum(axis=1) / denom
+            ndcg_u[a:b_] = (hits * disc).sum(axis=1) / cum_disc[denom.astype(np.int64) - 1]
+        rec[b] = float(np.sum(recall_u)) / users.size
+        nd[b] = float(np.sum(ndcg_u)) / users.size
     return (rec, nd) if with_ndcg else rec

@@ -180,6 +180,15 @@ def _distinct(ids: np.ndarray) -> np.ndarray:
     return ids if first.size == ids.size else ids[np.sort(first)]
 
 
+def _score_chunk_rows(n_items: int, memory_budget: int | None = None) -> int:
+    """Users (or query items) scored at once by ``recommend`` / ``similar_*``: as many as the
+    evaluation memory budget allows (:func:`privrec.evaluation.topk.chunk_rows`, 512 MiB unless
+    configured), so their score buffers never hold a whole users x items matrix."""
+    from ..evaluation.topk import RECOMMEND_BYTES_PER_ENTRY, chunk_rows
+
+    return chunk_rows(n_items, memory_budget, RECOMMEND_BYTES_PER_ENTRY)
+
+
 def _topk(scores: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Row-wise top-n (descending) of a 2-D score array; -inf entries are never returned."""
     n = min(n, scores.shape[1])
@@ -574,24 +583,37 @@ class FactorizationModel(FitInputMixin, IdMapMixin, PersistenceMixin, BaseEstima
         uvec, ubias = self._user_vectors(ids, rows, recalculate_user)
         return self._rank(uvec, ubias, rows if filter_already_liked_items else None, N, filter_items, items, scalar)
 
-    def _rank(self, uvec, ubias, liked_rows, N, filter_items, items, scalar):
+    def _rank(self, uvec, ubias, liked_rows, N, filter_items, items, scalar, memory_budget=None):
         n_items = self.n_items_
-        scores = self._score_all(uvec, ubias)
         candidates = None
         if items is not None:
             candidates = _distinct(check_ids(items, n_items, "items")[0])
+        fi = None
         if filter_items is not None:
             fi, _ = check_ids(filter_items, n_items, "filter_items")
-            scores[:, fi] = -np.inf
-        if liked_rows is not None:
-            r_idx = np.repeat(np.arange(liked_rows.shape[0]), np.diff(liked_rows.indptr))
-            scores[r_idx, liked_rows.indices] = -np.inf
-        if candidates is not None:
-            sub = scores[:, candidates]
-            top, vals = _topk(sub, N)
-            top = candidates[top]
-        else:
-            top, vals = _topk(scores, N)
+        # users in chunks sized from the evaluation memory budget: never a users x items score matrix
+        step = _score_chunk_rows(n_items, memory_budget)
+        n_users = uvec.shape[0]
+        tops, valss = [], []
+        for a in range(0, max(n_users, 1), step):
+            b = min(n_users, a + step)
+            scores = self._score_all(uvec[a:b], None if ubias is None else ubias[a:b])
+            if fi is not None:
+                scores[:, fi] = -np.inf
+            if liked_rows is not None:
+                sub = liked_rows[a:b]
+                r_idx = np.repeat(np.arange(b - a), np.diff(sub.indptr))
+                scores[r_idx, sub.indices] = -np.inf
+            if candidates is not None:
+                t, v = _topk(scores[:, candidates], N)
+                t = candidates[t]
+            else:
+                t, v = _topk(scores, N)
+            del scores
+            tops.append(t)
+            valss.append(v)
+        top = np.concatenate(tops) if len(tops) > 1 else tops[0]
+        vals = np.concatenate(valss) if len(valss) > 1 else valss[0]
         # drop columns that are -inf for every user (fewer eligible items than N)
         finite_cols = np.isfinite(vals).any(axis=0)
         keep = int(finite_cols.sum()) if finite_cols.size else 0
@@ -717,16 +739,26 @@ class FactorizationModel(FitInputMixin, IdMapMixin, PersistenceMixin, BaseEstima
         return -float(np.sqrt(np.mean(err * err)))
 
     # ------------------------------------------------------------------ similarity
-    def _similar(self, F, query, N, filter_ids, candidates, n, what):
-        scores = _normalised(query) @ _normalised(F).T
-        if filter_ids is not None:
-            fi, _ = check_ids(filter_ids, n, f"filter_{what}s")
-            scores[:, fi] = -np.inf
-        if candidates is not None:
-            cand = _distinct(check_ids(candidates, n, f"{what}s")[0])
-            top, vals = _topk(scores[:, cand], N)
-            return _as_ids(cand[top], n), vals
-        top, vals = _topk(scores, N)
+    def _similar(self, F, query, N, filter_ids, candidates, n, what, memory_budget=None):
+        Fn = _normalised(F)
+        Qn = _normalised(query)
+        fi = None if filter_ids is None else check_ids(filter_ids, n, f"filter_{what}s")[0]
+        cand = None if candidates is None else _distinct(check_ids(candidates, n, f"{what}s")[0])
+        step = _score_chunk_rows(n, memory_budget)
+        tops, valss = [], []
+        for a in range(0, max(Qn.shape[0], 1), step):
+            scores = Qn[a : a + step] @ Fn.T
+            if fi is not None:
+                scores[:, fi] = -np.inf
+            if cand is not None:
+                t, v = _topk(scores[:, cand], N)
+                t = cand[t]
+            else:
+                t, v = _topk(scores, N)
+            tops.append(t)
+            valss.append(v)
+        top = np.concatenate(tops) if len(tops) > 1 else tops[0]
+        vals = np.concatenate(valss) if len(valss) > 1 else valss[0]
         return _as_ids(top, n), vals
 
     def similar_items(

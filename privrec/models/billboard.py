@@ -26,8 +26,16 @@ Two stages per user u with ratings r_ui on items I_u:
 embedding and bias (exactly the fixed-ridge projection) against the bias alone. Fewer candidates
 keep the choice itself from fitting noise.
 
-The computation diagonalises each user's d x d Gramian once (batched ``eigh``); every grid
-point then costs O(n_u d) per user.
+The computation costs what a user step costs: users are grouped by their number of ratings
+(each padded, with zero rows, to a length that depends on their own count only, so a user's result
+never depends on who else is projected), each group's Gramians ``X^T X`` and right-hand sides are
+batched BLAS products of the padded ``(users, length, width)`` block, and every grid point is one
+batched Cholesky factorisation ``L L^T = X^T X + lam I`` of the (width x width) systems. The
+hat-matrix diagonal ``h_i = ||L^{-1} x_i||^2`` and the fitted values come from the triangular
+factor's inverse applied to the same block (one batched product); the leave-one-out residual is
+``(y_i - fitted_i) / (1 - h_i)`` and PRESS its sum of squares. No eigendecomposition, no per-rating
+outer product; the work is in the precision of the item factors (float32 for the models; float64
+inputs are computed in float64).
 """
 
 from __future__ import annotations
@@ -38,22 +46,33 @@ import scipy.sparse as sp
 #: ridge multipliers tried by each user (times the user's base ridge); infinity is always added
 DEFAULT_GRID = (0.25, 1.0, 4.0, 16.0, 64.0)
 
-_CHUNK = 8192  # at most this many users per batched eigendecomposition
-_CHUNK_BYTES = 64 << 20  # and at most this many bytes of per-rating outer products per chunk
+#: padded rating rows per batched product of a group of users (a heavier user is a group of one)
+_GROUP_ROWS = 16384
 
 
-def _user_chunks(indptr: np.ndarray, width: int):
-    """``(start, stop)`` ranges of users whose ratings' outer products (ratings x width^2 float64)
-    fit in :data:`_CHUNK_BYTES` (a single heavy user gets a chunk of its own)."""
-    n_rows = len(indptr) - 1
-    per_rating = max(1, width * width * 8)
-    start = 0
-    while start < n_rows:
-        limit = indptr[start] + max(1, _CHUNK_BYTES // per_rating)
-        stop = int(np.searchsorted(indptr, limit, side="right")) - 1
-        stop = min(n_rows, max(start + 1, stop), start + _CHUNK)
-        yield start, stop
-        start = stop
+def _padded_length(counts: np.ndarray) -> np.ndarray:
+    """Each user's padded length from their own count only: the count itself up to 8, else rounded
+    up to a multiple of a quarter of its power of two (at most 25% padding)."""
+    c = np.asarray(counts, dtype=np.int64)
+    power = np.floor(np.log2(np.maximum(c, 9) - 1)).astype(np.int64)  # c in (2^power, 2^(power+1)]
+    step = np.where(c > 8, 2 ** np.maximum(power - 2, 0), 1)
+    return -(-c // step) * step
+
+
+def _groups(counts: np.ndarray):
+    """``(users, length)``: users (indices) of one padded length, at most :data:`_GROUP_ROWS` padded
+    rows per group; users without ratings are left out."""
+    lengths = _padded_length(counts)
+    users = np.flatnonzero(counts > 0)
+    order = users[np.argsort(lengths[users], kind="stable")]
+    bounds = np.flatnonzero(np.diff(lengths[order])) + 1
+    for part in np.split(order, bounds):
+        if part.size == 0:
+            continue
+        length = int(lengths[part[0]])
+        per = max(1, _GROUP_ROWS // length)
+        for g in range(0, part.size, per):
+            yield part[g : g + per], length
 
 
 def user_bias(rows: sp.csr_matrix, residual: np.ndarray, reg: np.ndarray) -> np.ndarray:
@@ -129,8 +148,9 @@ def shrunk_projection(
     loo_b = (y - b_only[r_idx]) / np.maximum(1.0 - h[r_idx], 1e-12)
     press_b = np.bincount(r_idx, weights=loo_b * loo_b, minlength=n_rows)
     # joint fit on [V, 1]: the augmented personal part (its last coordinate is the user bias)
-    V = np.asarray(item_factors, dtype=np.float64)
-    aug = np.hstack([V, np.ones((V.shape[0], 1))])
+    V = np.asarray(item_factors)
+    V = V if V.dtype in (np.float32, np.float64) else V.astype(np.float64)
+    aug = np.hstack([V, np.ones((V.shape[0], 1), dtype=V.dtype)])  # in the factors' precision
     coef, press_j = _ridge_loo(rows, y, aug, reg, tuple(grid))
     joint = press_j < press_b
     dtype = item_factors.dtype
@@ -140,46 +160,68 @@ def shrunk_projection(
     return U, b, chosen
 
 
+def _cholesky(A: np.ndarray) -> np.ndarray:
+    """Batched lower Cholesky factors; a matrix that is not numerically positive definite (e.g. a
+    zero ridge on a rank-deficient Gramian) gets a relative jitter of its trace first."""
+    try:
+        return np.linalg.cholesky(A)
+    except np.linalg.LinAlgError:
+        out = np.empty_like(A)
+        eye = np.eye(A.shape[-1], dtype=A.dtype)
+        for i in range(A.shape[0]):
+            try:
+                out[i] = np.linalg.cholesky(A[i])
+            except np.linalg.LinAlgError:
+                jitter = 1e-6 * max(float(np.trace(A[i])) / A.shape[-1], 1e-12)
+                out[i] = np.linalg.cholesky(A[i] + jitter * eye)
+        return out
+
+
 def _ridge_loo(rows, y, X_items, reg, grid) -> tuple[np.ndarray, np.ndarray]:
     """Per-user ridge fit of ``y`` on ``X_items[items]`` with the best ridge of ``grid * reg_u`` by
-    PRESS: ``(coefficients, PRESS)`` (users without ratings: zeros and 0)."""
+    PRESS: ``(coefficients, PRESS)`` (users without ratings: zeros and 0). Computed in the dtype of
+    ``X_items`` (float32 or float64; module docstring): padded groups of users, batched Gramians,
+    one batched Cholesky factorisation per grid point, the hat diagonal from the triangular factor."""
+    X_items = np.asarray(X_items)
+    dtype = np.float64 if X_items.dtype == np.float64 else np.float32
+    X_items = X_items.astype(dtype, copy=False)
     n_rows = rows.shape[0]
     width = X_items.shape[1]
     coef = np.zeros((n_rows, width))
-    best = np.full(n_rows, np.inf)
-    indptr, indices = rows.indptr, rows.indices
-    for start, stop in _user_chunks(indptr, width):
-        lo, hi = indptr[start], indptr[stop]
-        if hi == lo:
-            best[start:stop] = 0.0
-            continue
-        e = np.asarray(y[lo:hi], dtype=np.float64)
-        local = np.repeat(np.arange(stop - start), np.diff(indptr[start : stop + 1]))
-        X = X_items[indices[lo:hi]]
-        starts = indptr[start:stop] - lo
-        nonempty = np.diff(indptr[start : stop + 1]) > 0
-        G = np.zeros((stop - start, width, width))
-        # per-user sums of the ratings' outer products (CSR rows are contiguous: reduceat)
-        G[nonempty] = np.add.reduceat(X[:, :, None] * X[:, None, :], starts[nonempty], axis=0)
-        evals, Q = np.linalg.eigh(G)
-        evals = np.maximum(evals, 0.0)
-        Z = np.einsum("kd,kdm->km", X, Q[local])
-        c = np.zeros((stop - start, width))
-        c[nonempty] = np.add.reduceat(Z * e[:, None], starts[nonempty], axis=0)
-        chunk_best = np.full(stop - start, np.inf)
-        chunk_lam = np.ones(stop - start)
-        for mult in grid:
-            lam = reg[start:stop] * mult
-            inv = 1.0 / (evals + lam[:, None])
-            fitted = np.einsum("km,km->k", Z, (c * inv)[local])
-            hat = np.einsum("km,km->k", Z * Z, inv[local])
-            loo = (e - fitted) / np.maximum(1.0 - hat, 1e-12)
-            press = np.bincount(local, weights=loo * loo, minlength=stop - start)
-            better = press < chunk_best
-            chunk_best = np.where(better, press, chunk_best)
-            chunk_lam = np.where(better, lam, chunk_lam)
-        empty = np.diff(indptr[start : stop + 1]) == 0
-        chunk_best[empty] = 0.0
-        coef[start:stop] = np.einsum("udm,um->ud", Q, c / (evals + chunk_lam[:, None]))
-        best[start:stop] = chunk_best
+    best = np.zeros(n_rows)
+    indptr = np.asarray(rows.indptr, dtype=np.int64)
+    indices = rows.indices
+    counts = np.diff(indptr)
+    y = np.asarray(y)
+    reg = np.asarray(reg, dtype=np.float64)
+    eye = np.eye(width, dtype=dtype)
+    for users, length in _groups(counts):
+        slot = np.arange(length)
+        mask = slot[None, :] < counts[users][:, None]
+        pos = np.where(mask, indptr[users][:, None] + slot[None, :], indptr[users][:, None])
+        X = X_items[indices[pos]]  # (B, L, w); padding rows repeat the first rating, zeroed next
+        X *= mask[:, :, None]
+        e = np.where(mask, y[pos], 0.0).astype(dtype)
+        Xt = X.transpose(0, 2, 1)
+        G = np.matmul(Xt, X)  # (B, w, w) Gramians
+        rhs = np.matmul(Xt, e[:, :, None])  # (B, w, 1)
+        group_best = np.full(users.size, np.inf)
+        group_coef = np.zeros((users.size, width))
+        for mult in grid:  # the first ridge of the grid wins ties, as before
+            lam = (reg[users] * float(mult)).astype(dtype)
+            L = _cholesky(G + lam[:, None, None] * eye)
+            Linv = np.linalg.solve(L, np.broadcast_to(eye, L.shape))  # triangular: L^{-1}
+            Z = np.matmul(X, Linv.transpose(0, 2, 1))  # rows L^{-1} x_i
+            c = np.matmul(Linv, rhs)  # L^{-1} X^T y
+            hat = np.einsum("blw,blw->bl", Z, Z)
+            fitted = np.matmul(Z, c)[:, :, 0]
+            loo = (e - fitted).astype(np.float64) / np.maximum(1.0 - hat.astype(np.float64), 1e-12)
+            press = np.sum(np.where(mask, loo * loo, 0.0), axis=1)
+            better = press < group_best
+            if better.any():
+                group_best = np.where(better, press, group_best)
+                w = np.matmul(Linv.transpose(0, 2, 1), c)[:, :, 0]  # (L L^T)^{-1} X^T y
+                group_coef[better] = w[better]
+        best[users] = group_best
+        coef[users] = group_coef
     return coef, best

@@ -5,8 +5,10 @@ billboard projection of their own rows on the released item side, which costs no
 scores against every item (the model's own ``recommend``; or an :class:`~privrec.serving.ItemIndex`
 for approximate search), the top N, and one Parquet row per (user, rank). Rows are buffered up to
 ``row_group_size`` and written with one ``pyarrow.parquet.ParquetWriter``, so memory is bounded by
-the batch, not by the number of users: exact scoring holds about ``20 * batch_size * n_items``
-bytes at a time (the score matrix and the top-N selection), and a batch also holds at most
+the batch, not by the number of users: by default a batch is as many users as the evaluation
+memory budget allows (:func:`privrec.evaluation.topk.chunk_rows`: 512 MiB, ``$PRIVREC_EVAL_MEMORY_MB``
+or ``memory_budget=``) for the score matrix and the top-N selection (the same sizing as the
+models' ``recommend`` and every ranking metric), and a batch also holds at most
 ``max_batch_ratings`` ratings (the projection's temporaries grow with them), on top of the
 ratings matrix itself.
 The file is written atomically (:func:`privrec._io.atomic_path`).
@@ -29,20 +31,22 @@ from .._io import atomic_path
 from .._validation import check_int
 from ..models._base import _is_identity_ids, as_user_items
 
-#: entries (users x items) of one batch's score matrix when ``batch_size`` is not given
-DEFAULT_BATCH_ENTRIES = 1 << 24
-#: float64 entries of the d x d per-rating temporaries a batch's projection may hold when
-#: ``max_batch_ratings`` is not given (the billboard projection with leave-one-out shrinkage forms
-#: one (d + 1) x (d + 1) outer product per rating)
+#: at most this many users per batch when ``batch_size`` is not given
+MAX_BATCH_USERS = 8192
+#: float64 entries of the per-rating (d + 1)-wide temporaries a batch's projection may hold when
+#: ``max_batch_ratings`` is not given (kept at the former (d + 1)^2-per-rating sizing: the
+#: projection no longer forms per-rating outer products, so this is a generous bound)
 DEFAULT_PROJECTION_ENTRIES = 1 << 25
 #: default Parquet row-group size (rows)
 ROW_GROUP_SIZE = 1_000_000
 
 
-def default_batch_size(n_items: int) -> int:
-    """Users per batch so that a batch's score matrix holds about :data:`DEFAULT_BATCH_ENTRIES` entries
-    (64 MiB of float32; about 320 MiB with the top-N selection's temporaries)."""
-    return int(min(8192, max(1, DEFAULT_BATCH_ENTRIES // max(int(n_items), 1))))
+def default_batch_size(n_items: int, memory_budget: int | None = None) -> int:
+    """Users per batch: as many as the evaluation memory budget allows for their scores and the
+    top-N selection (:func:`privrec.models._base._score_chunk_rows`), at most :data:`MAX_BATCH_USERS`."""
+    from ..models._base import _score_chunk_rows
+
+    return int(min(MAX_BATCH_USERS, _score_chunk_rows(n_items, memory_budget)))
 
 
 def default_batch_ratings(factors: int) -> int:
@@ -145,6 +149,7 @@ def recommend_all(
     index=None,
     row_group_size: int = ROW_GROUP_SIZE,
     show_progress: bool = False,
+    memory_budget: int | None = None,
 ) -> dict:
     """Write every user's top-N items to the Parquet file ``path`` (module docstring); return a summary
     ``{"path", "users", "rows", "N", "batch_size", "max_batch_ratings", "approximate"}``.
@@ -156,7 +161,7 @@ def recommend_all(
         column; its items are matched to the model's item ids when the model has them) or a users x
         items matrix indexed like the model's items.
     N : items per user.
-    batch_size : users per batch (``None``: :func:`default_batch_size`, about 64 MiB of scores).
+    batch_size : users per batch (``None``: :func:`default_batch_size` of ``memory_budget``).
     max_batch_ratings : ratings per batch at most (``None``: :func:`default_batch_ratings`; the
         projection of users without stored factors holds per-rating temporaries).
     filter_already_liked_items : leave out each user's rated items.
@@ -166,6 +171,8 @@ def recommend_all(
         force either.
     index : an :class:`~privrec.serving.ItemIndex` of ``model`` for approximate search (``None``:
         exact, the model's ``recommend``).
+    memory_budget : bytes of score buffers per batch (``None``: the evaluation default, 512 MiB or
+        ``$PRIVREC_EVAL_MEMORY_MB``; :mod:`privrec.evaluation.topk`).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -177,7 +184,9 @@ def recommend_all(
         raise ValueError("index was built for another model: build ItemIndex(model) for this one")
     matrix, user_ids = aligned_user_items(model, user_items)
     n_users = matrix.shape[0]
-    batch_size = default_batch_size(model.n_items_) if batch_size is None else check_int(batch_size, "batch_size", 1)
+    if batch_size is None:
+        batch_size = default_batch_size(model.n_items_, memory_budget)
+    batch_size = check_int(batch_size, "batch_size", 1)
     if max_batch_ratings is None:
         max_batch_ratings = default_batch_ratings(model.item_factors_.shape[1])
     max_batch_ratings = check_int(max_batch_ratings, "max_batch_ratings", 1)
