@@ -114,10 +114,7 @@ def main(argv=None) -> int:
     # 4. the privacy report: every noise event of the fit and the epsilon an accountant computed
     report = model.privacy_report()
     eps, acc = report["epsilon"], report["accountant"]
-    print(
-        f"\nprivacy: ({eps:.3g}, {report['delta']:.2g})-DP at the user level "
-        f"({report['neighbouring_relation']})"
-    )
+    print(f"\nprivacy: ({eps:.3g}, {report['delta']:.2g})-DP at the user level ({report['neighbouring_relation']})")
     print(
         f"  epsilon computed by the {acc.upper()} accountant over {len(report['events'])} recorded noise events "
         f"(RDP: {report['epsilon_rdp']:.3g}, PLD: {report['epsilon_pld']:.3g})"

@@ -21,7 +21,9 @@ atomically; the link stays) and refuses, with a ``ValueError``, to replace anyth
 file (a folder, ``/dev/null``, ``/dev/stdout``, a FIFO or a socket): :func:`check_write_target`.
 While it writes, SIGTERM (when the process has not set its own handler) is handled like SIGINT:
 it raises :class:`Terminated` (a ``SystemExit`` with status 143 = 128 + SIGTERM), so the
-temporary file is removed, ``finally`` blocks run and the process exits quietly.
+temporary file is removed, ``finally`` blocks run and the process exits quietly. The written
+file keeps the permission bits of the file it replaces; a new file gets the default mode of the
+process (``0o666`` less the umask), as ``open()`` would create it (:func:`replacement_mode`).
 """
 
 from __future__ import annotations
@@ -206,6 +208,30 @@ def check_write_target(path) -> Path:
     return target
 
 
+def _umask() -> int:
+    """The process's umask: read from ``/proc/self/status`` (Linux), else set and restored at once."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def replacement_mode(target) -> int:
+    """Permission bits an atomic write to ``target`` gives the file: those of the existing file it
+    replaces (so a ``0o664`` budget file or a ``0o644`` model keeps its mode), else ``0o666`` less
+    the umask (what ``open(target, "w")`` would create)."""
+    try:
+        return stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        return 0o666 & ~_umask()
+
+
 class Terminated(SystemExit):
     """SIGTERM received during an atomic write (:func:`atomic_path`): raised like SIGINT's
     ``KeyboardInterrupt`` so that the temporary file is removed; exit status 143 (128 + SIGTERM)."""
@@ -252,7 +278,9 @@ def atomic_path(path, suffix: str = ""):
     ``path`` goes through :func:`check_write_target`: a symbolic link is written through (its
     target is replaced atomically, in the target's folder) and anything but a regular file --
     ``/dev/null``, ``/dev/stdout``, a folder -- is refused with a ``ValueError`` before anything
-    is written. A missing folder of ``path`` is created.
+    is written. A missing folder of ``path`` is created. The new file gets the mode of the file it
+    replaces, or the process's default mode for a new file (:func:`replacement_mode`; the
+    temporary file itself is created ``0o600``).
     """
     target = check_write_target(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -266,6 +294,7 @@ def atomic_path(path, suffix: str = ""):
             with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
             check_write_target(target)  # not replaced by a device or folder meanwhile
+            os.chmod(tmp, replacement_mode(target))  # mkstemp made it 0o600
             os.replace(tmp, target)
         except BaseException:
             if tmp is not None:

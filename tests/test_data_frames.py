@@ -200,12 +200,11 @@ def test_model_files_keep_public_ids_only(df, tmp_path):
     loaded = load_model(tmp_path / "als.npz")
     assert list(loaded.user_ids_) == list(als.user_ids_) and list(loaded.item_ids_) == list(als.item_ids_)
     np.testing.assert_array_equal(loaded.recommend_ids("user-3", df, N=3)[0], als.recommend_ids("user-3", df, N=3)[0])
-    # a private model: data-derived item ids are not released; user ids never are
+    # a private model: the item ids seen in training are saved (marked not public); user ids never are
     dp = DPALS(epsilon=5.0, factors=2, iterations=1, budget=10, random_state=0).fit(df, show_progress=False)
-    with pytest.warns(UserWarning, match="item ids not saved"):
-        dp.save(tmp_path / "dp.npz")
+    dp.save(tmp_path / "dp.npz")
     plain = load_model(tmp_path / "dp.npz")
-    assert getattr(plain, "item_ids_", None) is None and getattr(plain, "user_ids_", None) is None
+    assert list(plain.item_ids_) == list(dp.item_ids_) and getattr(plain, "user_ids_", None) is None
     catalogue = sorted(df["item"].unique()) + ["unrated-item"]
     dp2 = DPALS(epsilon=5.0, factors=2, iterations=1, budget=10, random_state=0).fit(
         from_pandas(df, item_ids=catalogue), show_progress=False
@@ -276,6 +275,5 @@ def test_a_given_vocabulary_changed_by_the_data_is_not_released(df, tmp_path):
     x = from_pandas(df, item_ids=catalogue).drop_empty()  # keeps info, but the item axis now depends on the data
     assert x.info["item_vocabulary"] == "given" and "unrated-item" not in x.item_ids
     dp = DPALS(epsilon=5.0, factors=2, iterations=1, budget=10, random_state=0).fit(x, show_progress=False)
-    with pytest.warns(UserWarning, match="item ids not saved"):
-        dp.save(tmp_path / "dp.npz")
-    assert getattr(load_model(tmp_path / "dp.npz"), "item_ids_", None) is None
+    dp.save(tmp_path / "dp.npz")
+    assert list(load_model(tmp_path / "dp.npz").item_ids_) == list(dp.item_ids_)

@@ -345,11 +345,10 @@ def test_save_load_keeps_the_id_maps(id_model, tmp_path):
     assert list(loaded.similar_items_ids("i2", N=3)[0]) == list(id_model.similar_items_ids("i2", N=3)[0])
 
 
-def test_private_model_does_not_save_data_derived_item_ids(frame, tmp_path):
+def test_private_model_saves_the_item_ids_it_was_fitted_on(frame, tmp_path):
     model = DPALS(epsilon=4.0, factors=2, iterations=1, budget=5, random_state=0).fit(frame, show_progress=False)
-    with pytest.warns(UserWarning, match="item ids not saved"):
-        model.save(tmp_path / "p.npz")
-    assert getattr(load_model(tmp_path / "p.npz"), "item_ids_", None) is None
+    model.save(tmp_path / "p.npz")
+    assert list(load_model(tmp_path / "p.npz").item_ids_) == list(model.item_ids_)
     # with a public catalogue the ids are part of the release
     catalogue = [f"i{i}" for i in range(12)]
     public = DPALS(epsilon=4.0, factors=2, iterations=1, budget=5, random_state=0).fit(

@@ -306,3 +306,42 @@ def test_dry_run_shows_the_plan_and_spends_nothing(tmp_path, monkeypatch, capsys
     assert len(out["events"]) == 21 and out["planned_epsilon"] <= 20.0
     assert out["budget"]["spent"] == 0.0 and 0 < out["budget"]["after_this_fit"] <= 20.0
     assert (tmp_path / "b.json").read_text() == before and not list(tmp_path.glob("*.npz"))
+
+
+# ------------------------------------------------------------------------------- Flower
+def test_flower_runs_the_local_selection(structured):
+    pytest.importorskip("flwr")
+    from privrec.federated import flower
+    from privrec.federated.flower.testing import InProcessGrid
+
+    X, _ = structured
+    local = _model(random_state=3).fit(X)
+    grid = InProcessGrid(flower.client_app(shards=flower.split_users(X, 3)), 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no fallback warning, no short round
+        fed = flower.fit_dpals(_model(random_state=3), grid, min_clients=3)
+    assert fed.selection_["chosen"] == local.selection_["chosen"]
+    assert fed.config_["factors"] == local.config_["factors"]
+    np.testing.assert_allclose(fed.item_factors_, local.item_factors_, atol=1e-3)
+    assert fed.privacy_report()["epsilon"] == local.privacy_report()["epsilon"]
+    assert [e.label for e in fed.ledger_.entries] == [e.label for e in local.ledger_.entries]
+    assert "selection losses" in [r["label"] for r in fed.federation_["rounds"]]
+
+
+def test_flower_fit_without_any_client_fails_and_short_rounds_warn():
+    pytest.importorskip("flwr")
+    from privrec.federated import flower
+    from privrec.federated.flower.testing import InProcessGrid
+
+    rng = np.random.default_rng(0)
+    R = sp.random(90, 40, density=0.2, random_state=1, format="csr", dtype=np.float32)
+    R.data = rng.integers(1, 6, R.nnz).astype(np.float32)
+    kw = dict(epsilon=5.0, factors=2, iterations=1, rating_range=(1, 5))
+    every = lambda info: info["stage"] != "roster"
+    grid = InProcessGrid(flower.client_app(shards=flower.split_users(R, 3), fault=every), 3)
+    with pytest.raises(RuntimeError, match="no Flower client answered .*nothing was released"):
+        flower.fit_dpals(DPALS(**kw), grid, min_clients=3, max_retries=0)
+    one = lambda info: info["index"] == 1 and info["stage"] != "roster"
+    grid = InProcessGrid(flower.client_app(shards=flower.split_users(R, 3), fault=one), 3)
+    with pytest.warns(UserWarning, match="without some clients' users"):
+        flower.fit_dpals(DPALS(**kw), grid, min_clients=3, max_retries=0)

@@ -13,9 +13,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .._validation import check_ids_not_nul_suffixed
+from .._validation import MAX_RATING_MAGNITUDE, check_ids_not_nul_suffixed
 from ..evaluation import experiment as X
+from ._paths import check_distinct_paths
 from ._running import CommandError, _one_line, _warn
+
+#: the range of the ids read with --numeric-ids (numpy int64)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
 def _data_args(p, split: bool = True) -> None:
@@ -90,9 +94,13 @@ def _data_args(p, split: bool = True) -> None:
 
 
 def _check_data_args(args) -> None:
-    """Reject contradictory data options; warn about ignored ones."""
+    """Reject contradictory data options; warn about ignored ones. Also refuses, before anything is
+    read or written, two file options naming the same file when one of them is written
+    (:func:`privrec.commands._paths.check_distinct_paths`: ``--output`` and ``--model-card``,
+    ``--plot``, ``--budget-file``, or an input such as ``--ratings`` / ``--model``)."""
     if not hasattr(args, "_warnings"):
         args._warnings = []
+    check_distinct_paths(args)
     if args.ratings is not None:
         if args.dataset is not None:
             raise CommandError("use either --dataset or --ratings, not both")
@@ -130,16 +138,36 @@ def _load(args):
             user_ids=read_id_list(users, "--users", kinds["user"]) if users else None,
             item_ids=read_id_list(items, "--items", kinds["item"]) if items else None,
             numeric_ids=numeric,
+            rating_range=getattr(args, "rating_range", None),
         )
     name = args.dataset or X.DEFAULT_DATASET
-    return name, X.load_data(name, args.data_dir, args.scale, seed=args.seed)
+    data = X.load_data(name, args.data_dir, args.scale, seed=args.seed)
+    _check_rating_values(data, f"dataset {name}", getattr(args, "rating_range", None))
+    return name, data
 
 
 def _check_ratings_path(path: Path, flag: str = "--ratings") -> None:
-    if path.is_dir():
+    """A ``--ratings`` / ``--users`` / ``--items`` path must be an existing, non-empty regular file
+    (symbolic links followed): a folder, a device such as ``/dev/null``, a FIFO or a socket is
+    named as such -- and never opened, so a FIFO cannot block the command."""
+    import os
+    import stat
+
+    from .._io import _not_regular
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise CommandError(f"{flag} file not found: {path}") from None
+    except OSError as exc:
+        raise CommandError(f"{flag} {path}: cannot read it ({exc.strerror or _one_line(exc)})") from None
+    if stat.S_ISDIR(st.st_mode):
         raise CommandError(f"{flag} {path} is a directory, not a file")
-    if not path.is_file():
-        raise CommandError(f"{flag} file not found: {path}")
+    what = _not_regular(st.st_mode) if not stat.S_ISREG(st.st_mode) else None
+    if what is not None:
+        raise CommandError(f"{flag} {path} is {what}, not a regular file")
+    if st.st_size == 0:
+        raise CommandError(f"{flag} {path} is an empty file")
 
 
 def _is_parquet(path) -> bool:
@@ -169,17 +197,24 @@ def ratings_id_kinds(path, user_col: str, item_col: str, numeric_ids: bool = Fal
 
 
 def _integer_ids(values: list, what: str, where) -> list:
-    """``values`` (text) as Python ints; ``CommandError`` naming the first that is not an integer
-    (``where(k)``: its location, e.g. a line number)."""
+    """``values`` (text) as Python ints; ``CommandError`` naming the first that is not an integer or
+    is outside the 64-bit integer range of ``--numeric-ids`` ids (``where(k)``: its location, e.g. a
+    line number)."""
     out = []
     for k, v in enumerate(values):
         text = str(v).strip()
         try:
-            out.append(int(text))
+            n = int(text)
         except ValueError:
             raise CommandError(
                 f"{where(k)}: {what} {str(v)[:40]!r} is not an integer (ids are declared numeric with --numeric-ids)"
             ) from None
+        if not _INT64[0] <= n <= _INT64[1]:
+            raise CommandError(
+                f"{where(k)}: {what} {text[:40]!r} is outside the 64-bit integer range of --numeric-ids ids "
+                f"([{_INT64[0]}, {_INT64[1]}]); read the ids as text (without --numeric-ids)"
+            )
+        out.append(n)
     return out
 
 
@@ -285,15 +320,23 @@ def load_ratings_file(
     user_ids=None,
     item_ids=None,
     numeric_ids: bool = False,
+    rating_range: tuple[float, float] | None = None,
 ):
     """Read a CSV or Parquet file of (user, item[, rating]) rows as ``Interactions``.
 
     ``rating_col`` empty or ``None``: every row is a positive interaction (value 1).
     ``duplicates``: policy for repeated (user, item) rows (``"error"`` rejects them). A CSV's ids
     are read as text (``007`` and ``7`` are two users) unless ``numeric_ids`` (then every id must
-    be an integer, and ``007`` is ``7``); a Parquet file's ids keep their column types. Every CSV
-    row must have as many fields as the header (a line with extra or missing fields is an error
+    be a 64-bit integer, and ``007`` is ``7``); a Parquet file's ids keep their column types. Every
+    CSV row must have as many fields as the header (a line with extra or missing fields is an error
     naming it).
+
+    Every rating of the whole file, after ``duplicates`` resolved repeated rows (a sum may leave
+    the scale), is checked before anything is split: its magnitude is at most
+    :data:`privrec._validation.MAX_RATING_MAGNITUDE` and, with ``rating_range=(low, high)`` (the
+    public scale, ``--rating-range``), it lies in ``[low, high]``. A failure is one ``CommandError``
+    naming the file, the line(s) (a Parquet file: the row) and the value -- whatever the split
+    would have done with that rating.
     """
     from .. import data as D
 
@@ -324,10 +367,14 @@ def load_ratings_file(
         _check_columns(columns, wanted, path)
         from_parquet = getattr(D, "from_parquet", None)
         if from_parquet is not None:
-            return from_parquet(path, **options)
+            data = from_parquet(path, **options)
+            if rating_col:
+                _check_rating_values(data, path.name, rating_range, _parquet_locator(path, user_col, item_col))
+            return data
         import pandas as pd
 
         df = pd.read_parquet(path, columns=wanted)
+        locate = _parquet_locator(path, user_col, item_col)
     else:
         sep = "\t" if suffix == ".tsv" else ","
         df = _read_csv_ratings(path, sep, wanted, [user_col, item_col])
@@ -335,22 +382,170 @@ def load_ratings_file(
             for col in (user_col, item_col):
                 try:
                     df[col] = df[col].str.strip().astype(np.int64)
-                except (ValueError, OverflowError):  # name the first bad id
+                except (ValueError, OverflowError):  # name the first bad id (OverflowError: beyond int64)
                     _integer_ids(df[col].tolist(), f"{col!r} id", lambda k: f"{path.name}, data row {k + 1}")
                     raise
+        if rating_col:
+            _check_csv_ratings(df, rating_col, path, sep)
+        locate = _csv_locator(path, sep, df, user_col, item_col)
     from_pandas = getattr(D, "from_pandas", None)
     if from_pandas is not None:
-        return from_pandas(df, **options)
-    values = None
-    if rating_col:
-        from ..data.frames import rating_array
+        data = from_pandas(df, **options)
+    else:
+        values = None
+        if rating_col:
+            from ..data.frames import rating_array
 
+            values = rating_array(df[rating_col], f"rating column {rating_col!r}")
+            if np.isnan(values).any():
+                raise CommandError(f"{path.name}: column {rating_col!r} has missing values")
+        data = D.Interactions.from_arrays(
+            df[user_col].to_numpy(), df[item_col].to_numpy(), values, duplicates=duplicates, name=path.stem
+        )
+    if rating_col:
+        _check_rating_values(data, path.name, rating_range, locate)
+    return data
+
+
+def _check_csv_ratings(df, rating_col, path: Path, sep: str) -> None:
+    """Every rating of a CSV file is a finite number: else a ``CommandError`` naming the file, the
+    line and the value (text such as ``five``, or ``nan`` / ``inf``)."""
+    from ..data.frames import rating_array
+
+    try:
         values = rating_array(df[rating_col], f"rating column {rating_col!r}")
-        if np.isnan(values).any():
-            raise CommandError(f"{path.name}: column {rating_col!r} has missing values")
-    return D.Interactions.from_arrays(
-        df[user_col].to_numpy(), df[item_col].to_numpy(), values, duplicates=duplicates, name=path.stem
-    )
+    except ValueError:  # name the first value that is not a number, and its line
+        import pandas as pd
+
+        text = pd.to_numeric(df[rating_col], errors="coerce").isna().to_numpy()
+        if not text.any():
+            raise
+        k = int(np.flatnonzero(text)[0])
+        raise CommandError(
+            f"{path.name}, line {_CsvLines(path, sep).of(k)}: rating column {rating_col!r} must be numeric, got "
+            f"{str(df[rating_col].iloc[k])[:40]!r}"
+        ) from None
+    bad = ~np.isfinite(values)
+    if bad.any():  # e.g. the text "nan" or "inf": not a rating
+        k = int(np.flatnonzero(bad)[0])
+        raise CommandError(
+            f"{path.name}, line {_CsvLines(path, sep).of(k)}: rating {str(df[rating_col].iloc[k])[:40]!r} "
+            f"(column {rating_col!r}) is not a finite number"
+        )
+
+
+class _CsvLines:
+    """Line numbers (1-based, as an editor shows them) of the data rows of a CSV file as pandas
+    read them: the header is line 1, blank lines are skipped, a quoted field may span lines. The
+    file is scanned once, on the first lookup (only to word an error)."""
+
+    def __init__(self, path: Path, sep: str):
+        self.path, self.sep = path, sep
+        self._lines: list[int] | None = None
+
+    def of(self, row: int) -> str:
+        if self._lines is None:
+            import csv
+
+            self._lines = []
+            with open(self.path, newline="", encoding="utf-8", errors="replace") as fh:
+                reader = csv.reader(fh, delimiter=self.sep)
+                next(reader, None)
+                start = reader.line_num
+                for fields in reader:
+                    if fields:
+                        self._lines.append(start + 1)
+                    start = reader.line_num
+        return str(self._lines[row]) if 0 <= row < len(self._lines) else f"? (data row {row + 1})"
+
+
+def _csv_locator(path: Path, sep: str, df, user_col, item_col):
+    """``(user id, item id) -> "line N"`` / ``"lines N and M"`` of a CSV ratings file read as ``df``."""
+    lines = _CsvLines(path, sep)
+
+    def locate(user, item) -> str:
+        rows = np.flatnonzero((df[user_col].to_numpy() == user) & (df[item_col].to_numpy() == item))
+        return _plural("line", [lines.of(int(k)) for k in rows])
+
+    return locate
+
+
+def _parquet_locator(path: Path, user_col, item_col):
+    """``(user id, item id) -> "row N"`` (1-based) of a Parquet ratings file."""
+
+    def locate(user, item) -> str:
+        import pyarrow.parquet as pq
+
+        t = pq.read_table(path, columns=list(dict.fromkeys([user_col, item_col]))).to_pandas()
+        rows = np.flatnonzero((t[user_col].to_numpy() == user) & (t[item_col].to_numpy() == item))
+        return _plural("row", [str(int(k) + 1) for k in rows])
+
+    return locate
+
+
+def _plural(word: str, places: list[str]) -> str:
+    if not places:
+        return f"{word} ?"
+    if len(places) == 1:
+        return f"{word} {places[0]}"
+    shown = places[:5] + (["..."] if len(places) > 5 else [])
+    return f"{word}s {', '.join(shown[:-1])} and {shown[-1]}"
+
+
+def _check_rating_values(data, where: str, rating_range=None, locate=None) -> None:
+    """Every stored rating of ``data`` (``Interactions``, duplicates already resolved) has a
+    magnitude of at most :data:`MAX_RATING_MAGNITUDE` and, with ``rating_range``, lies in it; else
+    one ``CommandError`` naming ``where`` (the file), the place (``locate(user id, item id)``) and
+    the value. Run on the whole data before the split, so that the outcome never depends on which
+    part a rating lands in."""
+    m = data.matrix
+    vals = np.asarray(m.data, dtype=np.float64)
+    if vals.size == 0:
+        return
+    checks = [
+        (
+            np.abs(vals) > MAX_RATING_MAGNITUDE,
+            f"is above the largest magnitude privrec accepts ({MAX_RATING_MAGNITUDE:g}; squared and summed such "
+            "ratings overflow the float32 Gramians): rescale the ratings",
+        )
+    ]
+    if rating_range is not None:
+        lo, hi = rating_range
+        outside = (vals < lo) | (vals > hi)
+        checks.append(
+            (
+                outside,
+                f"is outside the declared rating_range [{lo:g}, {hi:g}] (--rating-range): fix the data or declare "
+                "the right range",
+            )
+        )
+    for bad, why in checks:
+        if not bad.any():
+            continue
+        k = int(np.flatnonzero(bad)[0])
+        row = int(np.searchsorted(m.indptr, k, side="right") - 1)
+        user, item = np.asarray(data.user_ids)[row], np.asarray(data.item_ids)[m.indices[k]]
+        place = ""
+        if locate is not None:
+            try:
+                place = locate(user, item)
+            except Exception:  # only the wording of the error: never hide it
+                place = ""
+        merged = place.startswith(("lines ", "rows "))
+        policy = (data.info or {}).get("duplicate_policy") if hasattr(data, "info") else None
+        value = f"{float(vals[k]):g}"
+        what = (
+            f"the rating of user {_show(user)}, item {_show(item)}, {value} after --duplicates {policy},"
+            if merged and policy
+            else f"rating {value} (user {_show(user)}, item {_show(item)})"
+        )
+        more = int(np.count_nonzero(bad)) - 1
+        tail = f" ({more} more rating(s) too)" if more else ""
+        raise CommandError(f"{where}{', ' + place if place else ''}: {what} {why}{tail}")
+
+
+def _show(v) -> str:
+    return repr(v.item() if isinstance(v, np.generic) else v)[:40]
 
 
 def _check_columns(columns, wanted, path) -> None:

@@ -23,7 +23,8 @@ columns user, rank, item, score. Users are processed in batches, so memory stays
 bounded whatever the number of users. Each user's embedding is recomputed from the
 saved item factors and the user's own history only, so exporting costs no privacy.
 Items a user already has are left out (--keep-rated keeps them). Item ids are the
-model's when it was saved with them, else item indices.
+model's (saved with every model, with or without --items); a model file written
+by an older privrec without them gets item indices, with a warning.
 
 Examples:
   privrec export --model model.npz --dataset ml-100k --data-dir ~/data/ml-100k --output top10.parquet

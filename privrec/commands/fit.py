@@ -338,12 +338,12 @@ def _save_model(args, split, model) -> None:
     """Write the fitted model to ``--output`` (called inside the budget charge, right after the fit:
     a spend is recorded only once its model is saved). The model was fitted on the split's matrix:
     say where its item axis came from (a declared catalogue, or the data) and give it the split's
-    ids when they may be saved -- a declared catalogue is public, a non-private model keeps
-    everything -- so that recommend / similar can check a data file against them (a private
-    model's data-derived ids are not saved)."""
+    item ids, so that recommend / similar / export name the same items whether or not ``--items``
+    was given; the file records whether they are public (a declared catalogue) or come from the
+    data (which items have ratings: not covered by the guarantee)."""
     declared = args.ratings is not None and args.items is not None
     model._item_axis = "catalogue" if declared else "data"
-    if split.item_ids is not None and (declared or not model._is_private()):
+    if split.item_ids is not None:
         model.item_ids_, model._item_ids_given = np.asarray(split.item_ids), declared
     try:
         model.save(args.output)

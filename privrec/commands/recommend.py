@@ -87,10 +87,11 @@ def _show_items(args, data, ids, scores, header: str) -> None:
 
 
 def _check_model_matches(model, data, name, args=None):
-    """The data must have the model's items: the same number and, when the model file has item ids,
-    the same ids in the same order (a file with other ids would map rows to the wrong items and
-    titles). A model saved without ids (a private model whose item axis came from the data) cannot
-    be checked beyond the count: a ``--ratings`` file then gets a warning."""
+    """The data must have the model's items: the same number and, when the model file has item ids
+    (every model privrec saves now, whether or not the fit declared ``--items``), the same ids in
+    the same order (a file with other ids would map rows to the wrong items and titles). A model
+    file without ids (a private model saved by an older privrec, its item axis from the data)
+    cannot be checked beyond the count: a ``--ratings`` file then gets a warning."""
     n_model, n_data = model.item_factors_.shape[0], data.matrix.shape[1]
     if n_model != n_data:
         raise CommandError(
@@ -114,9 +115,9 @@ def _check_model_matches(model, data, name, args=None):
     elif args is not None and args.ratings is not None and model._item_ids_dropped():
         _warn(
             args,
-            f"cannot check that the items of {name} are the model's: the model was saved without item ids (its item "
-            "axis was not a declared catalogue), so only the count was compared; a file with other ids gives wrong "
-            "items. Fit with --items FILE to have them checked",
+            f"cannot check that the items of {name} are the model's: the model was saved without item ids (by an older "
+            "privrec, its item axis not a declared catalogue), so only the count was compared; a file with other ids "
+            "gives wrong items. Refit and save it again to have them checked",
         )
 
 
@@ -149,8 +150,27 @@ def cmd_similar(args) -> int:
     return _run("similar", _similar, args)
 
 
+def _no_factors_message(model) -> str:
+    """Why ``similar`` has nothing to compare on a model without item factors, in the CLI's words:
+    what gives it factors and what that costs (issue 43)."""
+    ask = "'privrec fit --factors 8' fits item embeddings"
+    if not getattr(model, "_is_private", lambda: False)() or getattr(model, "factors", None) is not None:
+        return f"this model has no item factors (factors = 0), so item similarity is undefined; {ask}"
+    return (
+        "this model has no item factors: the automatic configuration chose the private bias model (item biases "
+        "and the popularity of the released counts) because, at this number of users and epsilon, the privacy "
+        "noise would swamp item embeddings. It considers them from users x min(epsilon, 20) >= 60,000 for ratings "
+        "(where a private selection on held-out ratings then decides) and >= 20,000 for implicit feedback, e.g. "
+        f"12,000 users at --epsilon 5: more users, or a larger --epsilon, which weakens the guarantee. Or {ask} on "
+        "request: no extra privacy cost, but the same epsilon is shared with them, so on data this small their "
+        "nearest neighbours are mostly noise and the ratings and ranking can be worse than the bias model's"
+    )
+
+
 def _similar(args) -> int:
     model, data = _model_and_data(args)
+    if np.asarray(model.item_factors_).shape[1] == 0:
+        raise CommandError(_no_factors_message(model))
     i = _find(getattr(data, "item_ids", np.arange(data.matrix.shape[1])), args.item, "item")
     ids, scores = model.similar_items(i, N=args.n + 1)
     keep = ids != i

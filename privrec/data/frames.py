@@ -18,9 +18,10 @@ is passed, in which case they are resolved with a ``UserWarning`` (see
 :meth:`Interactions.from_arrays`).
 
 Privacy note: without a given vocabulary, the item ids are *the items that have at least one
-rating*, which is itself a statistic of the data. A private model (``DPALS``) therefore saves
-item ids with its release only when they came from a public vocabulary (``item_ids=`` here);
-see ``FactorizationModel.save``.
+rating*, which is itself a statistic of the data. A private model (``DPALS``) fitted on them
+warns (``ItemCatalogueWarning``), and its saved file records the item axis -- rows and ids -- as
+not public; give the public vocabulary (``item_ids=`` here) to have it covered. See
+``FactorizationModel.save``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from __future__ import annotations
 import datetime
 import hashlib
 import numbers
-from collections.abc import Collection, Hashable
+from collections.abc import Collection, Hashable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -93,13 +95,49 @@ def _factorize_ids(values, name: str) -> tuple[np.ndarray, np.ndarray]:
     return codes.astype(np.int64, copy=False), _tidy_uniques(uniques, name)
 
 
+def check_ordered_ids(values, what: str) -> None:
+    """``ValueError`` when a declared id list (a catalogue, a roster, a vocabulary) ``values`` is not
+    an ordered sequence: a ``set`` / ``frozenset`` (or any other ``collections.abc.Set``, e.g.
+    ``dict.keys()``) has no order, and the order of a declared list fixes the rows of the model
+    and of its saved file; a mapping (keys or values?), a string or bytes (a sequence of
+    characters) are refused too. Passing ``sorted(ids)`` or a list states the order."""
+    if isinstance(values, AbstractSet):
+        raise ValueError(
+            f"{what} must be an ordered sequence of ids (a list, tuple, numpy array or pandas Series / Index), "
+            f"got a {type(values).__name__}: a set has no order, and the order of the ids fixes the model's rows; "
+            "pass sorted(ids) or a list"
+        )
+    if isinstance(values, (Mapping, str, bytes)):
+        raise ValueError(
+            f"{what} must be an ordered sequence of ids (a list, tuple, numpy array or pandas Series / Index), "
+            f"got a {type(values).__name__}"
+        )
+
+
+def check_no_missing_ids(vocab: np.ndarray, what: str) -> None:
+    """``ValueError`` when a declared id array holds a missing value (``None``, NaN, ``pd.NA``,
+    ``NaT``): a missing value is not an id, and would add a row no data can reach."""
+    if vocab.dtype.kind not in "OfcmM":
+        return
+    missing = np.asarray(pd.isna(vocab), dtype=bool)
+    if missing.any():
+        k = int(np.flatnonzero(missing)[0])
+        raise ValueError(
+            f"{what} holds {int(missing.sum())} missing value(s) (None / NaN), e.g. {vocab[k]!r} at position {k}: "
+            "a missing value is not an id"
+        )
+
+
 def _vocabulary_index(vocabulary, name: str) -> tuple[np.ndarray, pd.Index]:
-    """``(vocabulary array, its pandas.Index)`` of a given vocabulary: a non-empty 1-D sequence of
-    distinct, hashable ids (one-line ``ValueError`` otherwise, before any lookup)."""
+    """``(vocabulary array, its pandas.Index)`` of a given vocabulary: a non-empty, ordered 1-D
+    sequence (:func:`check_ordered_ids`: not a set) of distinct, hashable ids, none missing (one-line
+    ``ValueError`` otherwise, before any lookup)."""
+    check_ordered_ids(vocabulary, f"the {name} vocabulary")
     vocab = _id_values(vocabulary, f"the {name} vocabulary")
     if vocab.ndim != 1 or len(vocab) == 0:
         raise ValueError(f"the {name} vocabulary must be a non-empty 1-D sequence of ids")
     check_ids_not_nul_suffixed(vocab, f"the {name} vocabulary")
+    check_no_missing_ids(vocab, f"the {name} vocabulary")
     try:
         index = pd.Index(vocab, tupleize_cols=False)
         unique = index.is_unique

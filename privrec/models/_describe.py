@@ -26,7 +26,8 @@ from .._io import json_safe
 NOT_RELEASED = (
     "user factors and user biases (each user recomputes their own from the released item side and "
     "their own history, at no privacy cost)",
-    "the training users' ids, and item ids derived from the data (only a declared catalogue's ids are public)",
+    "the training users' ids (item ids are saved with the model: public when they are a declared catalogue; "
+    "derived from the data, like the item axis they name, they are not covered by the guarantee)",
     "evaluation metrics, per-bucket tables and timings computed from the exact data",
     "the noise seed (a private model file never stores random_state)",
 )
@@ -49,6 +50,66 @@ def _fmt(v: Any) -> str:
     if isinstance(v, (list, tuple)):
         return "(" + ", ".join(_fmt(x) for x in v) + ")"
     return str(v)
+
+
+def _e_to_the(eps: float) -> str:
+    """``= e^eps`` in words: the number while it is printable (``= 148``), then its power of ten
+    (``~ 10^434`` for eps = 999; ``exp`` overflows a float above eps ~ 709)."""
+    if eps < 700:
+        return f"= {math.exp(eps):.3g}"
+    return f"~ 10^{eps / math.log(10):.4g} (a bound that protects nothing)"
+
+
+def _md_text(value, limit: int = 200) -> str:
+    """Text given by the caller (a dataset name, a metric or row name) made inert in Markdown: one
+    line (every line break and run of whitespace becomes one space), at most ``limit``
+    characters, and the characters that start Markdown or HTML constructs (code spans and fences,
+    emphasis, links, HTML tags, headings; a table cell's ``|`` is escaped by :func:`_md_table`)
+    escaped with a backslash."""
+    text = " ".join(str(value).split())
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return "".join("\\" + c if c in _MD_SPECIAL else c for c in text)
+
+
+_MD_SPECIAL = frozenset("\\`*_[]<>#~!")  # "|" is escaped by _md_table, in table cells
+
+
+def _metric_cell(value, where: str) -> str:
+    """A metric value in the card: a number (NaN, a metric that could not be computed, as
+    ``n/a``), a string as inert text, a list of those in parentheses, ``None`` / missing as empty;
+    anything else (a boolean, a dict, an object) is a one-line ``ValueError`` naming ``where``."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return _md_text(value, 40)
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"model_card: metrics[{where}] must be a number, got a boolean")
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        v = float(value)
+        return "n/a" if math.isnan(v) else _fmt(v)
+    if isinstance(value, (list, tuple)):  # e.g. a confidence interval
+        return "(" + ", ".join(_metric_cell(x, where) for x in value) + ")"
+    raise ValueError(
+        f"model_card: metrics[{where}] must be a number, a string or a list of those, got {type(value).__name__}"
+    )
+
+
+def _metric_rows(metrics: Mapping) -> dict[str, Mapping]:
+    """``metrics`` as ``{row name: {metric: value}}``: a flat ``{metric: value}`` mapping is the one
+    row ``"this model"``; a mix of both is a one-line ``ValueError``."""
+    if not isinstance(metrics, Mapping):
+        raise ValueError(
+            f"model_card: metrics must be a mapping {{row name: {{metric: value}}}}, got {type(metrics).__name__}"
+        )
+    nested = [isinstance(v, Mapping) for v in metrics.values()]
+    if all(nested):
+        return dict(metrics)
+    if not any(nested):
+        return {"this model": metrics}
+    raise ValueError(
+        "model_card: metrics must be {row name: {metric: value}} (or one flat {metric: value} row), got a mix of both"
+    )
 
 
 def model_config(model) -> dict:
@@ -102,10 +163,10 @@ def _personal_part(model, cfg: dict) -> str:
         )
     if type(model).__name__ == "DPALS" and model._personal_mode() == "loo":
         return (
-            f"yes ({factors} factors), chosen per user: each user's ridge on the personal part is picked by exact "
-            "leave-one-out on their own ratings from user_regularization x {1/4, 1, 4, 16, 64} and infinity (no "
-            "personal part), so a user whose history the released factors do not predict falls back to the bias "
-            "model (personal='loo')"
+            f"yes ({factors} factors), chosen per user: exact leave-one-out on each user's own ratings picks one of "
+            "two fits of the user's residuals, the joint ridge fit of the personal part and the user bias (ridge "
+            "user_regularization) or the user bias alone (no personal part), so a user whose history the released "
+            "factors do not predict falls back to the bias model (personal='loo')"
         )
     return f"yes ({factors} factors): every user's embedding is a ridge fit of their own history on the item factors"
 
@@ -158,12 +219,11 @@ def _privacy(model) -> dict:
         return out
     unit = "interactions" if model._is_implicit_feedback() else "ratings"
     acc = {"pld": "PLD (privacy loss distribution)", "rdp": "RDP (Renyi DP)"}.get(out["accountant"], out["accountant"])
-    factor = math.exp(eps) if eps < 700 else math.inf
     target = out["target_epsilon"]
     out["statement"] = (
         f"({eps:.3g}, {delta:.3g})-differentially private at the user level: removing all of one user's {unit} "
-        f"(see the neighbouring relation) changes the probability of any released output by at most a factor e^{eps:.3g} = "
-        f"{factor:.3g}, except with probability {delta:.3g}. epsilon was computed by the {acc} accountant over "
+        f"(see the neighbouring relation) changes the probability of any released output by at most a factor e^{eps:.3g} "
+        f"{_e_to_the(eps)}, except with probability {delta:.3g}. epsilon was computed by the {acc} accountant over "
         f"the {out['n_events']} recorded noise events of the fit"
         + (f" (target {_fmt(float(target))})" if isinstance(target, (int, float)) else "")
         + "."
@@ -226,8 +286,13 @@ def describe_text(d: Mapping) -> str:
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    esc = [[str(c).replace("|", "\\|") for c in r] for r in rows]
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in esc]
+    """A Markdown table; every cell on one line, its ``|`` escaped."""
+
+    def cell(c) -> str:
+        return " ".join(str(c).split()).replace("|", "\\|")
+
+    head, body = [cell(c) for c in header], [[cell(c) for c in r] for r in rows]
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in body]
 
 
 def model_card(
@@ -236,9 +301,12 @@ def model_card(
     """Markdown model card of a fitted model; written atomically to ``path`` when given.
 
     ``metrics``: ``{row name: {metric: value}}``, e.g. the model and its yardsticks on the same
-    held-out data (``{"this model": {...}, "ALS (non-private)": {...}}``); the card marks them as
-    exact figures that the guarantee does not cover. ``dataset``: a name for the data section.
-    Returns the Markdown text.
+    held-out data (``{"this model": {...}, "ALS (non-private)": {...}}``), or one flat ``{metric:
+    value}`` row (named ``"this model"``); the card marks them as exact figures that the guarantee
+    does not cover. A NaN value is shown as ``n/a``; a value that is not a number, a string or a
+    list of those is a one-line ``ValueError``. ``dataset``: a name for the data section. Names
+    and text given here are made inert: one line, Markdown and HTML characters escaped (no
+    headings, code fences or tags can be injected). Returns the Markdown text.
     """
     from .. import __version__
 
@@ -256,7 +324,7 @@ def model_card(
     ]
     out += ["## Data", ""]
     if dataset:
-        out.append(f"- dataset: {dataset}")
+        out.append(f"- dataset: {_md_text(dataset)}")
     out.append(f"- shape: {users} users x {shape['n_items']:,} items")
     axis = d.get("item_axis")
     if axis:
@@ -299,10 +367,11 @@ def model_card(
     out += ["## Settings", "", "The resolved configuration (`config_`); every value is public.", ""]
     out += _md_table(["setting", "value"], [[f"`{k}`", _fmt(v)] for k, v in d["config"].items()])
     out.append("")
-    if metrics:
-        names = list(metrics)
-        keys: list[str] = []
-        for row in metrics.values():
+    rows_by_name = _metric_rows(metrics) if metrics is not None else {}
+    if rows_by_name:
+        names = list(rows_by_name)
+        keys: list = []
+        for row in rows_by_name.values():
             keys += [k for k in row if k not in keys]
         out += [
             "## Metrics",
@@ -311,8 +380,10 @@ def model_card(
             "data, which the guarantee does not cover; do not publish them with the release.",
             "",
         ]
-        rows = [[n] + [_fmt(metrics[n].get(k, "")) for k in keys] for n in names]
-        out += _md_table(["model"] + keys, rows)
+        rows = [
+            [_md_text(n, 80)] + [_metric_cell(rows_by_name[n].get(k, ""), f"{n!r}][{k!r}") for k in keys] for n in names
+        ]
+        out += _md_table(["model"] + [_md_text(k, 40) for k in keys], rows)
         out.append("")
     text = "\n".join(out)
     if path is not None:

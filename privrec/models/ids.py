@@ -53,10 +53,9 @@ def check_ids(ids, n: int, name: str) -> tuple[np.ndarray, bool]:
 def _dropped_item_ids() -> ValueError:
     """The error of an id lookup in a model whose data-derived item ids were not kept."""
     return ValueError(
-        "this model was saved without item ids (its item axis was not a declared catalogue): its ids came from the "
-        "training data, which the privacy guarantee does not cover, so they were not kept and ids cannot be mapped "
-        "to rows; use row indices (similar_items, recommend), or refit with the public catalogue (fit(X, "
-        "items=catalogue); privrec fit --items FILE) to keep the ids"
+        "this model was saved without item ids (its item axis was not a declared catalogue, and the privrec that "
+        "saved it did not keep ids derived from the training data), so ids cannot be mapped to rows; use row "
+        "indices (similar_items, recommend), or refit and save it again (privrec now saves the item ids)"
     )
 
 
@@ -144,7 +143,8 @@ class IdMapMixin:
 
     def _item_ids_dropped(self) -> bool:
         """Whether the model had item ids that were not kept: its item axis came from the data (no
-        declared catalogue) and a private save or pickle dropped those ids (issue 27)."""
+        declared catalogue) and it was saved or pickled by a privrec that dropped those ids from a
+        private model (issue 27; they are kept since issue 39)."""
         return (
             getattr(self, "_item_axis", None) == "data"
             and getattr(self, "item_ids_", None) is None

@@ -43,7 +43,7 @@ import math
 import numbers
 import sys
 import warnings
-from collections.abc import Mapping, Set
+from collections.abc import Iterator, Mapping, Set
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -61,7 +61,8 @@ class ItemCatalogueWarning(UserWarning):
     (or an ``Interactions`` read from one) without a declared item catalogue indexes only the items
     that have at least one rating. Which items have ratings is a statistic of the data -- with one
     user as an item's only rater, the released arrays have a row more with that user than without --
-    so the item axis is not covered by the privacy guarantee. Declare the public catalogue:
+    so the item axis -- and the item ids saved with the model, which name its rows -- is not
+    covered by the privacy guarantee. Declare the public catalogue:
     ``model.fit(X, items=catalogue)``, ``privrec.data.from_pandas(..., item_ids=catalogue)`` or
     ``from_parquet(..., item_ids=catalogue)``; ``fit(X, strict_catalogue=True)`` refuses instead."""
 
@@ -234,6 +235,24 @@ def _id_array(ids) -> np.ndarray:
     return np.atleast_1d(np.asarray(ids))
 
 
+def _declared_ids(ids, what: str) -> np.ndarray:
+    """A declared roster / catalogue as a 1-D id array: an ordered, non-empty sequence (a list,
+    tuple, numpy array, pandas Series / Index; a set is refused, having no order:
+    :func:`privrec.data.frames.check_ordered_ids`) without missing values (``None`` / NaN)."""
+    from ..data.frames import check_no_missing_ids, check_ordered_ids
+
+    check_ordered_ids(ids, what)
+    if isinstance(ids, Iterator):  # a generator states an order: read it once
+        ids = list(ids)
+    if hasattr(ids, "to_numpy") and not isinstance(ids, np.ndarray):  # pandas Series / Index
+        ids = ids.to_numpy()
+    arr = _id_array(ids)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{what} must be a non-empty 1-D sequence of ids")
+    check_no_missing_ids(arr, what)
+    return arr
+
+
 def _is_identity_ids(ids, n: int) -> bool:
     ids = np.asarray(ids)
     return ids.dtype.kind in "iu" and ids.shape == (n,) and bool(np.array_equal(ids, np.arange(n)))
@@ -327,9 +346,7 @@ def with_user_roster(X, users):
             "users= (the public user roster) applies to a long DataFrame; build other inputs with "
             "privrec.data.from_pandas / from_parquet(..., user_ids=roster), and a matrix's rows are its roster"
         )
-    roster = _id_array(users)
-    if roster.ndim != 1 or roster.size == 0:
-        raise ValueError("users (the public user roster) must be a non-empty 1-D sequence of user ids")
+    roster = _declared_ids(users, "users (the public user roster)")
     return from_pandas(X, USER_COL, ITEM_COL, RATING_COL if RATING_COL in X.columns else None, user_ids=roster)
 
 
@@ -348,9 +365,7 @@ def with_item_catalogue(X, items):
     from ..data.frames import ITEM_COL, RATING_COL, USER_COL, from_pandas, vocabulary_fingerprint
     from ..data.interactions import Interactions
 
-    catalogue = _id_array(items)
-    if catalogue.ndim != 1 or catalogue.size == 0:
-        raise ValueError("items (the public item catalogue) must be a non-empty 1-D sequence of item ids")
+    catalogue = _declared_ids(items, "items (the public item catalogue)")
     index = pd.Index(catalogue)
     if not index.is_unique:
         raise ValueError(
@@ -572,7 +587,8 @@ class FitInputMixin:
             warnings.warn(
                 f"private {type(self).__name__} fitted on an item axis taken from the data (only the items that have "
                 "ratings): which items have ratings is not covered by the privacy guarantee, and the released item "
-                f"arrays have one row per such item; {advice} (strict_catalogue=True refuses such fits)",
+                f"arrays have one row per such item, saved with its id; {advice} (strict_catalogue=True refuses such "
+                "fits)",
                 ItemCatalogueWarning,
                 stacklevel=3,
             )

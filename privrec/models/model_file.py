@@ -9,7 +9,8 @@ Version-1 files (no dtypes in the metadata, no hash) are still read.
 This module holds the format's constants and the checks of an untrusted file that do not depend
 on the model class, in the order :meth:`FactorizationModel.load` runs them: the zip members
 (:func:`_npz_members`; stored or deflated only, and each member's declared sizes bounded by the
-file's size before anything is read), the declared array sizes against the memory limit, each
+file's size before anything is read), the declared array sizes against the memory limit and the
+memory the process may still allocate under its ``RLIMIT_AS`` / ``RLIMIT_DATA`` limits, each
 ``.npy`` header before its data (:func:`_read_header`), the metadata's JSON and its depth, the
 parameters, the content hash, and the privacy report, whose epsilons are recomputed from its
 recorded events (:func:`_verify_privacy_report`). What a model writes into such a file and restores
@@ -23,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import zipfile
 import zlib
 
@@ -114,7 +116,10 @@ def _check_member_size(info: zipfile.ZipInfo, what: str, file_size: int) -> None
 def _check_declared_sizes(specs: dict, members: dict[str, zipfile.ZipInfo], file_size: int) -> None:
     """Before any array is read: every array the metadata declares fits in its member (whose size
     :func:`_check_member_size` bounded by the file's), and all of them together fit in
-    :func:`privrec._validation.memory_limit` (``$PRIVREC_MAX_ARRAY_BYTES``)."""
+    :func:`privrec._validation.memory_limit` (``$PRIVREC_MAX_ARRAY_BYTES``) and, with
+    :data:`_LOAD_HEADROOM` to spare, in what the process may still allocate under its soft
+    ``RLIMIT_AS`` / ``RLIMIT_DATA`` limits (the limit less the current ``VmSize`` / ``VmData``:
+    :func:`_address_space_left`). The message names the limit that refused the file."""
     total = 0
     for k, (shape, dtype_str, _, dtypes) in specs.items():
         itemsize = np.dtype(dtype_str).itemsize if dtype_str is not None else min(np.dtype(t).itemsize for t in dtypes)
@@ -128,10 +133,63 @@ def _check_declared_sizes(specs: dict, members: dict[str, zipfile.ZipInfo], file
         total += nbytes
     limit = memory_limit()
     if total > limit:
-        raise _BadModelFile(
-            f"its arrays declare {_gib(total)}, more than the memory limit of {_gib(limit)} (set "
-            "PRIVREC_MAX_ARRAY_BYTES to raise it)"
+        why = (
+            "set by PRIVREC_MAX_ARRAY_BYTES"
+            if os.environ.get("PRIVREC_MAX_ARRAY_BYTES")
+            else "half the physical memory; set PRIVREC_MAX_ARRAY_BYTES to raise it"
         )
+        raise _BadModelFile(f"its arrays declare {_gib(total)}, more than the memory limit of {_gib(limit)} ({why})")
+    for name, soft, used, left in _address_space_left():
+        if total + _LOAD_HEADROOM > left:
+            raise _BadModelFile(
+                f"its arrays declare {_gib(total)}, more than this process can still allocate under its {name} "
+                f"limit ({_gib(soft)}, of which {_gib(used)} in use: {_gib(left)} left); raise the limit (ulimit "
+                f"{'-v' if name == 'RLIMIT_AS' else '-d'}) or load the file in a process with more room"
+            )
+
+
+#: room kept free besides the arrays when a model file is read (decompression buffers, the metadata)
+_LOAD_HEADROOM = 64 << 20
+#: process resource limits on memory that a load must fit under, with the /proc/self/status field
+#: of the current usage each limit counts
+_RESOURCE_LIMITS = (("RLIMIT_AS", "VmSize"), ("RLIMIT_DATA", "VmData"))
+
+
+def _status_bytes(field: str) -> int | None:
+    """A ``kB`` field of ``/proc/self/status`` (Linux) in bytes, or ``None``."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _address_space_left() -> list[tuple[str, int, int, int]]:
+    """``(limit name, soft limit, bytes in use, bytes left)`` of each finite memory limit of the
+    process (``RLIMIT_AS``: address space, ``RLIMIT_DATA``: data segment; usage from
+    ``/proc/self/status``, 0 where it cannot be read). Empty without such limits (or without the
+    ``resource`` module, e.g. on Windows)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return []
+    out = []
+    for name, field in _RESOURCE_LIMITS:
+        which = getattr(resource, name, None)
+        if which is None:
+            continue
+        try:
+            soft = resource.getrlimit(which)[0]
+        except (OSError, ValueError):
+            continue
+        if soft == resource.RLIM_INFINITY or soft < 0:
+            continue
+        used = _status_bytes(field) or 0
+        out.append((name, int(soft), used, max(0, int(soft) - used)))
+    return out
 
 
 def _read_header(fh, what: str):
@@ -152,12 +210,19 @@ def _read_header(fh, what: str):
         raise _BadModelFile(f"member {what} has a corrupt .npy header ({type(exc).__name__})") from None
 
 
+#: bytes read from a zip member at a time: ``ZipExtFile.readinto`` reads (and decompresses) into a
+#: temporary ``bytes`` of the requested size, so one unbounded read would need the array twice over
+_READ_CHUNK = 16 << 20
+
+
 def _read_exact(fh, nbytes: int, what: str) -> np.ndarray:
+    """Exactly ``nbytes`` from ``fh`` into a new buffer, :data:`_READ_CHUNK` bytes at a time (the
+    peak memory is the array plus one chunk); a short or overlong member is a :class:`_BadModelFile`."""
     buf = np.empty(nbytes, dtype=np.uint8)
     view = buf.data
     got = 0
     while got < nbytes:
-        n = fh.readinto(view[got:])
+        n = fh.readinto(view[got : got + _READ_CHUNK])
         if not n:
             raise _BadModelFile(f"member {what} is truncated ({got} of {nbytes} data bytes)")
         got += n
@@ -199,7 +264,9 @@ def _read_array_member(zf, info, what, shape, dtype_str, ndims, dtypes) -> np.nd
     arr = raw.view(dtype)
     arr = arr.reshape(fshape[::-1]).T if fortran else arr.reshape(fshape)
     arr = _c_order(arr)
-    if not np.all(np.isfinite(arr)):
+    flat = arr.reshape(-1)
+    step = max(1, _READ_CHUNK // max(1, arr.itemsize))  # a chunk at a time: no array-sized temporary
+    if not all(np.isfinite(flat[k : k + step]).all() for k in range(0, flat.size, step)):
         raise _BadModelFile(f"array {what} contains NaN or infinite values")
     return arr
 

@@ -9,8 +9,8 @@ dimensions and dtypes (``_array_schema``), the parameters, the id maps and where
 from (metadata ``item_axis``) -- and ``save`` / ``load``; the file format itself and the checks of
 an untrusted file are :mod:`privrec.models.model_file` (reference: docs/data-and-model-files.md).
 
-Pickling (``pickle``, ``joblib.dump``) a fitted private model keeps the release only: the training
-users' factors, biases and ids, data-derived item ids, fit timings and the noise seed are dropped,
+Pickling (``pickle``, ``joblib.dump``) a fitted private model keeps the release and the item ids
+(as a saved file does): the training users' factors, biases and ids, fit timings and the noise seed are dropped,
 with one :class:`PrivateStateWarning` (:meth:`PersistenceMixin.__getstate__`), as a saved file
 drops them. Non-private models pickle everything; in-memory copies (``copy.copy`` /
 ``copy.deepcopy``) keep everything.
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._io import atomic_path
-from .inputs import ITEM_AXIS_SOURCES, ItemCatalogueWarning
+from .inputs import ITEM_AXIS_SOURCES
 from .model_file import (
     _FLOAT_DTYPES,
     _MAX_META_BYTES,
@@ -55,8 +55,8 @@ from .model_file import (
 
 class PrivateStateWarning(UserWarning):
     """Pickling (``pickle``, ``joblib.dump``, ...) a fitted private model dropped the state its privacy
-    guarantee does not cover (the training users' factors, biases and ids, data-derived item ids,
-    fit timings, the noise seed): the unpickled model holds the release only, as a loaded one does."""
+    guarantee does not cover (the training users' factors, biases and ids, fit timings, the noise
+    seed): the unpickled model holds the release and the item ids, as a loaded one does."""
 
 
 class PersistenceMixin:
@@ -94,7 +94,7 @@ class PersistenceMixin:
     #: Fitted attributes a private model keeps when pickled: the release (item side, noisy counts,
     #: privacy ledger / report) and values computed from public settings alone. Any other fitted
     #: (``name_``) attribute is dropped as well, so state added later is private until listed here;
-    #: ``item_ids_`` is kept only when it is a given public catalogue (as :meth:`save` does).
+    #: ``item_ids_`` is kept, as :meth:`save` keeps it (public only for a declared catalogue).
     _released_state: tuple[str, ...] = (
         "item_factors_",
         "item_bias_",
@@ -131,7 +131,7 @@ class PersistenceMixin:
         dropped = []
         for name in list(state):
             if name == "item_ids_":
-                drop = not state.get("_item_ids_given", False)
+                drop = False  # kept, as save() keeps them (the item axis they name is released too)
             elif name in self._private_state:
                 drop = True
             else:
@@ -227,10 +227,12 @@ class PersistenceMixin:
         file carries a SHA-256 of its content, checked on load.
 
         Id maps (``user_ids_`` / ``item_ids_`` of a model fitted with ids; str or int ids) are saved
-        in the metadata: user ids only with the user factors, and a *private* model saves item ids
-        only when they came from a given (public) vocabulary -- ids derived from the data tell
-        which items have ratings, which the privacy guarantee does not cover (a
-        ``UserWarning`` says so).
+        in the metadata: user ids only with the user factors (so never by a private model), item
+        ids always, so that the loaded model maps the same ids to the same rows. A *private*
+        model's item ids are public only when they came from a declared catalogue: ids derived
+        from the data, like the item axis itself, tell which items have ratings, which the privacy
+        guarantee does not cover -- the fit warns (``ItemCatalogueWarning``) and the file records
+        ``item_axis`` ``{"source": "data", "public": false}``.
         """
         self._check_fitted()
         self._check_params_unchanged()
@@ -297,20 +299,13 @@ class PersistenceMixin:
                 out["user_ids"] = entry
         iids = getattr(self, "item_ids_", None)
         if iids is not None and len(iids) == self.n_items_:
-            if self._is_private() and not getattr(self, "_item_ids_given", False):
-                warnings.warn(
-                    f"item ids not saved with this private {type(self).__name__}: they were derived from the training "
-                    "data (the items that have ratings), and so was the item axis itself -- the number and order of "
-                    "the saved item rows -- which the privacy guarantee does not cover (the file records item_axis "
-                    "public: false). Fit with a declared public catalogue (model.fit(X, items=catalogue) or "
-                    "privrec.data.from_pandas(..., item_ids=catalogue)) to release them",
-                    ItemCatalogueWarning,
-                    stacklevel=3,
-                )
-            else:
-                entry = _ids_to_json(iids, "item")
-                if entry is not None:
-                    out["item_ids"] = entry
+            # saved whatever the item axis: the ids name the saved item rows, so that a loaded model
+            # recommends, exports and checks data by the same ids as the fitted one. A private model's
+            # data-derived axis (ids and rows alike) is not covered by the guarantee: the fit warned
+            # (ItemCatalogueWarning) and the file records item_axis public: false
+            entry = _ids_to_json(iids, "item")
+            if entry is not None:
+                out["item_ids"] = entry
         axis = getattr(self, "_item_axis", None)
         if axis in ITEM_AXIS_SOURCES:  # where the item axis came from (None: a model loaded from an older file)
             out["item_axis"] = {"source": axis, "public": axis == "catalogue"}

@@ -63,6 +63,7 @@ from ...distributed.fit import (
     _release_blocks,
     _sampled_counts,
     _sampled_sum,
+    _set_ids,
     _statistics,
     _training_matrix,
     _user_step,
@@ -70,6 +71,8 @@ from ...distributed.fit import (
 from ...privacy import make_rng
 from ...privacy.mechanisms import Release
 from ...solvers._linalg import as_task_array
+from ...tuning.auto import run_automatic_selection
+from ...tuning.plan import plan_fit
 from ._common import DEFAULT_WAIT, Fault, Federation, check_fault, config_of, content, read_arrays, summed
 
 APP = "dpals"
@@ -188,9 +191,69 @@ def _keep_warm(state, job: str, t: int, warm: np.ndarray) -> None:
     state[name] = ArrayRecord(kept)
 
 
-def _matrix(shard: Shard, implicit: bool) -> sp.csr_matrix:
-    """The shard's rows of the fit's matrix (``distributed.fit._training_matrix``: binarised when implicit)."""
-    return _training_matrix(cast(Any, shard), 0, implicit)
+def _matrix(shard: Shard, implicit: bool, config: dict[str, Any] | None = None) -> sp.csr_matrix:
+    """The shard's rows of the fit's matrix (``distributed.fit._training_matrix``: binarised when
+    implicit); with ``config["part"] == "train"`` (the automatic selection's candidates) only the
+    training part of each user's ratings (:func:`privrec.tuning.selection.split_holdout` keyed on
+    the users' ids, as the local and the Dask fit split them)."""
+    R = _training_matrix(cast(Any, shard), 0, implicit)
+    if config is not None and str(config.get("part", "")) == "train":
+        R = _holdout(shard, R, config)[0]
+    return R
+
+
+def _holdout(shard: Shard, R: sp.csr_matrix, config: dict[str, Any]) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    from ...tuning.selection import split_holdout
+
+    train, held = split_holdout(
+        sp.csr_matrix(R, dtype=np.float64),
+        float(config["holdout"]),
+        int(str(config["holdout_key"])),
+        stable_user_keys(shard.user_ids),
+    )
+    return train.astype(np.float32), held
+
+
+#: the release arrays a client needs to project its users (the billboard projection)
+_RELEASE_ARRAYS = ("item_factors_", "item_bias_")
+
+
+def _release_model(config: dict[str, Any], values: dict):
+    """A DPALS holding a candidate's release, for the clients' own projections (post-processing)."""
+    from ...models.dpals import DPALS
+
+    meta = json.loads(str(config["release"]))
+    model = DPALS(
+        epsilon=float(meta["epsilon"]),
+        feedback=str(meta["feedback"]),
+        personal=str(meta["personal"]),
+        unobserved_weight=float(meta["unobserved_weight"]),
+        num_threads=1,
+    )
+    model.item_factors_ = np.asarray(values["item_factors_"])
+    model.item_bias_ = np.asarray(values["item_bias_"]) if "item_bias_" in values else None
+    model.global_mean_ = np.asarray(float(meta["global_mean"]))
+    model.user_reg_norm_ = float(meta["user_reg_norm"])
+    model.user_regularization_ = float(meta["user_regularization"])
+    model.config_ = {"user_reg_exponent": float(meta["user_reg_exponent"]), "label_bound": float(meta["label_bound"])}
+    return model
+
+
+def _release_message(model) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """``(config, arrays)`` sending ``model``'s release to the clients (:func:`_release_model`)."""
+    meta = {
+        "epsilon": float(model.epsilon),
+        "feedback": str(model.feedback),
+        "personal": str(model.personal),
+        "unobserved_weight": float(model.unobserved_weight),
+        "global_mean": float(model.global_mean_),
+        "user_reg_norm": float(model.user_reg_norm_),
+        "user_regularization": float(model.user_regularization_),
+        "user_reg_exponent": float(model.config_["user_reg_exponent"]),
+        "label_bound": float(model.config_["label_bound"]),
+    }
+    arrays = {name: np.asarray(getattr(model, name)) for name in _RELEASE_ARRAYS if getattr(model, name) is not None}
+    return {"release": json.dumps(meta)}, arrays
 
 
 def client_answer(shard: Shard, config: dict[str, Any], values: dict, state) -> tuple[dict, dict]:
@@ -201,12 +264,12 @@ def client_answer(shard: Shard, config: dict[str, Any], values: dict, state) -> 
     if stage == "roster":
         return _roster(shard, config), {}
     if stage == "counts":
-        R = _matrix(shard, bool(config["implicit"]))
+        R = _matrix(shard, bool(config["implicit"]), config)
         keys = stable_user_keys(shard.user_ids)
         counts = _sampled_counts(R, 0, int(config["k"]), int(str(config["key"])), user_keys=keys)
         return {}, {"counts": np.asarray(counts, dtype=np.float64)}
     if stage == "mean":
-        R = _matrix(shard, bool(config["implicit"]))
+        R = _matrix(shard, bool(config["implicit"]), config)
         keys = stable_user_keys(shard.user_ids)
         k, key, half, mid = int(config["k"]), int(str(config["key"])), float(config["half"]), float(config["mid"])
         total, n = _sampled_sum(R, 0, k, key, half, mid, user_keys=keys)
@@ -215,9 +278,9 @@ def client_answer(shard: Shard, config: dict[str, Any], values: dict, state) -> 
         from ...models.dpals import DPALS
 
         cfg = _config_from_json(str(config["cfg"]))
-        t, job = int(config["t"]), str(config["job"])
+        t, job = int(config["t"]), str(config["job"]) + str(config.get("part_tag", ""))
         proxy = DPALS(num_threads=1)  # the user step's settings all come from cfg
-        R = _matrix(shard, cfg.implicit)
+        R = _matrix(shard, cfg.implicit, config)
         head, counts_h = values["head"], values["counts_h"]
         prepared = _prepare(
             R,
@@ -238,6 +301,14 @@ def client_answer(shard: Shard, config: dict[str, Any], values: dict, state) -> 
         G, b = _statistics(step, 0, slice(0, head.size), float(config["label_bound"]), False, None)
         over = int(step.spend > cfg.budget)  # checked here: a user's spend is private
         return {"over_budget": over}, {"G": G, "b": b, "gram": step.gram}
+    if stage == "losses":  # the automatic selection's score of one candidate: a sum over the shard's users
+        from ...tuning.selection import user_losses
+
+        R = _training_matrix(cast(Any, shard), 0, False)
+        train, held = _holdout(shard, R, config)
+        cap = int(config["rating_cap"]) or None
+        loss = user_losses(_release_model(config, values), train, held, float(config["clip"]), cap).sum()
+        return {}, {"loss": np.array([loss], dtype=np.float64)}
     raise ValueError(f"unknown DP-ALS stage {stage!r}")
 
 
@@ -279,7 +350,6 @@ def fit_dpals(
     ``federation_`` holds the round log (:class:`~privrec.federated.flower._common.RoundLog`).
     """
     from ...models import DPALS
-    from ...models._base import _check_fitted_factors, _param_fingerprint
 
     if not isinstance(model, DPALS):
         raise TypeError(f"fit_dpals fits a DPALS, got {type(model).__name__}")
@@ -291,11 +361,94 @@ def fit_dpals(
     if len(n_items_seen) != 1:
         raise ValueError(f"the clients disagree on the number of items: {sorted(n_items_seen)}")
     n_users, n_items = sum(fed.units.values()), n_items_seen.pop()
-    plan = _flower_plan(model, (n_users, n_items))
-    cfg = plan.config
-    if not cfg.private:
+    plan = plan_fit(model, (n_users, n_items), keys="user ids")
+    if not plan.private:
         raise ValueError("a Flower fit is private (finite epsilon); fit epsilon=inf locally with DPALS.fit")
-    _check_roster(model, cfg, roster)
+    _check_roster(model, plan.config, roster)
+    if plan.kind == "selection":  # the local fit's selection: candidates on the clients' training parts
+        run_automatic_selection(model, plan, FlowerSelectionData(fed, (n_users, n_items)), show_progress=False)
+        _set_ids(model, cast(Any, SimpleNamespace(item_ids=np.arange(n_items), info={}, n_items=n_items)))
+    else:
+        _fit_plan(model, fed, plan, (n_users, n_items))
+    _finish_federated(model, fed)
+    return model
+
+
+def _finish_federated(model, fed: Federation) -> None:
+    """The round log, the fitted-state checks; a warning when a release ran with fewer users."""
+    import warnings
+
+    from ...models._base import _check_fitted_factors, _param_fingerprint
+
+    model.federation_ = fed.log.as_dict()
+    short = model.federation_.get("short_rounds") or []
+    if short:
+        warnings.warn(
+            f"{len(short)} release(s) of this Flower fit ran without some clients' users (e.g. {short[0]!r}): the "
+            "guarantee holds, but the model was fitted on fewer users; see model.federation_['rounds']",
+            UserWarning,
+            stacklevel=3,
+        )
+    _check_fitted_factors(model)
+    model._fitted_params = _param_fingerprint(model)
+
+
+def _ask(fed: Federation, label: str, config: dict, values: dict | None = None) -> dict:
+    """``fed.ask``, refused when no client answered: a release must contain some users' data (the
+    noise alone would pass for a model)."""
+    replies = fed.ask(label, config, values)
+    if not replies:
+        raise RuntimeError(
+            f"no Flower client answered the round {label!r}: nothing was released; check the clients' logs"
+        )
+    return replies
+
+
+class FlowerSelectionData:
+    """The clients' users for :func:`privrec.tuning.selection.run_selection`: each client splits its
+    users' ratings by the same keyed holdout (its users' ids), fits every candidate on the training
+    parts (the ``part`` fields of each message) and returns the sum of its users' clipped held-out
+    losses against a candidate's release -- the server sees that sum before it adds the score noise,
+    as it sees every other statistic (:data:`TRUST_STATEMENT`)."""
+
+    def __init__(self, fed: Federation, shape: tuple[int, int]):
+        self.fed = fed
+        self.shape = shape
+        self.part: dict[str, Any] = {}
+        self.fits = 0
+
+    def split(self, fraction: float, key: int) -> None:
+        self.part = {"part": "train", "holdout": float(fraction), "holdout_key": str(int(key))}
+
+    def _fit(self, model, part: dict[str, Any]):
+        from ...tuning.plan import plan_fit
+
+        self.fits += 1
+        plan = plan_fit(model, self.shape, keys="user ids")
+        return _fit_plan(model, self.fed, plan, self.shape, {**part, "part_tag": f"-fit{self.fits}"})
+
+    def fit(self, model, show_progress: bool):
+        return self._fit(model, self.part)
+
+    def score(self, model, clip: float, rating_cap) -> float:
+        config, arrays = _release_message(model)
+        config.update(self.part, stage="losses", clip=float(clip), rating_cap=int(rating_cap or 0))
+        replies = _ask(self.fed, "selection losses", config, arrays)
+        return float(summed(replies, ["loss"], {"loss": ((1,), np.float64)})["loss"][0])
+
+    def refit(self, model, show_progress: bool):
+        return self._fit(model, {})
+
+    def finish(self, model) -> None:
+        """Nothing to gather: users project themselves (``user_factors_`` stays ``None``)."""
+
+
+def _fit_plan(model, fed: Federation, plan, shape: tuple[int, int], part: dict[str, Any] | None = None):
+    """One federated fit of ``plan`` (kind ``"fit"``) on the clients' users (``part``: the
+    selection's training parts, sent with every message). The local fit's stages, in its order."""
+    part = dict(part or {})
+    n_users, n_items = shape
+    cfg = plan.config
 
     # 1. the local fit's sequence: rng, init_rng, pipeline, calibration ------------------------
     dtype, d = cfg.dtype, cfg.factors
@@ -307,12 +460,14 @@ def fit_dpals(
     k = cfg.count_sample
 
     def counts_round(key: int) -> np.ndarray:
-        replies = fed.ask("item counts", {"stage": "counts", "k": k, "key": str(key), "implicit": cfg.implicit})
+        config = {"stage": "counts", "k": k, "key": str(key), "implicit": cfg.implicit, **part}
+        replies = _ask(fed, "item counts", config)
         return summed(replies, ["counts"], {"counts": ((n_items,), np.float64)})["counts"]
 
     def mean_round(key: int, half: float, mid: float) -> tuple[float, float]:
         config = {"stage": "mean", "k": k, "key": str(key), "half": half, "mid": mid, "implicit": cfg.implicit}
-        total, n = summed(fed.ask("global mean", config), ["sums"], {"sums": ((2,), np.float64)})["sums"]
+        replies = _ask(fed, "global mean", {**config, **part})
+        total, n = summed(replies, ["sums"], {"sums": ((2,), np.float64)})["sums"]
         return float(total), float(n)
 
     counts = pipe.release_sampled_counts(counts_round, k)
@@ -353,8 +508,9 @@ def fit_dpals(
             "max_norm": float(solver.max_norm),
             "gravity": gravity,
             "label_bound": float(solver.label_bound),
+            **part,
         }
-        replies = fed.ask(f"ALS step {t}", config, {"V": V, "b": b_items, "head": head, "counts_h": counts_h})
+        replies = _ask(fed, f"ALS step {t}", config, {"V": V, "b": b_items, "head": head, "counts_h": counts_h})
         if any(int(config_of(r)["over_budget"]) for r in replies.values()):
             raise ValueError(
                 f"a client's per-user spend exceeds the declared budget {cfg.budget:.6g}; "
@@ -384,39 +540,11 @@ def fit_dpals(
 
     # 4. ledger check and the Dask fit's release (the local fit's, without user factors) --------
     ledger = pipe.finish()
-    catalogue = SimpleNamespace(item_ids=np.arange(n_items), info={})  # the clients' columns, no ids
+    catalogue = SimpleNamespace(item_ids=np.arange(n_items), info={}, n_items=n_items)  # the clients' columns, no ids
     driver = SimpleNamespace(model=model, als=False, parts=catalogue)
     _Driver._release(cast(Any, driver), cfg, cal, ledger, head, counts, V, b_items, mu, 1.0, 1.0, n_users, n_items)
     model.fit_timings_ = {"preprocess": t_pre, "steps": step_times, "projection": 0.0}
-    model.federation_ = fed.log.as_dict()
-    _check_fitted_factors(model)
-    model._fitted_params = _param_fingerprint(model)
     return model
-
-
-def _flower_plan(model, shape: tuple[int, int]):
-    """The fit's plan (:func:`privrec.tuning.plan.plan_fit`, sampling keyed on the users' ids).
-    Where the local default would run the automatic selection, the Flower server fits the private
-    bias model instead, with a warning: the selection's held-out scoring round (each client
-    projecting its users onto every candidate's release and returning the sum of their clipped
-    losses) is not implemented on Flower yet. It needs nothing beyond the stated trust model --
-    the server would see one more exact sum before adding its noise -- so this is a gap, not a
-    limit; pass ``factors=`` and ``iterations=`` to fit a rank here."""
-    import warnings
-
-    from ...tuning.plan import plan_fit
-
-    plan = plan_fit(model, shape, keys="user ids")
-    if plan.kind != "selection":
-        return plan
-    warnings.warn(
-        "on the Flower backend the automatic configuration fits the private bias model (factors=0): the local and "
-        "Dask fits choose between it and a rank by private selection on held-out ratings, whose scoring round is "
-        "not implemented for Flower clients yet; pass factors= and iterations= to fit a rank here",
-        UserWarning,
-        stacklevel=4,
-    )
-    return plan_fit(model, shape, keys="user ids", bias_model=True)
 
 
 def _check_roster(model, cfg, roster: dict) -> None:
