@@ -594,6 +594,74 @@ CASES: list[Case] = [
         setup="quick_model().save('m.npz')",
         error=["nobody", "not found"],
     ),
+    # 9. select_private takes what DPALS.fit takes and refuses what would make its scores exact
+    Case(
+        "select_private rating_cap=0",
+        code="df = frame()\nfrom privrec.models import DPALS\nfrom privrec.tuning import select_private\nimport scipy.sparse as sp\nfrom privrec.data import from_pandas\nR = from_pandas(df).matrix\ncands = [DPALS(factors=0, show_progress=False), DPALS(factors=2, iterations=1, show_progress=False)]\nselect_private(cands, R, epsilon=1.0, delta=1e-5, rating_cap=0)\nresult('selected')",
+        error=["rating_cap"],
+    ),
+    Case(
+        "select_private loss_clip=0",
+        code="df = frame()\nfrom privrec.models import DPALS\nfrom privrec.tuning import select_private\nimport scipy.sparse as sp\nfrom privrec.data import from_pandas\nR = from_pandas(df).matrix\ncands = [DPALS(factors=0, show_progress=False), DPALS(factors=2, iterations=1, show_progress=False)]\nselect_private(cands, R, epsilon=1.0, delta=1e-5, loss_clip=0)\nresult('selected')",
+        error=["loss_clip"],
+    ),
+    Case(
+        "select_private loss_clip NaN",
+        code="df = frame()\nfrom privrec.models import DPALS\nfrom privrec.tuning import select_private\nimport scipy.sparse as sp\nfrom privrec.data import from_pandas\nR = from_pandas(df).matrix\ncands = [DPALS(factors=0, show_progress=False), DPALS(factors=2, iterations=1, show_progress=False)]\nselect_private(cands, R, epsilon=1.0, delta=1e-5, loss_clip=float('nan'))\nresult('selected')",
+        error=["loss_clip"],
+    ),
+    Case(
+        "select_private candidates as a generator",
+        code="df = frame()\nfrom privrec.models import DPALS\nfrom privrec.tuning import select_private\nimport scipy.sparse as sp\nfrom privrec.data import from_pandas\nR = from_pandas(df).matrix\ncands = [DPALS(factors=0, show_progress=False), DPALS(factors=2, iterations=1, show_progress=False)]\nselect_private((c for c in cands), R, epsilon=1.0, delta=1e-5)\nresult('selected')",
+        error=["candidates", "list"],
+    ),
+    Case(
+        "select_private epsilon as text",
+        code="df = frame()\nfrom privrec.models import DPALS\nfrom privrec.tuning import select_private\nimport scipy.sparse as sp\nfrom privrec.data import from_pandas\nR = from_pandas(df).matrix\ncands = [DPALS(factors=0, show_progress=False), DPALS(factors=2, iterations=1, show_progress=False)]\nselect_private(cands, R, epsilon='5', delta=1e-5)\nresult('selected')",
+        error=["epsilon"],
+    ),
+    Case(
+        "select_private COO with duplicate entries",
+        code="df = frame()\nfrom privrec.models import DPALS\nfrom privrec.tuning import select_private\nimport scipy.sparse as sp\nfrom privrec.data import from_pandas\nR = from_pandas(df).matrix\ncands = [DPALS(factors=0, show_progress=False), DPALS(factors=2, iterations=1, show_progress=False)]\nX = sp.coo_matrix(([3.0, 4.0], ([0, 0], [1, 1])), shape=(3, 3))\n"
+        "select_private(cands, X, epsilon=1.0, delta=1e-5)\nresult('selected')",
+        error=["duplicate"],
+    ),
+    Case(
+        "select_private on a long DataFrame",
+        code="df = frame()\nfrom privrec.models import DPALS\nfrom privrec.tuning import select_private\nimport scipy.sparse as sp\nfrom privrec.data import from_pandas\nR = from_pandas(df).matrix\ncands = [DPALS(factors=0, show_progress=False), DPALS(factors=2, iterations=1, show_progress=False)]\nres = select_private(cands, df, epsilon=1.0, delta=1e-5, refit_share=0.0)\n"
+        "result(res.best_estimator_.item_factors_.shape[0])",
+        check=lambda folder, out, err: '"RESULT 50"' in repr(out) or "RESULT 50" in out,
+    ),
+    # 10. a non-finite release cannot rank silently
+    Case(
+        "recommend_all with a NaN item factor",
+        code="m = quick_model()\nfrom privrec.data import from_pandas\nfrom privrec.serving import recommend_all\n"
+        "m.item_factors_[5, 0] = float('nan')\nrecommend_all(m, from_pandas(frame()), 'top.parquet', N=10)\n"
+        "result('written')",
+        error=["item_factors_", "nan"],
+        check=_exists_not("top.parquet"),
+    ),
+    Case(
+        "recommend with an infinite item bias",
+        code="m = quick_model(factors=0)\nfrom privrec.data import from_pandas\nR = from_pandas(frame()).matrix\n"
+        "m.item_bias_[0] = float('inf')\nids, _ = m.recommend(0, R[0], N=5)\nresult(len(ids))",
+        error=["item_bias_", "infinite"],
+    ),
+    # 11. budgets: arguments checked, one lock per file
+    Case(
+        "Budget lock_timeout NaN",
+        code="from privrec.privacy import Budget\nBudget.create('b.json', 1.0, 1e-6)\n"
+        "Budget('b.json', lock_timeout=float('nan'))\nresult('opened')",
+        error=["lock_timeout"],
+        fast=True,
+    ),
+    Case(
+        "Budget.check of a list of strings",
+        code="from privrec.privacy import Budget\nb = Budget.create('b.json', 1.0, 1e-6)\nb.check(['x'])\n"
+        "result('checked')",
+        error=["planned events"],
+        fast=True,
+    ),
 ]
 
 
@@ -641,7 +709,7 @@ def _command(case: Case, argv: list[str] | None) -> list[str]:
         + textwrap.indent(case.code, "    ")
         + textwrap.dedent(
             """
-        except ValueError as exc:
+        except (ValueError, TypeError) as exc:  # one-line errors of the API (TypeError: a wrong type named)
             print("privrec probe: error: " + " ".join(str(exc).split()), file=sys.stderr)
             sys.exit(2)
         """

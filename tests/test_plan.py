@@ -345,3 +345,48 @@ def test_flower_fit_without_any_client_fails_and_short_rounds_warn():
     grid = InProcessGrid(flower.client_app(shards=flower.split_users(R, 3), fault=one), 3)
     with pytest.warns(UserWarning, match="without some clients' users"):
         flower.fit_dpals(DPALS(**kw), grid, min_clients=3, max_retries=0)
+
+
+# ------------------------------------------------------------------------------- issue 39 (the lead's part)
+def test_a_nonfinite_release_is_refused_when_ranking(tmp_path):
+    from privrec.data.registry import load_dataset
+    from privrec.serving import recommend_all
+
+    R = load_dataset("synthetic-skew").matrix.tocsr()[:300]
+    m = DPALS(epsilon=1.0, factors=2, iterations=1, show_progress=False).fit(R)
+    m.item_factors_[54, 0] = np.nan
+    with pytest.raises(ValueError, match=r"item_factors_ holds NaN or infinite values \(item 54\)"):
+        m.recommend(0, R[0], N=5)
+    with pytest.raises(ValueError, match="item_factors_ holds NaN"):
+        recommend_all(m, R, tmp_path / "top.parquet", N=10)
+    assert not (tmp_path / "top.parquet").exists()
+    m.item_factors_[54, 0] = 0.0
+    m.item_bias_[0] = np.inf
+    with pytest.raises(ValueError, match=r"item_bias_ holds NaN or infinite values \(item 0\)"):
+        m.recommend(0, R[0], N=5)
+
+
+def test_ranking_metrics_refuse_k_beyond_the_catalogue_and_narrow_targets():
+    from privrec.evaluation.metrics import ranking_metrics
+
+    rng = np.random.default_rng(0)
+    U, V = rng.random((5, 3)).astype(np.float32), rng.random((10, 3)).astype(np.float32)
+    T = sp.random(5, 10, density=0.3, format="csr", random_state=1)
+    with pytest.raises(ValueError, match="exceeds the 10 candidate items"):
+        ranking_metrics(U, V, T, ks=(10**6,))
+    with pytest.raises(ValueError, match="targets has shape"):
+        ranking_metrics(U, V, sp.random(5, 8, density=0.3, format="csr", random_state=1), ks=(5,))
+
+
+def test_the_ray_simulation_refuses_an_address_space_limit_it_cannot_start_in():
+    pytest.importorskip("flwr")
+    import subprocess
+    import sys
+
+    code = (
+        "import resource; resource.setrlimit(resource.RLIMIT_AS, (4 << 30, resource.RLIM_INFINITY))\n"
+        "from privrec.federated.flower.simulation import _check_ray_can_start\n"
+        "try:\n    _check_ray_can_start()\nexcept RuntimeError as e:\n    print('refused:', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "refused: Flower's simulation runtime (Ray) cannot start" in out.stdout, out.stderr

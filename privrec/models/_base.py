@@ -598,6 +598,8 @@ class FactorizationModel(FitInputMixin, IdMapMixin, PersistenceMixin, BaseEstima
         for a in range(0, max(n_users, 1), step):
             b = min(n_users, a + step)
             scores = self._score_all(uvec[a:b], None if ubias is None else ubias[a:b])
+            if not np.isfinite(scores).all():  # a NaN / inf in the release would drop or reorder items silently
+                raise ValueError(self._nonfinite_release_message())
             if fi is not None:
                 scores[:, fi] = -np.inf
             if liked_rows is not None:
@@ -645,6 +647,25 @@ class FactorizationModel(FitInputMixin, IdMapMixin, PersistenceMixin, BaseEstima
             filter_already_liked_items=False,
             recalculate_user=recalculate_user,
             items=sel,
+        )
+
+    def _nonfinite_release_message(self) -> str:
+        """One line naming the array of the release (or the user side) that made a score non-finite."""
+        for name, value in (
+            ("item_factors_", self.item_factors_),
+            ("item_bias_", self._item_bias()),
+            ("global_mean_", self._global()),
+        ):
+            arr = None if value is None else np.asarray(value, dtype=np.float64)
+            if arr is not None and not np.isfinite(arr).all():
+                bad = np.flatnonzero((~np.isfinite(arr)).reshape(arr.shape[0], -1).any(axis=1)) if arr.ndim else []
+                where = f" (item {int(bad[0])})" if len(bad) else ""
+                return (
+                    f"this model's {name} holds NaN or infinite values{where}: it cannot rank items; refit the model "
+                    "or load an unmodified file"
+                )
+        return (
+            "the user factors or biases hold NaN or infinite values: scores are not finite, so items cannot be ranked"
         )
 
     def _score_all(self, uvec, ubias):

@@ -63,6 +63,29 @@ def backend_config(num_cpus: int | None = None) -> dict:
     }
 
 
+#: virtual address space below which Ray's runtime cannot start (its object store and worker
+#: processes reserve far more address space than they use); under such a limit it used to block
+#: silently until killed
+_RAY_MIN_ADDRESS_SPACE = 64 << 30
+
+
+def _check_ray_can_start() -> None:
+    """One-line ``RuntimeError`` before Ray is started under an address-space limit it cannot run in
+    (``ulimit -v``: Ray's processes reserve tens of GB of virtual memory and then hang)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY and soft < _RAY_MIN_ADDRESS_SPACE:
+        raise RuntimeError(
+            f"Flower's simulation runtime (Ray) cannot start under this process's address-space limit "
+            f"(ulimit -v = {soft >> 20:,} MiB; Ray reserves tens of GB of virtual memory): lift the limit "
+            "(ulimit -v unlimited), or run the clients in this process with "
+            "privrec.federated.flower.testing.InProcessGrid and fit_dpals"
+        )
+
+
 def simulate(
     jobs: Sequence[Callable[[Grid], Any]], app: ClientApp, n_clients: int, backend: dict | None = None
 ) -> list:
@@ -71,6 +94,7 @@ def simulate(
     An exception in a job is raised here."""
     from flwr.simulation import run_simulation
 
+    _check_ray_can_start()
     results: list[Any] = []
     server = ServerApp()
 
