@@ -658,7 +658,11 @@ class FactorizationModel(FitInputMixin, IdMapMixin, PersistenceMixin, BaseEstima
         ):
             arr = None if value is None else np.asarray(value, dtype=np.float64)
             if arr is not None and not np.isfinite(arr).all():
-                bad = np.flatnonzero((~np.isfinite(arr)).reshape(arr.shape[0], -1).any(axis=1)) if arr.ndim else []
+                bad: np.ndarray = (
+                    np.flatnonzero((~np.isfinite(arr)).reshape(arr.shape[0], -1).any(axis=1))
+                    if arr.ndim
+                    else np.zeros(0, dtype=np.int64)
+                )
                 where = f" (item {int(bad[0])})" if len(bad) else ""
                 return (
                     f"this model's {name} holds NaN or infinite values{where}: it cannot rank items; refit the model "
