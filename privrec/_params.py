@@ -24,8 +24,11 @@ Subclasses inherit and may redeclare parameters (e.g. another default). Cross-pa
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from typing import Any, ClassVar, TypeVar, overload
+
+import numpy as np
 
 from ._constraints import validate_parameter_constraints
 
@@ -87,3 +90,23 @@ class Hyperparameters:
             {name: getattr(self, name) for name in sorted(self._parameter_constraints)},
             caller_name=type(self).__name__,
         )
+
+
+def _param_fingerprint(model) -> dict[str, str]:
+    """The saved parameters as JSON text, by name (what :meth:`FactorizationModel.save` would write)."""
+    return {k: json.dumps(_jsonable(v), sort_keys=True, default=repr) for k, v in model._saved_params().items()}
+
+
+def _jsonable(v):
+    if isinstance(v, (type, np.dtype)):
+        try:
+            return np.dtype(v).name
+        except TypeError:
+            return repr(v)
+    if isinstance(v, (np.random.Generator, np.random.RandomState, np.random.SeedSequence)):
+        return None  # generator state is not persisted
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, float) and not np.isfinite(v):
+        return v  # json.dumps writes Infinity; json.loads reads it back
+    return v

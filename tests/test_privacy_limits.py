@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from privrec._validation import FitMemoryError, check_fit_memory, fit_memory
+from privrec._validation import FitMemoryError
 from privrec.cli import main
 from privrec.models import ALS, DPALS
 from privrec.privacy import (
@@ -31,6 +31,7 @@ from privrec.privacy import (
 )
 from privrec.privacy.calibration import MIN_TARGET_EPSILON
 from privrec.privacy.ledger import PLD_MIN_DELTA
+from privrec.solvers.memory import check_fit_memory, fit_memory
 
 STEPS = 3
 

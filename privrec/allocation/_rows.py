@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from .._hashing import stable_hash
+
 
 def check_user_items(user_items, name: str = "user_items") -> sp.csr_matrix:
     """Return ``user_items`` as a CSR matrix; ``ValueError`` if it is not CSR or has duplicates.
@@ -70,7 +72,7 @@ def sampling_key(rng: np.random.Generator) -> int:
 def stable_user_keys(ids) -> np.ndarray:
     """The stable 64-bit sampling identity (``uint64``) of each user id: what per-user sampling is keyed on.
 
-    A pure function of the id alone (:func:`privrec.distributed.stable_hash`, the hash that also
+    A pure function of the id alone (:func:`privrec._hashing.stable_hash`, the hash that also
     places users in partitions: integers by value whatever their dtype, strings and other objects
     by SipHash with a fixed key), so a user's draws do not depend on which other users are in the
     data or on the order of the rows: removing one user leaves every other user's sample unchanged
@@ -79,8 +81,6 @@ def stable_user_keys(ids) -> np.ndarray:
     re-identifies -- every later user: pass an ``Interactions`` (or a DataFrame) with the users' ids
     for the property to hold under deletion.
     """
-    from ..distributed.partition import stable_hash  # no Dask import (privrec.distributed imports it lazily)
-
     return np.asarray(stable_hash(ids), dtype=np.uint64)
 
 

@@ -56,15 +56,19 @@ from typing import Any
 import numpy as np
 
 from .._io import progress_steps
+from .._params import _param_fingerprint
 from .._validation import check_memory
 from ..privacy import make_rng
 from ..privacy.mechanisms import Release
 from ..solvers import make_solver
 from ..solvers._base import NOISE_BLOCK
 from ..solvers._linalg import as_task_array
+from ..tuning.auto import run_automatic_selection
+from ..tuning.plan import plan_fit
 from ._client import get_client
 from .partition import PartitionedInteractions, _release_freed_memory, partition_interactions
 from .reduce import DEFAULT_FAN_IN, item_blocks, reduce_item_blocks, tree_sum
+from .selection import DaskSelectionData
 
 # the worker-side task bodies (moved to .tasks; PartitionState, StepData and _weights re-exported)
 from .tasks import (
@@ -235,13 +239,10 @@ def fit(
         run_client = get_client(client or parts.client)
         plan = None if isinstance(model, ALS) else _plan(model, parts)
         if plan is not None and plan.kind == "selection":  # the local fit's selection, on the partitions
-            from ..tuning.auto import run_automatic_selection
-            from .selection import DaskSelectionData
-
             fit_kwargs = dict(
                 fan_in=fan_in, block_tasks=block_tasks, max_in_flight=max_in_flight, _leaf_hook=_leaf_hook
             )
-            data = DaskSelectionData(parts, run_client, fit_kwargs, implicit=bool(plan.config.implicit))
+            data = DaskSelectionData(parts, run_client, fit, fit_kwargs, implicit=bool(plan.config.implicit))
             try:
                 run_automatic_selection(model, plan, data, show_progress)
             finally:
@@ -253,7 +254,6 @@ def fit(
     finally:
         if owned:
             parts.release()
-    from ..models._base import _param_fingerprint
 
     model._fitted_params = _param_fingerprint(model)  # save() refuses parameters changed after this fit
     return model
@@ -262,8 +262,6 @@ def fit(
 def _plan(model, parts: PartitionedInteractions):
     """The fit's :class:`~privrec.tuning.plan.FitPlan` for the partitioned roster and catalogue
     (the same plan as the local fit of the same users: sampling keyed on their ids)."""
-    from ..tuning.plan import plan_fit
-
     return plan_fit(model, parts.shape, keys="user ids")
 
 

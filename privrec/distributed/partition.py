@@ -43,6 +43,10 @@ import scipy.sparse as sp
 from privrec._validation import unhashable_id_error
 from privrec.data._matrix_facts import MatrixShapeFacts
 
+from .._hashing import HASH_KEY as HASH_KEY
+from .._hashing import _id_array as _id_array
+from .._hashing import _object_ids as _object_ids
+from .._hashing import stable_hash as stable_hash
 from ._client import get_client, is_serial
 
 # the input readers (moved to .readers; check_parquet_files and its helpers re-exported)
@@ -51,8 +55,6 @@ from .readers import _as_dask_frame, _check_rating_dtype, _column_error
 from .readers import _parquet_files as _parquet_files
 from .readers import check_parquet_files as check_parquet_files
 
-#: key of pandas' SipHash for string / object ids (exactly 16 characters; changing it re-partitions every user)
-HASH_KEY = "privrec-users-v1"
 #: input rows per user partition when ``n_partitions`` is not given (~ 100 MB of CSR per partition)
 DEFAULT_ROWS_PER_PARTITION = 1 << 23
 DUPLICATE_POLICIES = ("error", "sum", "max")
@@ -60,63 +62,6 @@ _PART_COL = "_privrec_partition"
 
 
 # ---------------------------------------------------------------------- stable hashing
-
-
-def _id_array(values) -> np.ndarray:
-    """Ids as a numpy array with a canonical dtype: int64 / uint64 for integers, float64 for floats,
-    object for everything else (strings of any pandas string dtype, categoricals of strings, ...)."""
-    if isinstance(values, (pd.Series, pd.Index)):
-        dtype = values.dtype
-        if isinstance(dtype, pd.CategoricalDtype):
-            values = values.astype(dtype.categories.dtype)
-            dtype = values.dtype
-        if pd.api.types.is_bool_dtype(dtype):
-            return values.to_numpy(dtype=np.int64)
-        if pd.api.types.is_integer_dtype(dtype) and not values.hasnans:
-            return values.to_numpy(dtype=np.uint64 if pd.api.types.is_unsigned_integer_dtype(dtype) else np.int64)
-        if pd.api.types.is_float_dtype(dtype):
-            return values.to_numpy(dtype=np.float64, na_value=np.nan)
-        return _object_ids(values.to_numpy(dtype=object))
-    arr = np.asarray(values)
-    if arr.dtype.kind == "b":
-        return arr.astype(np.int64)
-    if arr.dtype.kind == "i":
-        return arr.astype(np.int64, copy=False)
-    if arr.dtype.kind == "u":
-        return arr.astype(np.uint64, copy=False)
-    if arr.dtype.kind == "f":
-        return arr.astype(np.float64, copy=False)
-    return _object_ids(arr.astype(object, copy=False))
-
-
-def _object_ids(arr: np.ndarray) -> np.ndarray:
-    """An object column holding only integers (or only floats) becomes int64 (float64), so it
-    hashes like the same ids in a numeric column (an input chunk may arrive as either)."""
-    kind = pd.api.types.infer_dtype(arr, skipna=False)
-    try:
-        if kind == "integer":
-            return arr.astype(np.int64)
-        if kind == "floating":
-            return arr.astype(np.float64)
-    except (OverflowError, TypeError, ValueError):  # e.g. integers beyond int64: keep the objects
-        pass
-    return arr
-
-
-def stable_hash(ids) -> np.ndarray:
-    """64-bit hash (``uint64``) of each id, identical in every process, machine and run.
-
-    Integers (any width / signedness, as int64 / uint64 values) and floats (``-0.0`` as ``0.0``)
-    use pandas' fixed integer mix; strings and other objects pandas' SipHash-2-4 keyed with
-    :data:`HASH_KEY` (mixed types hash their ``str``). The same id gives the same hash whatever the
-    column dtype it arrives in (``int32`` Parquet vs ``int64`` pandas, ``object`` vs ``string``).
-    """
-    arr = _id_array(ids)
-    if arr.dtype.kind == "f":
-        arr = arr + 0.0  # -0.0 -> 0.0 (same id, same partition)
-    if arr.dtype == object:
-        return pd.util.hash_array(arr, hash_key=HASH_KEY, categorize=True)
-    return pd.util.hash_array(arr)
 
 
 def partition_of(ids, n_partitions: int) -> np.ndarray:

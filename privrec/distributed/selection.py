@@ -13,6 +13,7 @@ design equal the local fit's; the factors agree to float tolerance.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -49,9 +50,17 @@ def _losses(train: PartitionBlock, held: sp.csr_matrix, model, clip: float, rati
 class DaskSelectionData:
     """Partitioned users for :func:`privrec.tuning.selection.run_selection` (module docstring)."""
 
-    def __init__(self, parts: PartitionedInteractions, client, fit_kwargs: dict[str, Any], implicit: bool = False):
+    def __init__(
+        self,
+        parts: PartitionedInteractions,
+        client,
+        fit: Callable[..., Any],
+        fit_kwargs: dict[str, Any],
+        implicit: bool = False,
+    ):
         self.parts = parts
         self.client = client
+        self.fit_fn = fit  # privrec.distributed.fit (passed in: this module sits below the driver)
         self.fit_kwargs = fit_kwargs
         self.implicit = implicit
         self.user_keys = "user ids"  # what the split and the sampling are keyed on
@@ -73,9 +82,7 @@ class DaskSelectionData:
         )
 
     def _fit(self, model, data, show_progress: bool):
-        from .fit import fit
-
-        return fit(model, data, client=self.client, show_progress=show_progress, **self.fit_kwargs)
+        return self.fit_fn(model, data, client=self.client, show_progress=show_progress, **self.fit_kwargs)
 
     def fit(self, model, show_progress: bool):
         return self._fit(model, self.train, show_progress)

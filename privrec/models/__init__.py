@@ -17,8 +17,9 @@ from ._base import (
 )
 from .als import ALS, ImplicitALS
 from .dpals import DPALS, METHODS
+from .persistence import MODEL_CLASSES
 
-MODEL_CLASSES = {"ALS": ALS, "ImplicitALS": ImplicitALS, "DPALS": DPALS}
+MODEL_CLASSES.update({"ALS": ALS, "ImplicitALS": ImplicitALS, "DPALS": DPALS})
 
 
 def load_model(fileobj_or_path):

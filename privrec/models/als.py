@@ -27,8 +27,9 @@ import scipy.sparse as sp
 
 from .._constraints import FINITE, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, StrOptions
 from .._params import Hyperparameters, param
-from .._validation import check_fit_memory, check_random_state_seed
+from .._validation import check_random_state_seed
 from ..privacy import make_rng
+from ..solvers.memory import check_fit_memory
 from ..solvers.ridge import _blas_single_thread, frequency_regularization, scaled_regularization, solve_rows
 from ._base import FactorizationModel, check_fit_matrix, check_rating_range
 

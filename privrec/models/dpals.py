@@ -58,10 +58,11 @@ from .._constraints import (
 )
 from .._io import json_safe, progress_steps
 from .._params import Hyperparameters, param
-from .._validation import check_delta, check_epsilon, check_fit_memory
+from .._validation import check_delta, check_epsilon
 from ..pipeline import Plan, PrivatePipeline
 from ..privacy import check_noise_random_state, clip_labels, clip_rows, make_rng
 from ..solvers import PrivateSolver, TaskBatch, make_solver
+from ..solvers.memory import check_fit_memory
 from ..solvers.ridge import frequency_regularization, scaled_regularization
 from ..tuning.auto import selects_rank
 from ..tuning.rule import POPULARITY_COUNT_SAMPLE, auto_config, empirical_bayes_item_ridge, spectral_ridge

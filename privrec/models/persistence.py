@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._io import atomic_path
+from .._params import _jsonable, _param_fingerprint
 from .inputs import ITEM_AXIS_SOURCES
 from .model_file import (
     _FLOAT_DTYPES,
@@ -419,13 +420,11 @@ class PersistenceMixin:
                     f"{', '.join(map(str, _READABLE_VERSIONS))}); save the model again with a "
                     f"matching privrec version"
                 )
-            from . import MODEL_CLASSES, FactorizationModel
-
             name = meta.get("class")
             target = MODEL_CLASSES.get(name) if isinstance(name, str) else None
             if target is None:
                 raise _BadModelFile(f"unknown model class {str(name)[:60]!r}")
-            if cls is not FactorizationModel and not issubclass(target, cls):
+            if not issubclass(target, cls):
                 raise _BadModelFile(f"holds a {name}, not a {cls.__name__}")
             declared = meta.get("arrays")
             if not isinstance(declared, dict):
@@ -567,25 +566,9 @@ def _ids_from_json(entry, which: str, n: int) -> np.ndarray:
     return arr
 
 
+#: the classes a model file may name (``"class"``), filled by :mod:`privrec.models` with the
+#: estimators it defines (a registry here, so that loading needs no import of the package above)
+MODEL_CLASSES: dict[str, type] = {}
+
 #: parameters that do not shape a fit's result (changing them after the fit does not stop save())
 _RUNTIME_PARAMS = frozenset({"show_progress", "num_threads"})
-
-
-def _param_fingerprint(model) -> dict[str, str]:
-    """The saved parameters as JSON text, by name (what :meth:`FactorizationModel.save` would write)."""
-    return {k: json.dumps(_jsonable(v), sort_keys=True, default=repr) for k, v in model._saved_params().items()}
-
-
-def _jsonable(v):
-    if isinstance(v, (type, np.dtype)):
-        try:
-            return np.dtype(v).name
-        except TypeError:
-            return repr(v)
-    if isinstance(v, (np.random.Generator, np.random.RandomState, np.random.SeedSequence)):
-        return None  # generator state is not persisted
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, float) and not np.isfinite(v):
-        return v  # json.dumps writes Infinity; json.loads reads it back
-    return v

@@ -63,7 +63,10 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import clone
 
+from .._params import _param_fingerprint
+from ..allocation import stable_user_keys
 from ..allocation._rows import entry_user_keys
+from ..data.fit_input import check_fit_matrix, fit_input
 from ..evaluation.protocols import predict_pairs, project_users
 from ..pipeline import check_ledger
 from ..privacy import PrivacyLedger, gaussian_event, make_rng
@@ -490,8 +493,6 @@ def run_selection(
     final.ledger_ = ledger
     final.epsilon = float(plan.epsilon)
     if "_fitted_params" in final.__dict__:  # the fitted state now belongs to the total guarantee
-        from ..models._base import _param_fingerprint
-
         final._fitted_params = _param_fingerprint(final)
     candidate_params = []
     for k, c in enumerate(candidates):
@@ -534,9 +535,6 @@ def run_selection(
 def _selection_input(X) -> tuple[sp.csr_matrix, np.ndarray | None, tuple[int, int]]:
     """``(CSR, user keys or None, shape)`` of any input ``DPALS.fit`` takes, converted and checked
     the same way (a long DataFrame, an ``Interactions``, a sparse matrix with no duplicate entries)."""
-    from ..allocation import stable_user_keys
-    from ..models._base import check_fit_matrix, fit_input
-
     if isinstance(X, np.ndarray) or not (sp.issparse(X) or hasattr(X, "matrix") or hasattr(X, "columns")):
         raise TypeError(
             f"X must be what DPALS.fit takes (a users x items sparse matrix, an Interactions or a long DataFrame "

@@ -56,6 +56,7 @@ import numpy as np
 import scipy.sparse as sp
 from flwr.app import Array, ArrayRecord, Context, Message
 
+from ..._params import _param_fingerprint
 from ...allocation import stable_user_keys
 from ...distributed.fit import (
     _Driver,
@@ -378,7 +379,7 @@ def _finish_federated(model, fed: Federation) -> None:
     """The round log, the fitted-state checks; a warning when a release ran with fewer users."""
     import warnings
 
-    from ...models._base import _check_fitted_factors, _param_fingerprint
+    from ...models._base import _check_fitted_factors
 
     model.federation_ = fed.log.as_dict()
     short = model.federation_.get("short_rounds") or []
