@@ -304,7 +304,7 @@ def test_show_progress_is_a_constructor_parameter(make, capfd):
         assert not _has_bar(capfd.readouterr().err)
         make(show_progress=False).fit(R, True)  # implicit 0.7's fit(user_items, show_progress) wins
         assert _has_bar(capfd.readouterr().err)
-        make().fit(R, None)  # scikit-learn's fit(X, y): quiet
+        make().fit(R, np.zeros(R.shape[0]))  # scikit-learn's fit(X, y) with a y: quiet
         assert not _has_bar(capfd.readouterr().err)
         make_pipeline(make()).fit(R)  # called by scikit-learn: quiet
         assert not _has_bar(capfd.readouterr().err)

@@ -55,6 +55,7 @@ from .ids import (  # noqa: F401 (re-exported: importable from here, as before t
 )
 from .inputs import (  # noqa: F401 (re-exported: importable from here, as before the split)
     ITEM_AXIS_SOURCES,
+    FitInput,
     FitInputMixin,
     ItemCatalogueWarning,
     RatingRangeWarning,
@@ -65,8 +66,6 @@ from .inputs import (  # noqa: F401 (re-exported: importable from here, as befor
     _is_identity_ids,
     _is_show_progress,
     _item_users,
-    _progress_arguments,
-    _wrap_fit,
     as_user_items,
     called_by_sklearn,
     check_fit_matrix,

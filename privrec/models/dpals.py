@@ -466,21 +466,47 @@ class DPALS(Hyperparameters, FactorizationModel):
             shape = (int(shape[0]), int(shape[1]))
         return plan_fit(self, shape, keys=keys)
 
-    def fit(self, user_items, show_progress: bool = True, callback=None):
-        """Fit on a users x items rating matrix (CSR or ``Interactions``); releases ``item_factors_``
-        (and ``item_bias_`` with ``biases=True``) under the configured (epsilon, delta).
+    def fit(
+        self,
+        user_items,
+        show_progress: bool | None = None,
+        callback=None,
+        *,
+        items=None,
+        users=None,
+        strict_catalogue: bool = False,
+        user_col="user",
+        item_col="item",
+        rating_col="rating",
+        y=None,
+    ):
+        """Fit on users x items ratings; releases ``item_factors_`` (and ``item_bias_`` with
+        ``biases=True``) under the configured (epsilon, delta).
+
+        ``user_items``: a sparse matrix (CSR / CSC / COO), an ``Interactions`` or a long DataFrame
+        (columns ``user_col`` / ``item_col`` / ``rating_col``). ``items`` / ``users``: the public
+        item catalogue and user roster (:mod:`privrec.models.inputs`); ``strict_catalogue``
+        refuses an item axis taken from the data. ``show_progress`` (``None``: the constructor's
+        value) and ``callback(iteration, elapsed_seconds, loss)`` as implicit 0.7; ``y`` is
+        ignored (scikit-learn's convention).
 
         Runs :meth:`plan` for the input's shape (the selection, or one fit through the stages of
         :class:`privrec.pipeline.PrivatePipeline`; see the module docstring) and checks the recorded
         events against it.
         """
-        R_full = check_fit_matrix(user_items)
-        ids = self.__dict__.get("_fit_user_ids")
-        keys = self._sampling_user_keys(R_full.shape[0])
-        return self._fit_matrix(
-            R_full, user_keys=keys, show_progress=show_progress, callback=callback,
-            keys_from="user ids" if ids is not None else "row positions",
+        inp = self._fit_input(
+            user_items, show_progress, callback, items=items, users=users, strict_catalogue=strict_catalogue,
+            columns=(user_col, item_col, rating_col), y=y,
         )  # fmt: skip
+        R_full = check_fit_matrix(inp.matrix)
+        self._fit_matrix(
+            R_full, user_keys=self._sampling_user_keys(R_full.shape[0], inp.user_ids),
+            show_progress=inp.show_progress, callback=inp.callback,
+            keys_from="user ids" if inp.user_ids is not None else "row positions",
+        )  # fmt: skip
+        return self._fitted(inp)
+
+    fit._privrec_fit_input = True  # type: ignore[attr-defined]  # explicit input steps (no wrapper)
 
     def _fit_matrix(
         self, R_full, *, user_keys=None, show_progress: bool = True, callback=None, plan=None, keys_from=None

@@ -80,7 +80,7 @@ class IdMapMixin:
         def similar_items(self, *args: Any, **kwargs: Any) -> Any: ...
 
     # ------------------------------------------------------------------ id maps
-    def _sampling_user_keys(self, n_users: int) -> np.ndarray:
+    def _sampling_user_keys(self, n_users: int, ids=None) -> np.ndarray:
         """Stable per-user sampling keys of the users being fitted
         (:func:`privrec.allocation.stable_user_keys` of their ids, one per row).
 
@@ -91,7 +91,8 @@ class IdMapMixin:
         """
         from ..allocation import stable_user_keys
 
-        ids = self.__dict__.get("_fit_user_ids")
+        if ids is None:
+            ids = self.__dict__.get("_fit_user_ids")
         if ids is None or len(ids) != n_users:
             ids = np.arange(n_users, dtype=np.int64)
         return stable_user_keys(ids)

@@ -4,10 +4,11 @@ Follows implicit 0.7's ``fit(user_items, show_progress, callback)`` (a users x i
 ``callback(iteration, elapsed_seconds, loss)``) and scikit-learn's input conventions (sparse and
 dense ``X``, NaN allowed where the estimator tags say so, a ``y`` accepted and ignored by an
 unsupervised ``fit``, ``verbose``-like progress output). This module holds the conversion of every
-input to one checked CSR (:func:`as_user_items`, :func:`fit_input`), the fit wrapper that applies
-it once for every subclass (:class:`FitInputMixin`: ``__init_subclass__`` wraps each subclass's
-``fit``), and the declarations that come with an input: the public item catalogue, the user roster
-and the rating range.
+input to one checked CSR (:func:`as_user_items`, :func:`fit_input`, in :mod:`privrec.data.fit_input`),
+the explicit first and last step of every ``fit`` (:meth:`FitInputMixin._fit_input`,
+:meth:`FitInputMixin._fitted`: no hidden wrapper, so ``inspect.signature(Model.fit)`` is the real
+one and an unknown keyword is a ``TypeError``), and the declarations that come with an input: the
+public item catalogue, the user roster and the rating range.
 
 Inputs of ``fit``: a scipy sparse users x items matrix (CSR, CSC or COO; duplicates rejected), a
 :class:`privrec.data.Interactions`, or a long-format pandas DataFrame with columns ``user`` /
@@ -42,9 +43,11 @@ import functools
 import numbers
 import sys
 import warnings
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from .._params import _param_fingerprint
 from ..data.fit_input import (  # noqa: F401 (the input conversion lives in the data layer; re-exported)
@@ -107,6 +110,8 @@ def _is_show_progress(value) -> bool:
     return isinstance(value, (bool, np.bool_)) or (isinstance(value, numbers.Integral) and value in (0, 1))
 
 
+# transitional: the fits not yet converted to the explicit _fit_input / _fitted steps (ALS,
+# ImplicitALS) are still wrapped; converted fits carry _privrec_fit_input and are left alone
 def _progress_arguments(model, args: tuple, kwargs: dict, progress_second: bool, takes_progress: bool):
     """``(args, kwargs)`` for a subclass's ``fit(user_items, ...)`` with scikit-learn's ``y`` removed and
     ``show_progress`` resolved (module docstring): the fit's argument, else the constructor's
@@ -202,9 +207,46 @@ def _wrap_fit(fit):
     return fit_wrapper
 
 
+@dataclass
+class FitInput:
+    """A ``fit`` call's input after :meth:`FitInputMixin._fit_input`: the checked CSR ``matrix``,
+    the users' and items' ids (``None``: the indices are the ids), whether the item vocabulary was
+    a declared catalogue, where the item axis came from, and the resolved ``show_progress`` /
+    ``callback``."""
+
+    matrix: sp.csr_matrix
+    user_ids: np.ndarray | None
+    item_ids: np.ndarray | None
+    given: bool
+    axis: str
+    show_progress: bool
+    callback: Any = None
+
+
+_DEFAULT_COLUMNS = ("user", "item", "rating")
+
+
+def _read_columns(user_items, columns: tuple):
+    """A DataFrame read with the given (user, item, rating) column names; other inputs as they are
+    (``TypeError`` when non-default column names come with an input that has no columns)."""
+    if tuple(columns) == _DEFAULT_COLUMNS:
+        return user_items
+    import pandas as pd
+
+    if not isinstance(user_items, pd.DataFrame):
+        raise TypeError(
+            f"user_col / item_col / rating_col name the columns of a DataFrame input, got {type(user_items).__name__}"
+        )
+    from ..data.frames import from_pandas
+
+    user_col, item_col, rating_col = columns
+    return from_pandas(user_items, user_col, item_col, rating_col)
+
+
 class FitInputMixin:
-    """The input side of :class:`FactorizationModel`: each subclass's ``fit`` wrapped once
-    (:func:`_wrap_fit`), and the checks of the declared item axis, user roster and rating range."""
+    """The input side of :class:`FactorizationModel`: the conversion every ``fit`` calls first
+    (:meth:`_fit_input`) and last (:meth:`_fitted`), and the checks of the declared item axis,
+    user roster and rating range."""
 
     if TYPE_CHECKING:
 
@@ -215,6 +257,59 @@ class FitInputMixin:
         fit = cls.__dict__.get("fit")
         if fit is not None and not getattr(fit, "_privrec_fit_input", False):
             cls.fit = _wrap_fit(fit)
+
+    def _fit_input(
+        self,
+        user_items,
+        show_progress=None,
+        callback=None,
+        *,
+        items=None,
+        users=None,
+        strict_catalogue: bool = False,
+        columns: tuple = _DEFAULT_COLUMNS,
+        y=None,
+    ) -> FitInput:
+        """The first line of every ``fit``: the input converted once (module docstring) -- a
+        DataFrame read with ``columns`` = (user, item, rating) column names, the declared roster
+        (``users``) and catalogue (``items``), the axis warnings of a private model -- and
+        ``show_progress`` resolved (``None``: the constructor's value, else a bar unless
+        scikit-learn is the caller). scikit-learn's ``fit(X, y)`` puts ``y`` where
+        ``show_progress`` stands: a value that is not a bool is that ``y``, and is ignored."""
+        sklearn_style = y is not None
+        if show_progress is not None and not _is_show_progress(show_progress):
+            sklearn_style, show_progress = True, None  # scikit-learn's y in implicit's position
+        if callback is not None and not callable(callback):
+            raise ValueError(
+                f"callback must be callable(iteration, elapsed_seconds, loss) or None, got {type(callback).__name__}"
+            )
+        user_items = _read_columns(user_items, columns)
+        if users is not None:
+            user_items = with_user_roster(user_items, users)
+        if items is not None:
+            user_items = with_item_catalogue(user_items, items)
+        self._check_user_axis(user_axis_source(user_items))
+        axis = item_axis_source(user_items)
+        self._check_item_axis(axis, bool(strict_catalogue))
+        R, user_ids, item_ids, given = fit_input(user_items)
+        show = show_progress if show_progress is not None else getattr(self, "show_progress", None)
+        if show is None:
+            show = not (sklearn_style or called_by_sklearn())
+        return FitInput(R, user_ids, item_ids, bool(given), axis, bool(show), callback)
+
+    def _fitted(self, inp: FitInput):
+        """The last line of every ``fit``: the fitted factors checked, the id maps and the fitted
+        parameters' fingerprint stored; returns the model."""
+        _check_fitted_factors(self)
+        self.user_ids_ = inp.user_ids
+        self.item_ids_ = inp.item_ids
+        # ids that are exactly 0..n-1 are kept as None (indices are the ids): not a dropped vocabulary
+        self._item_ids_identity = inp.item_ids is None
+        self._item_ids_given = inp.given
+        self._item_axis: str | None = inp.axis
+        self._id_lookup: dict = {}
+        self._fitted_params = _param_fingerprint(self)  # save() refuses parameters changed since
+        return self
 
     # ------------------------------------------------------------------ item axis and user roster
     def _check_user_axis(self, axis: str) -> None:
