@@ -167,7 +167,7 @@ def test_fit_equals_local_fit(client, parts, plays, case):
 def test_spectral_ridges_are_set_on_the_driver_as_in_the_local_fit(client, plays, monkeypatch):
     """The implicit rank's ridges from the released counts (tuning.spectral_ridge) are the same on
     Dask: forced here on data too small for the rule's head-restricted tier."""
-    import privrec.models.dpals as dpals_module
+    import privrec.models.dpals_config as dpals_module
 
     real = dpals_module.auto_config
 

@@ -208,7 +208,7 @@ def test_in_process_dpals_methods_equal_local(settings):
 def test_in_process_spectral_ridges_equal_local(monkeypatch):
     """The implicit rank's ridges from the released counts (forced on this small roster) are set
     by the server as by the local fit."""
-    import privrec.models.dpals as dpals_module
+    import privrec.models.dpals_config as dpals_module
 
     real = dpals_module.auto_config
     monkeypatch.setattr(dpals_module, "auto_config", lambda *a, **k: {**real(*a, **k), "reg_rule": "spectral"})

@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
-from collections.abc import Callable
 from numbers import Real
 from typing import Any
 
@@ -56,28 +54,28 @@ from .._constraints import (
     Interval,
     StrOptions,
 )
-from .._io import json_safe, progress_steps
+from .._io import json_safe
 from .._params import Hyperparameters, param
 from .._validation import check_delta, check_epsilon
 from ..pipeline import Plan, PrivatePipeline
-from ..privacy import check_noise_random_state, clip_labels, clip_rows, make_rng
+from ..privacy import clip_rows, make_rng
 from ..solvers import PrivateSolver, TaskBatch, make_solver
-from ..solvers.memory import check_fit_memory
 from ..solvers.ridge import frequency_regularization, scaled_regularization
 from ..tuning.auto import selects_rank
-from ..tuning.rule import POPULARITY_COUNT_SAMPLE, auto_config, empirical_bayes_item_ridge, spectral_ridge
+from ..tuning.rule import empirical_bayes_item_ridge, spectral_ridge
 from ._base import FactorizationModel, check_fit_matrix
-from .als import check_exponent, half_step
+from .als import half_step
 from .bias_posterior import posterior_item_bias
 from .billboard import shrunk_projection
 from .dpals_config import (
     METHODS,
     RELEASE_STATEMENT,
     DPALSConfig,
-    check_overflow,
     check_rating_span,
-    check_scales,
+    resolve_config,
 )
+from .dpals_config import binarised as _binarised
+from .dpals_fit import run_fit
 from .exposure import exposure_scores, item_exposure, step_counts
 from .inputs import check_rating_range
 
@@ -236,107 +234,9 @@ class DPALS(Hyperparameters, FactorizationModel):
 
     # ------------------------------------------------------------------ resolved settings
     def _resolve_config(self, shape: tuple[int, int] | None = None, bias_model: bool = False) -> DPALSConfig:
-        """Validated (constraint table), resolved settings; ``None`` values filled by :func:`auto_config`.
-
-        ``shape`` = (n_users, n_items) of the training matrix (public); without it the automatic
-        values are those of a 10,000 x 1,000 problem (enough for validation and planning tests).
-        """
-        self._validate_params()
-        check_noise_random_state(self.random_state, "DPALS")
-        eps, delta = check_epsilon(self.epsilon), check_delta(self.delta)
-        private = not math.isinf(eps)
-        solver, alloc = METHODS[self.method]
-        implicit = self.feedback == "implicit"
-        center = (not implicit) if self.center is None else bool(self.center)
-        if implicit and center:
-            raise ValueError("implicit feedback is binarised, not centred: use center=False (or None)")
-        dt = np.dtype(self.dtype)
-        if dt not in (np.float32, np.float64):
-            raise ValueError(f"dtype must be float32 or float64, got {dt}")
-        rating_range = self._rating_range()
-        rating_bound = max(abs(rating_range[0]), abs(rating_range[1])) if rating_range else float(self.rating_bound)
-        n_users, n_items = shape if shape is not None else (10_000, 1_000)
-        # factors = 0 asked for on explicit ratings: the bias model's automatic settings at any size
-        bias_model = bias_model or (self.factors == 0 and not implicit)
-        auto = auto_config(n_users, n_items, eps, delta, rating_bound, implicit=implicit, bias_model=bias_model)
-
-        def chosen(name: str, cast: Callable = float):
-            """The parameter ``name`` as given, or its automatic value when it is None."""
-            value = getattr(self, name)
-            return auto[name] if value is None else cast(value)
-
-        # each resolved setting goes into the config as it is decided (field meanings: DPALSConfig)
-        cfg: dict[str, Any] = {"epsilon": eps, "delta": delta, "solver": solver, "allocation": alloc, "dtype": dt}
-        cfg.update(implicit=implicit, center=center, rating_range=rating_range, rating_bound=rating_bound)
-        factors = cfg["factors"] = chosen("factors", int)
-        if factors == 0 and not self.biases:
-            raise ValueError("factors = 0 needs biases=True (otherwise there is nothing to fit)")
-        # implicit feedback without factors: the release is the popularity prior alone
-        cfg["iterations"] = 0 if implicit and factors == 0 else chosen("iterations", int)
-        budget = cfg["budget"] = chosen("budget")
-        if alloc != "adaptive" and budget != int(budget):
-            raise ValueError(
-                f"budget is the number of sampled items k for {self.method}; must be an integer, got {budget!r}"
-            )
-        if self.count_sample is not None:
-            cfg["count_sample"] = int(self.count_sample)
-        elif implicit and factors == 0:  # the counts are the whole release (popularity ranker)
-            cfg["count_sample"] = POPULARITY_COUNT_SAMPLE
-        else:
-            cfg["count_sample"] = max(1, int(math.ceil(budget)))
-        # the bias model's weights do not depend on the noisy counts (mu = 0): every user spreads the
-        # budget evenly, so the exposure term weighs popular items as fully as rare ones
-        cfg["mu"] = (0.0 if factors == 0 else 0.25) if self.mu is None else float(self.mu)
-        reg = cfg["reg"] = chosen("regularization")
-        # automatic item ridge of a private bias model: empirical Bayes from the calibrated noise
-        eb = private and self.regularization is None and factors == 0 and not implicit
-        # automatic ridges of a private implicit rank: the spectral rule from the released counts
-        spectral = (
-            private
-            and auto.get("reg_rule") == "spectral"
-            and self.regularization is None
-            and self.user_regularization is None
-        )
-        cfg["reg_rule"] = "empirical-bayes" if eb else ("spectral" if spectral else "constant")
-        cfg["reg_exponent"] = check_exponent(self.reg_exponent)
-        # epsilon = inf: one ridge for both sides, as ALS
-        default_user_reg = auto["user_regularization"] if private else reg
-        user_reg = self.user_regularization
-        cfg["user_reg"] = default_user_reg if user_reg is None else float(user_reg)
-        user_exponent = self.user_reg_exponent
-        default_user_exponent = 0.0 if private else float(self.reg_exponent)
-        cfg["user_reg_exponent"] = (
-            default_user_exponent if user_exponent is None else check_exponent(user_exponent, "user_reg_exponent")
-        )
-        max_norm = cfg["max_norm"] = chosen("max_norm")
-        cfg["label_bound"] = self._label_bound(implicit, center, rating_range, rating_bound)
-        item_frac = chosen("item_frac")
-        cfg["item_frac"] = None if item_frac >= 1.0 else item_frac
-        # constant feature of the item bias: inside the clip ball in a private fit, 1 otherwise
-        fit_biases = bool(self.biases) and not implicit
-        cfg["biases"], cfg["popularity_prior"] = fit_biases, bool(self.biases) and implicit
-        cfg["bias_feature"] = (float(self.bias_scale) * max_norm if private else 1.0) if fit_biases else 0.0
-        cfg["count_fraction"] = chosen("count_fraction")
-        # the bias model's Gramian share (tuning.rule.bias_gramian_ratio) only where the model is one
-        cfg["gramian_ratio"] = chosen("gramian_ratio") if factors == 0 or self.gramian_ratio is not None else 1.0
-        cfg["mean_ratio"] = float(auto.get("mean_ratio", 1.0))
-        cfg["global_ratio"], cfg["unobserved_weight"] = float(self.global_ratio), float(self.unobserved_weight)
-        cfg["gd_iterations"], cfg["init_scale"] = int(self.gd_iterations), float(self.init_scale)
-        cfg["user_solver"], cfg["cg_steps"] = str(self.user_solver), int(self.cg_steps)
-        cfg["item_projection"] = str(self.item_projection)
-        check_scales(cfg)
-        return DPALSConfig(accountant=self.accountant, **cfg)
-
-    def _label_bound(self, implicit: bool, center: bool, rating_range, rating_bound: float) -> float:
-        """The clip of the (centred) labels: given, 1 for implicit feedback, else half the public
-        rating span when centring (the whole bound when not)."""
-        if self.label_bound is not None:
-            return float(self.label_bound)
-        if implicit:
-            return 1.0
-        if rating_range is not None and center:
-            return (rating_range[1] - rating_range[0]) / 2.0
-        return rating_bound / 2.0 if center else rating_bound
+        """Validated, resolved settings for a ``shape = (n_users, n_items)`` fit
+        (:func:`privrec.models.dpals_config.resolve_config`)."""
+        return resolve_config(self, shape, bias_model)
 
     def _rating_range(self) -> tuple[float, float] | None:
         return check_rating_range(self.rating_range)
@@ -525,109 +425,7 @@ class DPALS(Hyperparameters, FactorizationModel):
             plan = plan_fit(self, (n_users, n_items), keys=keys_from or "row positions")
         if plan.kind == "selection":
             return run_automatic_selection(self, plan, LocalSelectionData(R_full, user_keys), show_progress)
-        cfg = plan.config
-        check_fit_memory(
-            n_users,
-            n_items,
-            cfg.factors,
-            cfg.dtype.itemsize,
-            "DPALS",
-            item_step=cfg.solver if cfg.private else "ridge",
-            gravity=cfg.unobserved_weight > 0,
-            ridge_positive=cfg.user_reg > 0 and (cfg.private or cfg.reg > 0),
-            num_threads=self.num_threads,
-        )
-        if cfg.implicit:
-            R_full = _binarised(R_full)
-        else:
-            self._check_ratings(R_full, cfg)
-        dtype, d = cfg.dtype, cfg.factors
-        rng = make_rng(self.random_state)
-        init_rng = np.random.default_rng(rng.integers(0, 2**63 - 1)) if cfg.private else make_rng(self.random_state)
-        t_start = time.perf_counter()
-        pipe = self._pipeline(cfg, rng)
-        cal = pipe.use_calibration(plan.calibration)  # the plan's: calibrated once, from public inputs
-
-        # 1. pre-processing: counts, centering, head, allocation ---------------------------
-        keys = user_keys if cfg.private else None  # per-user samples keyed on user ids
-        counts = pipe.release_counts(R_full, cfg.count_sample, user_keys=keys)
-        mu = (
-            pipe.release_mean(R_full, cfg.count_sample, cfg.rating_bound, cfg.rating_range, user_keys=keys)
-            if cfg.center
-            else 0.0
-        )
-        head = pipe.head(counts, cfg.item_frac)
-        R = (R_full[:, head] if head.size != n_items else R_full).tocsr()
-        R.sort_indices()
-        counts_h = counts[head]
-        cfg = self._released_ridges(cfg, counts_h, n_users)
-        centered = R.copy()
-        centered.data = centered.data.astype(dtype, copy=True)
-        if mu:
-            centered.data -= dtype.type(mu)
-        W = pipe.allocate(
-            R, counts_h, cfg.allocation if cfg.private else "full", cfg.budget, cfg.mu, dtype=dtype, user_keys=keys
-        )
-        rows = np.repeat(np.arange(n_users), np.diff(R.indptr))
-
-        # 2. alternating steps --------------------------------------------------------------
-        reg_items, _ = self._item_regularization(cfg, counts_h, cal.train_scale)
-        reg_users, norm_u = self._user_regularization(cfg, np.diff(R.indptr))
-        V = (init_rng.standard_normal((head.size, d)) * cfg.init_scale).astype(dtype)
-        b_items = np.zeros(head.size, dtype=dtype) if cfg.biases else None
-        c = dtype.type(cfg.bias_feature)
-        step_times: list[float] = []
-        user_times: list[float] = []  # the (non-private) user step's share of each step
-        batch0 = order = warm = None
-        self._exposure_parts: list[tuple[np.ndarray, float]] = []
-        t_pre = time.perf_counter() - t_start
-        for t in progress_steps(cfg.iterations, show_progress, "DPALS"):
-            t_step = time.perf_counter()
-            U, b_users, warm = self._user_step(cfg, centered, V, b_items, reg_users, warm)
-            check_overflow(cfg, t, "user", U, b_users)
-            user_times.append(time.perf_counter() - t_step)
-            labels = centered.copy()
-            if b_users is not None:
-                labels.data -= b_users[rows]
-            if cfg.private:
-                labels.data = clip_labels(labels.data, cfg.label_bound).astype(dtype, copy=False)
-            feats = np.hstack([U, np.full((n_users, 1), c, dtype=dtype)]) if cfg.biases else U
-            if batch0 is None:
-                # the batch's (task, unit) structure never changes between steps: regroup the entry
-                # positions once and then only gather the new labels (saves a sort per step)
-                where = labels.copy()
-                where.data = np.arange(1, labels.nnz + 1, dtype=np.float64)
-                batch0 = self.item_batch(cfg, where, W, feats, counts_h, n_users)
-                order = batch0.labels.astype(np.int64) - 1
-            batch = dataclasses.replace(batch0, labels=labels.data[order], features=feats)
-            if cfg.private:
-                solver = self._item_solver(cfg, cal.train_scale, reg_items, V, b_items, batch)
-            else:
-                solver = make_solver(
-                    "exact", reg=reg_items, unobserved_weight=cfg.unobserved_weight, dtype=dtype,
-                    num_threads=self.num_threads,
-                )  # fmt: skip
-            result = solver.solve(batch, rng=rng)
-            pipe.record(result, prefix=f"ALS step {t}: ")
-            V, b_items = self._item_side(cfg, result, solver)
-            check_overflow(cfg, t, "item", V, b_items)
-            step_times.append(time.perf_counter() - t_step)
-            if callback is not None:  # implicit 0.7 contract: callback(iteration, elapsed_seconds, loss)
-                callback(t - 1, step_times[-1], None)
-        self.ledger_ = pipe.finish()
-        self.noise_scales_ = {"count": cal.count_scale, "train": cal.train_scale}
-
-        # 3. release --------------------------------------------------------------------------
-        self._release_item_side(cfg, head, counts, V, b_items, mu, norm_u, n_users, n_items, cal.count_scale)
-        t_proj = time.perf_counter()
-        self.user_factors_, self.user_bias_ = self._project_users(R_full)
-        self.fit_timings_ = {
-            "preprocess": t_pre,
-            "steps": step_times,
-            "user_steps": user_times,
-            "projection": time.perf_counter() - t_proj,
-        }
-        return self
+        return run_fit(self, R_full, user_keys, plan, show_progress, callback)
 
     def _selects_rank(self, cfg: DPALSConfig) -> bool:
         """Whether the rank is decided by accounted private selection (:func:`privrec.tuning.auto.selects_rank`)."""
@@ -923,13 +721,3 @@ class DPALS(Hyperparameters, FactorizationModel):
             self.item_bias_ = None
         self.user_bias_ = None
         self.user_factors_ = None
-
-
-def _binarised(m: sp.csr_matrix) -> sp.csr_matrix:
-    """Implicit feedback: every stored (positive) entry becomes 1."""
-    if m.nnz and float(m.data.min()) < 0:
-        raise ValueError("implicit feedback must be non-negative (counts, clicks); got negative values")
-    out = m.copy()
-    out.data = (out.data > 0).astype(out.data.dtype)
-    out.eliminate_zeros()
-    return out

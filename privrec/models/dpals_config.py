@@ -12,15 +12,24 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._validation import MAX_RATING_MAGNITUDE, check_scale
+from .._validation import MAX_RATING_MAGNITUDE, check_delta, check_epsilon, check_scale
+from ..data.fit_input import check_rating_range
+from ..privacy import check_noise_random_state
+from ..tuning.rule import POPULARITY_COUNT_SAMPLE, auto_config
+from .als import check_exponent
 
 __all__ = [
     "METHODS",
     "RELEASE_STATEMENT",
+    "binarised",
+    "resolve_config",
     "DPALSConfig",
     "check_overflow",
     "check_rating_span",
@@ -175,3 +184,121 @@ def check_overflow(cfg: DPALSConfig, step: int, side: str, factors: np.ndarray, 
         f"up to {cfg.rating_bound:g} are too large for max_norm={cfg.max_norm:g}; rescale the ratings (e.g. to a "
         f"1-5 scale and rating_range), or pass dtype=np.float64"
     )
+
+
+# ---------------------------------------------------------------------- resolving a DPALS's settings
+
+
+def resolve_config(model, shape: tuple[int, int] | None = None, bias_model: bool = False) -> DPALSConfig:
+    """Validated (constraint table), resolved settings; ``None`` values filled by :func:`auto_config`.
+
+    ``shape`` = (n_users, n_items) of the training matrix (public); without it the automatic
+    values are those of a 10,000 x 1,000 problem (enough for validation and planning tests).
+    """
+    model._validate_params()
+    check_noise_random_state(model.random_state, "DPALS")
+    eps, delta = check_epsilon(model.epsilon), check_delta(model.delta)
+    private = not math.isinf(eps)
+    solver, alloc = METHODS[model.method]
+    implicit = model.feedback == "implicit"
+    center = (not implicit) if model.center is None else bool(model.center)
+    if implicit and center:
+        raise ValueError("implicit feedback is binarised, not centred: use center=False (or None)")
+    dt = np.dtype(model.dtype)
+    if dt not in (np.float32, np.float64):
+        raise ValueError(f"dtype must be float32 or float64, got {dt}")
+    rating_range = check_rating_range(model.rating_range)
+    rating_bound = max(abs(rating_range[0]), abs(rating_range[1])) if rating_range else float(model.rating_bound)
+    n_users, n_items = shape if shape is not None else (10_000, 1_000)
+    # factors = 0 asked for on explicit ratings: the bias model's automatic settings at any size
+    bias_model = bias_model or (model.factors == 0 and not implicit)
+    auto = auto_config(n_users, n_items, eps, delta, rating_bound, implicit=implicit, bias_model=bias_model)
+
+    def chosen(name: str, cast: Callable = float):
+        """The parameter ``name`` as given, or its automatic value when it is None."""
+        value = getattr(model, name)
+        return auto[name] if value is None else cast(value)
+
+    # each resolved setting goes into the config as it is decided (field meanings: DPALSConfig)
+    cfg: dict[str, Any] = {"epsilon": eps, "delta": delta, "solver": solver, "allocation": alloc, "dtype": dt}
+    cfg.update(implicit=implicit, center=center, rating_range=rating_range, rating_bound=rating_bound)
+    factors = cfg["factors"] = chosen("factors", int)
+    if factors == 0 and not model.biases:
+        raise ValueError("factors = 0 needs biases=True (otherwise there is nothing to fit)")
+    # implicit feedback without factors: the release is the popularity prior alone
+    cfg["iterations"] = 0 if implicit and factors == 0 else chosen("iterations", int)
+    budget = cfg["budget"] = chosen("budget")
+    if alloc != "adaptive" and budget != int(budget):
+        raise ValueError(
+            f"budget is the number of sampled items k for {model.method}; must be an integer, got {budget!r}"
+        )
+    if model.count_sample is not None:
+        cfg["count_sample"] = int(model.count_sample)
+    elif implicit and factors == 0:  # the counts are the whole release (popularity ranker)
+        cfg["count_sample"] = POPULARITY_COUNT_SAMPLE
+    else:
+        cfg["count_sample"] = max(1, int(math.ceil(budget)))
+    # the bias model's weights do not depend on the noisy counts (mu = 0): every user spreads the
+    # budget evenly, so the exposure term weighs popular items as fully as rare ones
+    cfg["mu"] = (0.0 if factors == 0 else 0.25) if model.mu is None else float(model.mu)
+    reg = cfg["reg"] = chosen("regularization")
+    # automatic item ridge of a private bias model: empirical Bayes from the calibrated noise
+    eb = private and model.regularization is None and factors == 0 and not implicit
+    # automatic ridges of a private implicit rank: the spectral rule from the released counts
+    spectral = (
+        private
+        and auto.get("reg_rule") == "spectral"
+        and model.regularization is None
+        and model.user_regularization is None
+    )
+    cfg["reg_rule"] = "empirical-bayes" if eb else ("spectral" if spectral else "constant")
+    cfg["reg_exponent"] = check_exponent(model.reg_exponent)
+    # epsilon = inf: one ridge for both sides, as ALS
+    default_user_reg = auto["user_regularization"] if private else reg
+    user_reg = model.user_regularization
+    cfg["user_reg"] = default_user_reg if user_reg is None else float(user_reg)
+    user_exponent = model.user_reg_exponent
+    default_user_exponent = 0.0 if private else float(model.reg_exponent)
+    cfg["user_reg_exponent"] = (
+        default_user_exponent if user_exponent is None else check_exponent(user_exponent, "user_reg_exponent")
+    )
+    max_norm = cfg["max_norm"] = chosen("max_norm")
+    cfg["label_bound"] = _label_bound(model, implicit, center, rating_range, rating_bound)
+    item_frac = chosen("item_frac")
+    cfg["item_frac"] = None if item_frac >= 1.0 else item_frac
+    # constant feature of the item bias: inside the clip ball in a private fit, 1 otherwise
+    fit_biases = bool(model.biases) and not implicit
+    cfg["biases"], cfg["popularity_prior"] = fit_biases, bool(model.biases) and implicit
+    cfg["bias_feature"] = (float(model.bias_scale) * max_norm if private else 1.0) if fit_biases else 0.0
+    cfg["count_fraction"] = chosen("count_fraction")
+    # the bias model's Gramian share (tuning.rule.bias_gramian_ratio) only where the model is one
+    cfg["gramian_ratio"] = chosen("gramian_ratio") if factors == 0 or model.gramian_ratio is not None else 1.0
+    cfg["mean_ratio"] = float(auto.get("mean_ratio", 1.0))
+    cfg["global_ratio"], cfg["unobserved_weight"] = float(model.global_ratio), float(model.unobserved_weight)
+    cfg["gd_iterations"], cfg["init_scale"] = int(model.gd_iterations), float(model.init_scale)
+    cfg["user_solver"], cfg["cg_steps"] = str(model.user_solver), int(model.cg_steps)
+    cfg["item_projection"] = str(model.item_projection)
+    check_scales(cfg)
+    return DPALSConfig(accountant=model.accountant, **cfg)
+
+
+def _label_bound(model, implicit: bool, center: bool, rating_range, rating_bound: float) -> float:
+    """The clip of the (centred) labels: given, 1 for implicit feedback, else half the public
+    rating span when centring (the whole bound when not)."""
+    if model.label_bound is not None:
+        return float(model.label_bound)
+    if implicit:
+        return 1.0
+    if rating_range is not None and center:
+        return (rating_range[1] - rating_range[0]) / 2.0
+    return rating_bound / 2.0 if center else rating_bound
+
+
+def binarised(m: sp.csr_matrix) -> sp.csr_matrix:
+    """Implicit feedback: every stored (positive) entry becomes 1."""
+    if m.nnz and float(m.data.min()) < 0:
+        raise ValueError("implicit feedback must be non-negative (counts, clicks); got negative values")
+    out = m.copy()
+    out.data = (out.data > 0).astype(out.data.dtype)
+    out.eliminate_zeros()
+    return out
