@@ -390,3 +390,23 @@ def test_the_ray_simulation_refuses_an_address_space_limit_it_cannot_start_in():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "refused: Flower's simulation runtime (Ray) cannot start" in out.stdout, out.stderr
+
+
+def test_the_privacy_page_lists_every_released_array():
+    """docs/privacy/dpals.md's "Released" paragraph names every array a DPALS release carries and
+    the selection's noisy scores (issue 38)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "privacy" / "dpals.md").read_text(encoding="utf-8")
+    released = text[text.index("**Released**") : text.index("**Not released**")]
+    for name in DPALS._saved_arrays:
+        assert f"`{name}`" in released, name
+    assert "selection scores" in released and "noisy_scores" in released
+
+
+def test_a_plan_is_computed_once_for_the_same_public_inputs():
+    a = DPALS(epsilon=20.0, rating_range=(0.5, 5), random_state=1).plan(shape=(N_USERS, 200))
+    b = DPALS(epsilon=20.0, rating_range=(0.5, 5), random_state=2).plan(shape=(N_USERS, 200))
+    assert a is b  # the noise seed does not shape a plan
+    c = DPALS(epsilon=19.0, rating_range=(0.5, 5)).plan(shape=(N_USERS, 200))
+    assert c is not a and c.epsilon == 19.0

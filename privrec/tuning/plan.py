@@ -99,7 +99,40 @@ class FitPlan:
         return out
 
 
+#: plans already made in this process, by (estimator, parameters, shape, keys, bias_model): a plan
+#: is a pure function of public inputs, and a selection plans each candidate before fitting it
+_PLANS: dict[tuple, FitPlan] = {}
+_MAX_PLANS = 64
+#: parameters that do not change a plan (the noise seed is drawn from at fit time only)
+_NOT_PLANNED = frozenset({"random_state", "show_progress", "num_threads"})
+
+
+def _plan_key(model: Any, shape, keys: str, bias_model: bool) -> tuple | None:
+    try:
+        params = model.get_params(deep=False)
+    except Exception:  # pragma: no cover - not a scikit-learn estimator
+        return None
+    items = tuple(sorted((k, repr(v)) for k, v in params.items() if k not in _NOT_PLANNED))
+    return (type(model).__qualname__, items, None if shape is None else tuple(int(v) for v in shape), keys, bias_model)
+
+
 def plan_fit(
+    model: Any, shape: tuple[int, int] | None, *, keys: str = "row positions", bias_model: bool = False
+) -> FitPlan:
+    """The :class:`FitPlan` of ``model`` on a ``shape`` matrix (:func:`make_plan`), remembered for
+    the same public inputs (a selection plans each candidate, then fits it)."""
+    key = _plan_key(model, shape, keys, bias_model)
+    if key is not None and key in _PLANS:
+        return _PLANS[key]
+    plan = make_plan(model, shape, keys=keys, bias_model=bias_model)
+    if key is not None:
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.pop(next(iter(_PLANS)))
+        _PLANS[key] = plan
+    return plan
+
+
+def make_plan(
     model: Any, shape: tuple[int, int] | None, *, keys: str = "row positions", bias_model: bool = False
 ) -> FitPlan:
     """The :class:`FitPlan` of ``model`` (a DPALS) fitted on a ``shape = (n_users, n_items)`` matrix.
