@@ -31,6 +31,7 @@ from privrec.data.splits import (
     heldout_users_split,
     msd_heldout_users_split,
     random_split,
+    temporal_split,
 )
 from privrec.data.stats import dataset_stats, top_share
 from privrec.data.synthetic import PRESETS, generate_preset, low_rank_interactions, multitask_regression
@@ -58,6 +59,7 @@ __all__ = [
     "heldout_users_split",
     "msd_heldout_users_split",
     "random_split",
+    "temporal_split",
     "dataset_stats",
     "top_share",
     "ReaderOptions",

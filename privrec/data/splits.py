@@ -10,6 +10,9 @@
   keep everything as history and have no target).
 * :func:`msd_heldout_users_split` — the MSD variant: songs listened to by >= 200 users, then
   users with >= 20 songs (one pass each, in that order, as Liang et al.), 50,000 held-out users each.
+* :func:`temporal_split` — per user, by timestamp: each user's earliest ratings train, their latest
+  ones test (and the ones just before, validation), so that every user's held-out ratings are
+  strictly later than their training ratings. Needs timestamps (the MovieLens loaders keep them).
 
 Splits are seeded (data partitioning, not privacy noise). All parts returned by the held-out
 split share the item indexing (``item_ids``) of ``train``.
@@ -86,6 +89,73 @@ def random_split(x: Interactions, fractions=(0.8, 0.1, 0.1), random_state=0) -> 
     parts = [x.filter_entries(part == k) for k in range(3)]
     for p, label in zip(parts, ("train", "validation", "test")):
         p.info.update(split=f"random:{label}", split_seed=random_state)
+    return RandomSplit(*parts)
+
+
+def temporal_split(x: Interactions, fractions=(0.8, 0.1, 0.1)) -> RandomSplit:
+    """Per-user temporal split into train / validation / test by timestamp (leave-last-out).
+
+    Each user's ratings are ordered by time; the latest ``round(f_test * n_u)`` go to test, the
+    ``round(f_val * n_u)`` before them to validation, the rest to train. Every user keeps at least
+    one training rating, so a user with a single rating stays in train, and a part never takes a
+    rating whose timestamp equals that of a rating in an earlier part: ratings tied with the last
+    one of the earlier part stay there. Hence every test rating of a user is strictly later than
+    all of that user's validation and training ratings, and every validation rating strictly later
+    than all training ratings. Within a tie, the order is by item index, so the split is
+    deterministic (no seed). Each part keeps the full shape and indexing of ``x`` and its
+    timestamps. A part left without any rating (tiny data, or every user's ratings tied in time)
+    is a ``ValueError`` that names it.
+
+    This is per-user time (each user's own past predicts their own future), not a global cut-off
+    date: another user's later ratings can still be in train.
+    """
+    f = np.asarray(fractions, dtype=np.float64)
+    if f.shape != (3,) or np.any(~np.isfinite(f)) or np.any(f < 0) or not np.isclose(f.sum(), 1.0) or f[0] <= 0:
+        raise ValueError(
+            f"fractions must be three non-negative numbers summing to 1 with a positive train share, got {fractions!r}"
+        )
+    if x.timestamps is None:
+        name = f" {x.name}" if getattr(x, "name", None) else ""
+        raise ValueError(
+            f"a temporal split needs timestamps, and the interactions{name} have none (the MovieLens loaders "
+            "keep them; generated data and files without a time column do not): use a random split"
+        )
+    counts = x.user_counts.astype(np.int64)
+    rows = np.repeat(np.arange(x.n_users), counts)
+    ts = np.asarray(x.timestamps, dtype=np.int64)
+    # time order within each user, ties by item index (the CSR order of a row)
+    order = np.lexsort((np.asarray(x.matrix.indices), ts, rows))
+    starts = np.r_[0, np.cumsum(counts)[:-1]]
+    pos = np.empty(x.nnz, dtype=np.int64)  # position of each entry in its user's time order
+    pos[order] = np.arange(x.nnz) - np.repeat(starts, counts)
+    n_test = np.minimum(np.rint(f[2] * counts), np.maximum(counts - 1, 0)).astype(np.int64)
+    n_val = np.minimum(np.rint(f[1] * counts), np.maximum(counts - 1 - n_test, 0)).astype(np.int64)
+    # tentative parts by position: 0 train, 1 validation, 2 test
+    first_val = counts - n_test - n_val
+    first_test = counts - n_test
+    part = np.where(pos[order] >= first_test[rows[order]], 2, np.where(pos[order] >= first_val[rows[order]], 1, 0))
+    # ties: a rating whose timestamp equals the previous rating's (same user) joins that rating's part
+    ts_sorted = ts[order]
+    same = np.zeros(x.nnz, dtype=bool)
+    same[1:] = (rows[order][1:] == rows[order][:-1]) & (ts_sorted[1:] == ts_sorted[:-1])
+    part = part.astype(np.int8)
+    if same.any():
+        # runs of equal (user, timestamp): every member takes the part of the run's first member
+        run_id = np.cumsum(~same) - 1
+        first_of_run = np.flatnonzero(~same)
+        part = part[first_of_run][run_id]
+    out = np.empty(x.nnz, dtype=np.int8)
+    out[order] = part
+    sizes = np.bincount(out, minlength=3)
+    for k, label in ((2, "test"), (1, "validation")):
+        if sizes[k] == 0:  # an Interactions holds at least one rating
+            raise ValueError(
+                f"the temporal split leaves the {label} part empty (share {f[k]:g}): no user has enough ratings at "
+                "distinct times for it (ratings tied in time with a user's earlier ones stay with them)"
+            )
+    parts = [x.filter_entries(out == k) for k in range(3)]
+    for p, label in zip(parts, ("train", "validation", "test")):
+        p.info.update(split=f"temporal:{label}", split_fractions=[float(v) for v in f])
     return RandomSplit(*parts)
 
 

@@ -11,7 +11,7 @@ restriction, centering, the per-user allocation and ridge, the item-major batch 
 the item-step inputs (:class:`StepData`); per public item block, the leaf statistics
 (``chunk_statistics``) and, at the root of its summation tree
 (:func:`~privrec.distributed.reduce_item_blocks`), the solver's release of each noise block it
-covers (SSP or noisy GD, spec 004 §2 / §3) or the exact ridge solve. Every function is pure and
+covers (SSP or noisy GD, Krichene et al. 2023, Alg. 1 / Alg. 2) or the exact ridge solve. Every function is pure and
 picklable (a task lost with a worker is recomputed with the same arguments, the same seeds).
 """
 

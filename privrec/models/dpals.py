@@ -161,7 +161,7 @@ class DPALS(Hyperparameters, FactorizationModel):
         solvable (SSP methods; post-processing of the release, so the guarantee is the same).
         ``"shift"`` (default): raise its eigenvalues by the calibrated noise's spectral edge
         (AdaSSP's eigenvalue shift, Wang 2018) and solve by Cholesky; ``"eigen"``: the exact
-        PSD projection of spec 004 §2 (one eigendecomposition per item, about 9x the cost at
+        PSD projection of Krichene et al. 2023, Alg. 1 (one eigendecomposition per item, about 9x the cost at
         64 factors). Validation utility of both in docs/performance.md.
     ranking : how :meth:`recommend` scores items. ``"exposure"`` (the ``"auto"`` choice for explicit
         ratings): ``log(exposure_i) + (r_ui - mean) / sigma_y``, i.e. the log of the item's released

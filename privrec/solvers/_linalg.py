@@ -1,4 +1,4 @@
-"""Batched statistics and linear algebra for the solvers (spec 004 §2): chunked Gramians,
+"""Batched statistics and linear algebra for the solvers (Krichene et al. 2023, Alg. 1): chunked Gramians,
 PSD projection, pinv-style solves. float32 by default, memory bounded by task chunks.
 
 Speed (issue 16): the Gramians are accumulated in GEMM blocks of at most
@@ -207,7 +207,7 @@ def positive_definite_mask(M: np.ndarray, floor: float = 0.0) -> np.ndarray:
 
 
 def prepared_inputs(batch: TaskBatch, max_norm, label_bound, dtype, labels: bool = True):
-    """Clipped features (units, d) and clipped labels, cast to ``dtype`` (spec 004 §2 step 1).
+    """Clipped features (units, d) and clipped labels, cast to ``dtype`` (Krichene et al. 2023, Alg. 1 step 1).
 
     ``labels=False`` returns ``(x, None)``: callers then pass ``label_bound`` to
     :func:`chunk_statistics`, which clips block by block (no clipped copy of all labels).
@@ -361,7 +361,7 @@ def weighted_statistics(
 ):
     """All tasks' clipped weighted statistics before noise: Gramians (m, d, d) and RHS (m, d).
 
-    These are exactly what SSP perturbs (spec 004 §2); exposed for sensitivity tests and audits.
+    These are exactly what SSP perturbs (Krichene et al. 2023, Alg. 1); exposed for sensitivity tests and audits.
     """
     x, y = prepared_inputs(batch, max_norm, label_bound, dtype)
     G = np.empty((batch.n_tasks, batch.dim, batch.dim), dtype=dtype)
@@ -373,12 +373,12 @@ def weighted_statistics(
 
 
 def global_gramian(x: np.ndarray) -> np.ndarray:
-    """sum over units of x_u x_u^T (the gravity / unobserved-weight term, spec 004 §6)."""
+    """sum over units of x_u x_u^T (the gravity / unobserved-weight term, Krichene et al. 2023, App. D)."""
     return x.T @ x
 
 
 def noisy_global_gramian(x: np.ndarray, std: float, weight: float, rng, dtype) -> np.ndarray:
-    """weight * PSD(sum_u x_u x_u^T + symmetric N(0, std^2)): the released gravity term (spec 004 §6)."""
+    """weight * PSD(sum_u x_u x_u^T + symmetric N(0, std^2)): the released gravity term (Krichene et al. 2023, App. D)."""
     from ..privacy import symmetric_gaussian_noise
 
     g0 = global_gramian(x) + symmetric_gaussian_noise((), x.shape[1], std, rng, dtype)
@@ -398,7 +398,7 @@ def _sytrd_lwork(d: int) -> int:
 def projected_ridge_solve(
     G: np.ndarray, b: np.ndarray, shift, floor: float = 0.0, overwrite_g: bool = False
 ) -> np.ndarray:
-    """theta_i = pinv(PSD_floor(G_i) + shift_i I) b_i for a stack of symmetric G (spec 004 §2).
+    """theta_i = pinv(PSD_floor(G_i) + shift_i I) b_i for a stack of symmetric G (Krichene et al. 2023, Alg. 1).
 
     ``PSD_floor(G) = V diag(max(lam, floor)) V^T`` with ``G = V diag(lam) V^T``: the same
     projection and the same pseudo-inverse as ``eig_solve(*eigh(G), b, shift)`` after flooring,

@@ -1,4 +1,4 @@
-"""Task-weighted sufficient statistics perturbation: Algorithm 1 of spec 004 §2.
+"""Task-weighted sufficient statistics perturbation: Algorithm 1 of Krichene et al. (ICML 2023), Sec. 3.
 
 Per task i (features clipped to ``max_norm`` = Gamma_x, labels to ``label_bound`` = B):
 
@@ -10,7 +10,7 @@ the stacked Gramians change by sqrt(s_u) Gamma_x^2 in Frobenius norm, the stacke
 sqrt(s_u) Gamma_x B, and the global Gramian by Gamma_x^2. Each release is a Gaussian mechanism:
 std_G = z_G sqrt(beta) Gamma_x^2, std_b = z_b sqrt(beta) Gamma_x B, std_0 = z_0 Gamma_x^2, with
 multipliers z_b = ``noise_multiplier``, z_G = ``gramian_ratio`` * z_b, z_0 = ``global_ratio`` * z_b
-(the reference's fixed sigma ratios, spec 004 §6). Thm 3.3's (alpha, alpha beta)-RDP is the
+(the reference's fixed sigma ratios, Krichene et al. 2023, App. D). Thm 3.3's (alpha, alpha beta)-RDP is the
 special case z_G = z_b = 1/sqrt(beta).
 
 Cost (issue 16): the Gramians are accumulated in GEMM blocks (a heavy task is split over several
@@ -37,7 +37,7 @@ Labels are clipped block by block (no clipped copy of every label).
 
 Deviations (safe values, documented):
 * the RHS noise scales with Gamma_x * B; the reference scales it with Gamma_x only, which is
-  valid only for |label| <= 1 (spec 004 §2 puts Gamma_x^2 Gamma_* with labels clipped to
+  valid only for |label| <= 1 (Krichene et al. 2023, Alg. 1 puts Gamma_x^2 Gamma_* with labels clipped to
   Gamma_x Gamma_*: the same thing with B = Gamma_x Gamma_*);
 * the ridge term is added *after* the noise as ``reg_i I`` with ``reg_i`` public (a constant or
   derived from released counts). Algorithm 1 writes sum_e w_e (x x^T + lambda I), which makes the
@@ -100,7 +100,7 @@ class SSPSolver(NoisySolverBase):
     #: exposure term and the empirical-Bayes item biases of the bias model
     keep_diagonal: bool = False
     #: how a noisy Gramian that is not positive definite is made so (post-processing of the
-    #: release, no effect on the guarantee): ``"eigen"`` projects it onto the PSD cone (spec 004
+    #: release, no effect on the guarantee): ``"eigen"`` projects it onto the PSD cone (Krichene et al. 2023,
     #: §2, one eigendecomposition each); ``"shift"`` raises all its eigenvalues by the
     #: noise's spectral edge (:func:`~privrec.solvers._linalg.noise_edge`; AdaSSP's
     #: eigenvalue shift, Wang 2018): one Cholesky solve, about a tenth of the projection's cost

@@ -14,7 +14,7 @@ the per-partition task bodies of that module running on the clients:
 * per ALS step t, **"ALS step t"**: the server broadcasts the released item factors and biases
   with the public allocation inputs; each client solves its users' embeddings (warm-started CG at
   its users' previous solution, kept on the client), clips them, allocates its users' weights
-  (spec 004: uniform / tail / adaptive, each user's spend <= budget, checked on the client) and
+  (Krichene et al. 2023, Sec. 4: uniform / tail / adaptive, each user's spend <= budget, checked on the client) and
   returns the weighted per-item Gramians and right-hand sides of all items (dense: the server
   learns nothing from the shape) -- ``distributed.fit._user_step`` and ``_statistics``. The
   server adds them up, draws the noise seeds once per public block of 256 items

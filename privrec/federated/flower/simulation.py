@@ -86,6 +86,14 @@ def _check_ray_can_start() -> None:
         )
 
 
+class _DeprecationNotice(logging.Filter):
+    """Drops Flower's notice that ``run_simulation`` is deprecated in favour of ``flwr run``: privrec's
+    in-process simulation calls it on purpose (a deployment uses ``flwr run``, examples/flower_app)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "run_simulation" not in record.getMessage() or "deprecated" not in record.getMessage().lower()
+
+
 def simulate(
     jobs: Sequence[Callable[[Grid], Any]], app: ClientApp, n_clients: int, backend: dict | None = None
 ) -> list:
@@ -106,10 +114,13 @@ def simulate(
     flwr_logger = logging.getLogger("flwr")
     level = flwr_logger.level
     flwr_logger.setLevel(logging.WARNING)
+    quiet = _DeprecationNotice()  # privrec runs the simulation engine itself (docs/federated-flower.md)
+    flwr_logger.addFilter(quiet)
     pythonpath = os.environ.get("PYTHONPATH")  # Flower's Ray backend overwrites it for its workers
     try:
         run_simulation(server, app, num_supernodes=int(n_clients), backend_config=backend or backend_config())
     finally:
+        flwr_logger.removeFilter(quiet)
         flwr_logger.setLevel(level)
         if pythonpath is None:
             os.environ.pop("PYTHONPATH", None)

@@ -49,7 +49,7 @@ canaries saturate it, they are the power itself.
 
 **White-box audit of a solver's release** (:func:`audit_solver_release`). The item step of
 DP-ALS releases, per task (item), noisy statistics -- SSP: the Gramian ``G_i + Xi_i`` and the
-right-hand side ``b_i + xi_i`` (spec 004 §2); noisy GD: one noisy gradient per step (spec 004 §3)
+right-hand side ``b_i + xi_i`` (Krichene et al. 2023, Alg. 1); noisy GD: one noisy gradient per step (Krichene et al. 2023, Alg. 2)
 -- each with independent Gaussian noise. :func:`tap_solver` returns a copy of a solver whose
 ``solve`` runs the library's own code path unchanged and also records those noisy statistics
 (a subclass hooking the per-block release; :class:`SolverTap`). Many canary units, each the

@@ -4,7 +4,7 @@ item-step solver releases, with many canaries in one solve).
 Implements the white-box audit of :mod:`privrec.privacy.audit`: :class:`CanaryDesign` /
 :func:`canary_design` (the exact contribution of each canary unit to its own tasks),
 :func:`remove_units` (the neighbouring batch), :func:`tap_solver` / :class:`SolverTap` (a copy of an
-SSP or noisy-GD solver -- spec 004 §2 and §3 -- that runs the same code and records its noisy
+SSP or noisy-GD solver -- Krichene et al. 2023, Alg. 1 and Alg. 2 -- that runs the same code and records its noisy
 statistics), :func:`worst_case_gd_init`, and :func:`audit_solver_release`: canaries included
 independently with probability 1/2 (Steinke, Nasr & Jagielski 2023, "Privacy auditing with one (1)
 training run"), each scored by the Gaussian likelihood-ratio statistic of its tasks' releases under
