@@ -58,6 +58,7 @@ import numpy as np
 from .._io import progress_steps
 from .._params import _param_fingerprint
 from .._validation import check_memory
+from ..models.dpals_release import item_side, release_item_side
 from ..privacy import make_rng
 from ..privacy.mechanisms import Release
 from ..solvers import make_solver
@@ -392,7 +393,7 @@ class _Driver:
             )
 
         if not self.als:
-            model._exposure_parts = []  # this fit's noisy weighted counts (DPALS._collect_exposure)
+            model._exposure_parts = []  # this fit's noisy weighted counts (dpals_release.collect_exposure)
         # 2. ridges and initial factors ------------------------------------------------------------
         reg_items, norm_i = proxy._item_regularization(cfg, counts_h, cal.train_scale)
         norm_u = 1.0
@@ -539,7 +540,7 @@ class _Driver:
                 if cfg.biases:
                     b_items = np.ascontiguousarray(params[:, d] * c)
             else:
-                V, b_items = model._item_side(cfg, result, solver)
+                V, b_items = item_side(model, cfg, result, solver)
             del step_futs, side
             step_times.append(time.perf_counter() - t_step)
         ledger = pipe.finish()
@@ -586,8 +587,8 @@ class _Driver:
             model.user_reg_norm_ = np.asarray(norm_u, dtype=np.float64)
             model.item_reg_norm_ = np.asarray(norm_i, dtype=np.float64)
         else:  # exactly DPALS.fit's release
-            model._release_item_side(
-                cfg, head, counts, V, b_items, mu, norm_u, n_users, n_items, count_scale=cal.count_scale
+            release_item_side(
+                model, cfg, head, counts, V, b_items, mu, norm_u, n_users, n_items, count_scale=cal.count_scale
             )
             model.ledger_ = ledger
             model.noise_scales_ = {"count": cal.count_scale, "train": cal.train_scale}

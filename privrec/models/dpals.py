@@ -40,7 +40,6 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .. import allocation
 from .._constraints import (
     DELTA,
     EPSILON,
@@ -65,7 +64,6 @@ from ..tuning.auto import selects_rank
 from ..tuning.rule import empirical_bayes_item_ridge, spectral_ridge
 from ._base import FactorizationModel, check_fit_matrix
 from .als import half_step
-from .bias_posterior import posterior_item_bias
 from .billboard import shrunk_projection
 from .dpals_config import (
     METHODS,
@@ -76,7 +74,8 @@ from .dpals_config import (
 )
 from .dpals_config import binarised as _binarised
 from .dpals_fit import run_fit
-from .exposure import exposure_scores, item_exposure, step_counts
+from .dpals_release import task_weights
+from .exposure import exposure_scores
 from .inputs import check_rating_range
 
 
@@ -319,10 +318,8 @@ class DPALS(Hyperparameters, FactorizationModel):
 
     @staticmethod
     def _task_weights(cfg: DPALSConfig, counts: np.ndarray, n_users: int) -> np.ndarray:
-        """Public estimate of each task's typical weight omega_i (only for GD step sizes)."""
-        if cfg.allocation == "adaptive":
-            return allocation.adaptive_task_weights(counts, cfg.mu, cfg.budget, n_users)
-        return np.ones_like(counts)
+        """Public estimate of each task's typical weight omega_i (:func:`.dpals_release.task_weights`)."""
+        return task_weights(cfg, counts, n_users)
 
     def item_batch(
         self, cfg: DPALSConfig, R: sp.csr_matrix, W: sp.csr_matrix, user_factors: np.ndarray, counts, n_users: int
@@ -430,77 +427,6 @@ class DPALS(Hyperparameters, FactorizationModel):
     def _selects_rank(self, cfg: DPALSConfig) -> bool:
         """Whether the rank is decided by accounted private selection (:func:`privrec.tuning.auto.selects_rank`)."""
         return selects_rank(self, cfg)
-
-    def _collect_exposure(self, cfg: DPALSConfig, result, solver) -> None:
-        """Keep this ALS step's noisy weighted counts (:func:`.exposure.step_counts`; no event)."""
-        info = getattr(result, "info", None) or {}
-        if "noisy_gramian_diagonal" not in info or not cfg.biases or not cfg.private:
-            return
-        part = step_counts(info, cfg.bias_feature, float(solver.noise_stds()["gramian"]))
-        self.__dict__.setdefault("_exposure_parts", []).append(part)
-
-    def _item_side(self, cfg: DPALSConfig, result, solver) -> tuple[np.ndarray, np.ndarray | None]:
-        """``(V, item biases)`` from an item step's release (every backend calls this once per step):
-        the factors and ``c`` times the bias coordinate of the solution; for the private bias model
-        the biases are instead the empirical-Bayes posterior means from the same release
-        (:func:`.bias_posterior.posterior_item_bias`). Also keeps the step's exposure counts.
-        Post-processing only: no event."""
-        self._collect_exposure(cfg, result, solver)
-        d, dtype = cfg.factors, cfg.dtype
-        params = np.asarray(result.params, dtype=dtype)
-        V = np.ascontiguousarray(params[:, :d])
-        if not cfg.biases:
-            return V, None
-        info = getattr(result, "info", None) or {}
-        # (a global Gramian, unobserved_weight > 0, couples the items: keep the solver's solution)
-        if d == 0 and cfg.reg_rule == "empirical-bayes" and cfg.unobserved_weight == 0 and "noisy_rhs" in info:
-            stds = solver.noise_stds()
-            b = posterior_item_bias(
-                info["noisy_gramian_diagonal"][:, d], info["noisy_rhs"][:, d], cfg.bias_feature,
-                stds["gramian"], stds["rhs"], cfg.label_bound,
-            )  # fmt: skip
-            return V, np.ascontiguousarray(b, dtype=dtype)
-        return V, np.ascontiguousarray(params[:, d] * dtype.type(cfg.bias_feature))
-
-    def _exposure(
-        self, cfg: DPALSConfig, head, counts, n_users: int, n_items: int, count_scale: float = 0.0
-    ) -> np.ndarray | None:
-        """``item_exposure_`` from the kept step counts over the public task weights omega_i,
-        combined with the released counts (noise std ``count_scale * sqrt(count_sample)``:
-        :func:`.exposure.item_exposure`); None without them (noisy GD, no biases, eps = inf)."""
-        parts = self.__dict__.pop("_exposure_parts", None)
-        if not parts:
-            return None
-        counts_h = np.maximum(np.asarray(counts, dtype=np.float64)[head], 1.0)
-        count_std = float(count_scale) * math.sqrt(cfg.count_sample)
-        omega = self._task_weights(cfg, counts_h, n_users)
-        return item_exposure(parts, omega, head, n_items, counts=counts, count_std=count_std)
-
-    def _release_item_side(
-        self, cfg: DPALSConfig, head, counts, V, b_items, mu, norm_u, n_users, n_items, count_scale: float = 0.0
-    ) -> None:
-        """Set the released attributes (shared by the local and the distributed fit): item factors
-        and biases scattered back to all ``n_items`` (zeros outside the trained ``head``), the
-        implicit popularity prior (released counts / public n_users: post-processing), the mean,
-        the user-ridge constants the billboard projection needs, the configuration."""
-        dtype = cfg.dtype
-        item_factors = np.zeros((n_items, cfg.factors), dtype=dtype)
-        item_factors[head] = V
-        self.item_factors_ = item_factors
-        self.item_bias_ = None
-        if cfg.biases:
-            self.item_bias_ = np.zeros(n_items, dtype=dtype)
-            self.item_bias_[head] = b_items
-        elif cfg.popularity_prior:
-            self.item_bias_ = (counts / n_users).astype(dtype)
-        self.item_counts_ = np.asarray(counts, dtype=np.float64)
-        self.item_exposure_ = self._exposure(cfg, head, counts, n_users, n_items, count_scale)
-        self.global_mean_ = np.asarray(mu, dtype=np.float64)
-        self.user_reg_norm_ = float(norm_u)
-        self.user_regularization_ = float(cfg.user_reg)
-        # the public shape (roster and catalogue sizes, public under the stated relation) with the settings
-        self.config_ = {**cfg.as_dict(), "n_users": int(n_users), "n_items": int(n_items)}
-        self.trained_items_ = head
 
     @staticmethod
     def _released_ridges(cfg: DPALSConfig, counts_h, n_users: int) -> DPALSConfig:
@@ -716,7 +642,7 @@ class DPALS(Hyperparameters, FactorizationModel):
         ):
             raise ValueError("item_exposure_ must hold one positive value per item")
         self.item_exposure_ = exposure
-        self.item_counts_ = counts  # type: ignore[assignment]  # None: a file saved before counts were kept
+        self.item_counts_ = counts  # None: a file saved before counts were kept
         if getattr(self, "item_bias_", None) is None:
             self.item_bias_ = None
         self.user_bias_ = None

@@ -17,6 +17,7 @@ from ..privacy import clip_labels, make_rng
 from ..solvers import make_solver
 from ..solvers.memory import check_fit_memory
 from .dpals_config import binarised, check_overflow
+from .dpals_release import item_side, release_item_side
 
 __all__ = ["run_fit"]
 
@@ -112,7 +113,7 @@ def run_fit(model, R_full: sp.csr_matrix, user_keys, plan, show_progress: bool =
             )  # fmt: skip
         result = solver.solve(batch, rng=rng)
         pipe.record(result, prefix=f"ALS step {t}: ")
-        V, b_items = model._item_side(cfg, result, solver)
+        V, b_items = item_side(model, cfg, result, solver)
         check_overflow(cfg, t, "item", V, b_items)
         step_times.append(time.perf_counter() - t_step)
         if callback is not None:  # implicit 0.7 contract: callback(iteration, elapsed_seconds, loss)
@@ -121,7 +122,7 @@ def run_fit(model, R_full: sp.csr_matrix, user_keys, plan, show_progress: bool =
     model.noise_scales_ = {"count": cal.count_scale, "train": cal.train_scale}
 
     # 3. release --------------------------------------------------------------------------
-    model._release_item_side(cfg, head, counts, V, b_items, mu, norm_u, n_users, n_items, cal.count_scale)
+    release_item_side(model, cfg, head, counts, V, b_items, mu, norm_u, n_users, n_items, cal.count_scale)
     t_proj = time.perf_counter()
     model.user_factors_, model.user_bias_ = model._project_users(R_full)
     model.fit_timings_ = {

@@ -69,6 +69,7 @@ from ...distributed.fit import (
     _training_matrix,
     _user_step,
 )
+from ...models.dpals_release import item_side
 from ...privacy import make_rng
 from ...privacy.mechanisms import Release
 from ...solvers._linalg import as_task_array
@@ -477,7 +478,7 @@ def _fit_plan(model, fed: Federation, plan, shape: tuple[int, int], part: dict[s
     counts_h = counts[head]
     cfg = model._released_ridges(cfg, counts_h, n_users)
     alloc_key = pipe.allocation_key(cfg.allocation)  # drawn where the local pipe.allocate draws it
-    model._exposure_parts = []  # this fit's noisy weighted counts (DPALS._collect_exposure)
+    model._exposure_parts = []  # this fit's noisy weighted counts (dpals_release.collect_exposure)
 
     # 2. ridges and initial factors ------------------------------------------------------------
     reg_items, _ = model._item_regularization(cfg, counts_h, cal.train_scale)
@@ -536,7 +537,7 @@ def _fit_plan(model, fed: Federation, plan, shape: tuple[int, int], part: dict[s
             info = {"solver": "noisy_gd", "iterations": int(solver.iterations)}
         result = Release(out[0], solver.labelled_events(), info)
         pipe.record(result, prefix=f"ALS step {t}: ")
-        V, b_items = model._item_side(cfg, result, solver)
+        V, b_items = item_side(model, cfg, result, solver)
         step_times.append(time.perf_counter() - t_step)
 
     # 4. ledger check and the Dask fit's release (the local fit's, without user factors) --------
