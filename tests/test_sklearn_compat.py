@@ -235,7 +235,9 @@ def test_fit_transform_and_n_features_in(ratings):
 
 def test_sklearn_style_fit_is_quiet(capsys):
     R = from_pandas(_ratings(30, 10)).matrix
-    ALS(factors=2, iterations=2, random_state=0).fit(R, None)  # fit(X, y): no progress bar
+    ALS(factors=2, iterations=2, random_state=0).fit(R, np.zeros(R.shape[0]))  # fit(X, y): no progress bar
+    assert capsys.readouterr().err == ""
+    ALS(factors=2, iterations=2, random_state=0).fit(R, y=None, show_progress=False)
     assert capsys.readouterr().err == ""
     ALS(factors=2, iterations=2, random_state=0).fit(R)  # implicit's default: show_progress=True
     assert "2/2" in capsys.readouterr().err

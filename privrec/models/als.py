@@ -289,18 +289,38 @@ class ALS(Hyperparameters, FactorizationModel):
         }
 
     # ------------------------------------------------------------------ fit
-    def fit(self, user_items, show_progress: bool = True, callback=None):
+    def fit(
+        self,
+        user_items,
+        show_progress: bool | None = None,
+        callback=None,
+        *,
+        items=None,
+        users=None,
+        strict_catalogue: bool = False,
+        user_col="user",
+        item_col="item",
+        rating_col="rating",
+        y=None,
+    ):
         """Fit on users x items ratings: a sparse matrix (CSR / CSC / COO), a ``privrec.data.Interactions``
-        or a long-format DataFrame (``user`` / ``item`` / ``rating`` columns; see the base class).
+        or a long-format DataFrame (columns ``user_col`` / ``item_col`` / ``rating_col``); ``items`` /
+        ``users`` declare the item catalogue and user roster (:mod:`privrec.models.inputs`).
 
-        implicit 0.7 conventions: ``show_progress`` shows a tqdm bar with one step per sweep;
-        ``callback(iteration, elapsed_seconds, loss)`` is called after every sweep (``loss`` is
-        ``None``: the training loss is not computed). Returns ``self``.
+        implicit 0.7 conventions: ``show_progress`` (``None``: the constructor's value) shows a tqdm
+        bar with one step per sweep; ``callback(iteration, elapsed_seconds, loss)`` is called after
+        every sweep (``loss`` is ``None``: the training loss is not computed); ``y`` is ignored
+        (scikit-learn's convention). Returns ``self``.
         """
+        inp = self._fit_input(
+            user_items, show_progress, callback, items=items, users=users, strict_catalogue=strict_catalogue,
+            columns=(user_col, item_col, rating_col), y=y,
+        )  # fmt: skip
+        show_progress, callback = inp.show_progress, inp.callback
         dtype = self._validate()
         cfg = self._resolved()
         implicit = self.feedback == "implicit"
-        R = check_fit_matrix(user_items)
+        R = check_fit_matrix(inp.matrix)
         if implicit:
             R = implicit_values(R)
         declared = check_rating_range(self.rating_range)
@@ -351,7 +371,7 @@ class ALS(Hyperparameters, FactorizationModel):
         self.user_reg_norm_ = np.asarray(norm_u, dtype=np.float64)
         self.item_reg_norm_ = np.asarray(norm_i, dtype=np.float64)
         self.config_ = cfg
-        return self
+        return self._fitted(inp)
 
     def _exact_rows(self, rows: sp.csr_matrix, fixed: np.ndarray, fixed_bias, norm) -> tuple:
         """Exact solves of ``rows`` against the fitted ``fixed`` side: ``(factors, bias)``, with
@@ -432,10 +452,28 @@ class ImplicitALS(Hyperparameters, FactorizationModel):
             "private": False,
         }
 
-    def fit(self, user_items, show_progress: bool = True, callback=None):
+    def fit(
+        self,
+        user_items,
+        show_progress: bool | None = None,
+        callback=None,
+        *,
+        items=None,
+        users=None,
+        strict_catalogue: bool = False,
+        user_col="user",
+        item_col="item",
+        rating_col="rating",
+        y=None,
+    ):
         """Fit implicit's ALS (same inputs as :meth:`ALS.fit`; ``show_progress`` / ``callback`` are
         passed to implicit)."""
-        R = check_fit_matrix(user_items)
+        inp = self._fit_input(
+            user_items, show_progress, callback, items=items, users=users, strict_catalogue=strict_catalogue,
+            columns=(user_col, item_col, rating_col), y=y,
+        )  # fmt: skip
+        show_progress, callback = inp.show_progress, inp.callback
+        R = check_fit_matrix(inp.matrix)
         with _blas_single_thread():  # implicit wants OpenBLAS single-threaded (it threads itself)
             inner = self._make_inner()
             inner.fit(R, show_progress=show_progress, callback=callback)
@@ -443,7 +481,7 @@ class ImplicitALS(Hyperparameters, FactorizationModel):
         self.user_factors_ = np.asarray(inner.user_factors)
         self.item_factors_ = np.asarray(inner.item_factors)
         self.config_ = self._resolved()
-        return self
+        return self._fitted(inp)
 
     def _synced_inner(self):
         """implicit's model holding this model's current factors (they change with partial fits)."""

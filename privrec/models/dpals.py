@@ -403,8 +403,6 @@ class DPALS(Hyperparameters, FactorizationModel):
         )  # fmt: skip
         return self._fitted(inp)
 
-    fit._privrec_fit_input = True  # type: ignore[attr-defined]  # explicit input steps (no wrapper)
-
     def _fit_matrix(
         self, R_full, *, user_keys=None, show_progress: bool = True, callback=None, plan=None, keys_from=None
     ):

@@ -91,8 +91,6 @@ class IdMapMixin:
         """
         from ..allocation import stable_user_keys
 
-        if ids is None:
-            ids = self.__dict__.get("_fit_user_ids")
         if ids is None or len(ids) != n_users:
             ids = np.arange(n_users, dtype=np.int64)
         return stable_user_keys(ids)

@@ -39,7 +39,6 @@ on a roster taken from the data warns with :class:`UserRosterWarning`).
 
 from __future__ import annotations
 
-import functools
 import numbers
 import sys
 import warnings
@@ -110,32 +109,6 @@ def _is_show_progress(value) -> bool:
     return isinstance(value, (bool, np.bool_)) or (isinstance(value, numbers.Integral) and value in (0, 1))
 
 
-# transitional: the fits not yet converted to the explicit _fit_input / _fitted steps (ALS,
-# ImplicitALS) are still wrapped; converted fits carry _privrec_fit_input and are left alone
-def _progress_arguments(model, args: tuple, kwargs: dict, progress_second: bool, takes_progress: bool):
-    """``(args, kwargs)`` for a subclass's ``fit(user_items, ...)`` with scikit-learn's ``y`` removed and
-    ``show_progress`` resolved (module docstring): the fit's argument, else the constructor's
-    ``show_progress``, else a bar only when neither a ``y`` was given nor scikit-learn is the caller."""
-    sklearn_style = bool(args) and not _is_show_progress(args[0])
-    if sklearn_style:
-        args = args[1:]  # scikit-learn's y (None or an array): ignored, the ratings are in X
-    elif args and progress_second:
-        if "show_progress" in kwargs:
-            raise TypeError("fit() got multiple values for argument 'show_progress'")
-        kwargs = {**kwargs, "show_progress": args[0]}
-        args = args[1:]
-    if not takes_progress:
-        return args, kwargs
-    show = kwargs.pop("show_progress", None)
-    if show is None:
-        show = getattr(model, "show_progress", None)  # checked with the other parameters by fit
-    if show is None:
-        show = not (sklearn_style or called_by_sklearn())
-    if progress_second:
-        return (show, *args), kwargs
-    return args, {**kwargs, "show_progress": show}
-
-
 def _check_fitted_factors(model) -> None:
     """One-line ``ValueError`` (and the model left unfitted) when a fit produced NaN or infinite
     factors: a numerical overflow must not pass for a model (``recommend`` then returned ``[]``)."""
@@ -147,64 +120,6 @@ def _check_fitted_factors(model) -> None:
                 f"the fit of this {type(model).__name__} overflowed: {name} holds NaN or infinite values; rescale the "
                 "ratings (e.g. to a 1-5 scale) or fit with dtype=np.float64"
             )
-
-
-def _wrap_fit(fit):
-    """Wrap a subclass's ``fit``: one input conversion (module docstring), scikit-learn's ``y``
-    ignored, ``show_progress`` resolved (``None``: the constructor's value; module docstring), and
-    the id maps stored once the fit succeeded."""
-
-    import inspect
-
-    signature = inspect.signature(fit)
-    params = list(signature.parameters)
-    progress_second = len(params) > 2 and params[2] == "show_progress"
-    takes_progress = "show_progress" in params
-
-    @functools.wraps(fit)
-    def fit_wrapper(self, user_items, *args, items=None, users=None, strict_catalogue: bool = False, **kwargs):
-        args, kwargs = _progress_arguments(self, args, kwargs, progress_second, takes_progress)
-        if "y" in kwargs:
-            kwargs.pop("y")
-        if kwargs.get("callback") is not None and not callable(kwargs["callback"]):
-            raise ValueError(
-                f"callback must be callable(iteration, elapsed_seconds, loss) or None, "
-                f"got {type(kwargs['callback']).__name__}"
-            )
-        if users is not None:
-            user_items = with_user_roster(user_items, users)
-        if items is not None:
-            user_items = with_item_catalogue(user_items, items)
-        self._check_user_axis(user_axis_source(user_items))
-        axis = item_axis_source(user_items)
-        self._check_item_axis(axis, bool(strict_catalogue))
-        R, user_ids, item_ids, given = fit_input(user_items)
-        # the fitted users' ids, for the duration of the fit only (FactorizationModel._sampling_user_keys)
-        self._fit_user_ids = user_ids
-        try:
-            out = fit(self, R, *args, **kwargs)
-        finally:
-            self.__dict__.pop("_fit_user_ids", None)
-        _check_fitted_factors(self)
-        self.user_ids_ = user_ids
-        self.item_ids_ = item_ids
-        # ids that are exactly 0..n-1 are kept as None (indices are the ids): not a dropped vocabulary
-        self._item_ids_identity = item_ids is None
-        self._item_ids_given = bool(given)
-        self._item_axis = axis
-        self._id_lookup = {}
-        self._fitted_params = _param_fingerprint(self)  # save() refuses parameters changed since
-        return out
-
-    fit_wrapper._privrec_fit_input = True
-    if takes_progress:  # the documented default: None (the constructor's show_progress)
-        fit_wrapper.__signature__ = signature.replace(
-            parameters=[
-                p.replace(default=None, annotation="bool | None") if p.name == "show_progress" else p
-                for p in signature.parameters.values()
-            ]
-        )
-    return fit_wrapper
 
 
 @dataclass
@@ -251,12 +166,6 @@ class FitInputMixin:
     if TYPE_CHECKING:
 
         def _is_private(self) -> bool: ...
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        fit = cls.__dict__.get("fit")
-        if fit is not None and not getattr(fit, "_privrec_fit_input", False):
-            cls.fit = _wrap_fit(fit)
 
     def _fit_input(
         self,

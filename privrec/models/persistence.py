@@ -90,7 +90,6 @@ class PersistenceMixin:
         "user_ids_",  # the training roster
         "fit_timings_",  # wall-clock times, which grow with the exact data size
         "_id_lookup",  # cached index of user_ids_ / item_ids_
-        "_fit_user_ids",  # the roster, held during fit only
     )
     #: Fitted attributes a private model keeps when pickled: the release (item side, noisy counts,
     #: privacy ledger / report) and values computed from public settings alone. Any other fitted

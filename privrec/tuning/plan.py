@@ -123,6 +123,7 @@ def plan_fit(
     the same public inputs (a selection plans each candidate, then fits it)."""
     key = _plan_key(model, shape, keys, bias_model)
     if key is not None and key in _PLANS:
+        model._resolve_config(shape, bias_model=bias_model)  # every parameter checked, as without the memo
         return _PLANS[key]
     plan = make_plan(model, shape, keys=keys, bias_model=bias_model)
     if key is not None:
