@@ -354,3 +354,20 @@ def test_selection_warning_once_per_model():
     other = clone(model).fit(ratings, show_progress=False)
     with pytest.warns(PrivateSelectionWarning):
         namespace["score_twice"](other, ratings)  # another model warns again
+
+
+def test_a_search_over_private_models_warns_once():
+    """Issue 40: one PrivateSelectionWarning per search, not one per candidate clone."""
+    from privrec.models import PrivateSelectionWarning
+
+    ratings = _ratings(40, 12)
+    search = GridSearchCV(
+        DPALS(epsilon=2.0, factors=0, iterations=1, rating_range=(1, 5), show_progress=False),
+        {"epsilon": [1.0, 2.0, 4.0]},
+        cv=RatingSplitCV(3, random_state=0),
+        error_score="raise",
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        search.fit(ratings)  # 9 scored fits
+    assert sum(issubclass(w.category, PrivateSelectionWarning) for w in caught) == 1

@@ -152,12 +152,32 @@ class PrivateSelectionWarning(UserWarning):
 _selection_warned: weakref.WeakSet = weakref.WeakSet()
 
 
+def _calling_search():
+    """The scikit-learn search (``GridSearchCV``, ``RandomizedSearchCV``, ...) on the call stack, if any."""
+    import sys
+
+    try:
+        from sklearn.model_selection._search import BaseSearchCV
+    except ImportError:  # pragma: no cover - scikit-learn always ships it
+        return None
+    frame = sys._getframe(1)
+    while frame is not None:
+        candidate = frame.f_locals.get("self")
+        if isinstance(candidate, BaseSearchCV):
+            return candidate
+        frame = frame.f_back
+    return None
+
+
 def warn_private_selection(model, stacklevel: int = 3) -> None:
-    """One :class:`PrivateSelectionWarning` per private ``model`` (finite epsilon) scored within
-    ``sklearn.model_selection``; nothing otherwise."""
-    if not model._is_private() or model in _selection_warned or not called_by_sklearn("sklearn.model_selection"):
+    """One :class:`PrivateSelectionWarning` per scikit-learn search (per private ``model``, finite
+    epsilon, scored within ``sklearn.model_selection`` outside a search); nothing otherwise."""
+    if not model._is_private() or not called_by_sklearn("sklearn.model_selection"):
         return
-    _selection_warned.add(model)
+    owner = _calling_search() or model  # one warning per search (its candidates are clones), else per model
+    if owner in _selection_warned:
+        return
+    _selection_warned.add(owner)
     warnings.warn(
         f"scoring a private {type(model).__name__} (epsilon={model.epsilon}) for scikit-learn's model selection: "
         "each candidate's (epsilon, delta) covers its own release only, while the scores and the choice among "
