@@ -50,6 +50,7 @@ Start with:
   privrec fit                      private model on a small generated dataset
   privrec fit --method als         the non-private reference
   privrec fit --budget-file F      charge refits of the same users to one lifetime budget
+  privrec compare                  private models at several epsilons beside the yardsticks
   privrec datasets list            datasets privrec knows about
   privrec COMMAND --help           options of one command
 """
@@ -158,6 +159,11 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:  # start-up imports, argument parsing, the command, the final flush
         if owner:
             _ignore_sigint()
+        # a file a library had open when the interrupt arrived (threadpoolctl reads /proc/self/maps)
+        # is closed by the collector: no "unclosed file" ResourceWarning after the one-line message
+        import warnings
+
+        warnings.filterwarnings("ignore", category=ResourceWarning)
         return _interrupted(state.get("args"), argv)
     finally:
         if owner:

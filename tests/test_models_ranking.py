@@ -4,6 +4,7 @@ part (billboard, free), cheaper mean releases, and the generators that test the 
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,9 @@ from privrec.models import DPALS
 from privrec.models.billboard import loo_personal_part, shrunk_projection
 from privrec.privacy import epsilon_from_report
 
-ML100K = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "ml-100k"
+#: the shared datasets folder: $PRIVREC_SHARED_DATASETS, else ../shared/datasets beside the checkout
+SHARED = Path(os.environ.get("PRIVREC_SHARED_DATASETS", Path(__file__).resolve().parents[2] / "shared" / "datasets"))
+ML100K = SHARED / "ml-100k"
 
 
 def _recall(ids: np.ndarray, test: sp.csr_matrix, users: np.ndarray, threshold: float = 4.0) -> float:
@@ -209,7 +212,7 @@ def test_no_structure_default_is_the_bias_model(eps):
     assert (eps >= 20) == ("selection_" in model.__dict__)
 
 
-@pytest.mark.skipif(not ML100K.is_dir(), reason="../shared/datasets/ml-100k not present")
+@pytest.mark.skipif(not ML100K.is_dir(), reason=f"{ML100K} not present (set PRIVREC_SHARED_DATASETS)")
 def test_ml100k_default_ranks_far_better_than_by_rating():
     data = load_dataset("ml-100k", data_dir=ML100K)
     parts = random_split(data, random_state=0)

@@ -15,4 +15,5 @@ COMMAND_MODULES = [
     "recommend",
     "benchmark",
     "export",
+    "compare",
 ]

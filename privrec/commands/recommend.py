@@ -142,8 +142,19 @@ def _recommend(args) -> int:
     u = _find(getattr(data, "user_ids", np.arange(data.matrix.shape[0])), args.user, "user")
     row = data.matrix[[u]]
     ids, scores = model.recommend(0, row, N=args.n, recalculate_user=True)
-    _show_items(args, data, ids, scores, f"top {len(ids)} for user {args.user} ({row.nnz} items in history)")
+    header = f"top {len(ids)} for user {args.user} ({row.nnz} items in history)"
+    _show_items(args, data, ids, scores, f"{header}; {_score_meaning(model)}")
     return 0
+
+
+def _score_meaning(model) -> str:
+    """What the printed scores are: the exposure ranking's score, or a predicted rating."""
+    mode = getattr(model, "_ranking_mode", None)
+    if mode is not None and mode() == "exposure":
+        from ..models.exposure import score_description
+
+        return score_description(0.5 * float((getattr(model, "config_", None) or {}).get("label_bound") or 2.0))
+    return "score = predicted rating" if getattr(model, "feedback", "explicit") == "explicit" else "score = preference"
 
 
 def cmd_similar(args) -> int:

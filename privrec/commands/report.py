@@ -215,6 +215,7 @@ _BASELINES = (
     ("trivial", "trivial baseline: "),
     ("popularity", "trivial baseline: "),
     ("als", ""),
+    ("als_ranking", ""),
 )
 
 

@@ -587,7 +587,10 @@ class FactorizationModel(FitInputMixin, IdMapMixin, PersistenceMixin, BaseEstima
         convention) or the full training matrix (then rows ``userid`` are used); it may be ``None``
         when it is not needed (no filtering of rated items, stored user factors). Rated items are
         excluded when ``filter_already_liked_items``; ``filter_items`` are excluded for everybody;
-        ``items`` restricts the candidates. Scores are predicted ratings. A model without user
+        ``items`` restricts the candidates. Scores are the model's ranking scores: predicted ratings,
+        except a DPALS ranking explicit ratings by exposure (``ranking="exposure"``, its default), whose
+        scores are ``log(exposure) + (predicted - mean) / sigma_y`` (:mod:`privrec.models.exposure`). A
+        model without user
         factors (a loaded private model) projects the ``user_items`` rows automatically, as
         ``recalculate_user=True`` does. When fewer than N items are eligible the output is
         shorter: columns that no user can fill are dropped (a row of a batched call may then still
