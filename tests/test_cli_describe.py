@@ -61,7 +61,7 @@ def test_model_card_is_written_with_the_yardsticks(tmp_path, capsys):
     res = _json(capsys, ["fit", "--json", "--model-card", str(card), *SMALL])
     text = card.read_text()
     assert res["model_card"] == str(card) and text.startswith("# Model card: ada-dpals")
-    assert "## Metrics" in text and "| ALS (non-private) |" in text and "trivial baseline" in text
+    assert "## Metrics" in text and "| ALS (explicit ratings) (non-private) |" in text and "trivial baseline" in text
     assert "synthetic-skew" in text and "## What is released" in text
     rc, lines = _fail(capsys, ["fit", "--model-card", str(tmp_path), *SMALL])  # a folder: refused before fitting
     assert rc == 2 and len(lines) == 1 and "--model-card" in lines[0]

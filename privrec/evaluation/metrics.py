@@ -116,8 +116,6 @@ def ranking_metrics(
         bias = None if bias is None else bias[items]
         targets = targets[:, items]
         history = None if history is None else history[:, items]
-    if ks[-1] > V.shape[0]:  # (implicit.evaluation returns a precision above 1 there)
-        raise ValueError(f"k = {ks[-1]} exceeds the {V.shape[0]} candidate items; ranking metrics need k <= n_items")
     if bias is not None and not np.isfinite(bias).all():
         raise ValueError("item_bias holds NaN or infinite values; the model's release is not usable for ranking")
     targets.eliminate_zeros()
