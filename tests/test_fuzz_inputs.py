@@ -561,11 +561,15 @@ def test_a_fit_that_overflows_is_an_error_and_leaves_the_model_unfitted():
     """The last line of defence: NaN factors never pass for a fitted model (recommend returned [])."""
 
     class Overflowing(ALS):
-        def fit(self, user_items, show_progress=False, callback=None):
-            super().fit(user_items, show_progress=False)
+        def _fitted(self, inp):  # every fit's explicit last step: the factors overflowed before it
             self.item_factors_ = np.full_like(self.item_factors_, np.nan)
-            return self
+            return super()._fitted(inp)
 
     with pytest.raises(ValueError, match="overflowed: item_factors_ holds NaN") as exc:
         Overflowing(factors=2, iterations=1).fit(X_SMALL)
     _one_line(exc)
+    # and a release corrupted after its fit never ranks silently (recommend returned [])
+    model = ALS(factors=2, iterations=1).fit(X_SMALL, show_progress=False)
+    model.item_factors_[:] = np.nan
+    with pytest.raises(ValueError, match="item_factors_ holds NaN"):
+        model.recommend(0, X_SMALL[0], N=2)

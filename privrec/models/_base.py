@@ -156,14 +156,17 @@ def _calling_search():
     """The scikit-learn search (``GridSearchCV``, ``RandomizedSearchCV``, ...) on the call stack, if any."""
     import sys
 
-    try:
-        from sklearn.model_selection._search import BaseSearchCV
-    except ImportError:  # pragma: no cover - scikit-learn always ships it
-        return None
     frame = sys._getframe(1)
     while frame is not None:
         candidate = frame.f_locals.get("self")
-        if isinstance(candidate, BaseSearchCV):
+        # a search object of sklearn.model_selection (GridSearchCV, RandomizedSearchCV, the halving
+        # searches): recognised by its public shape, without importing a private scikit-learn module
+        if (
+            candidate is not None
+            and type(candidate).__module__.startswith("sklearn.model_selection")
+            and hasattr(candidate, "estimator")
+            and hasattr(candidate, "cv")
+        ):
             return candidate
         frame = frame.f_back
     return None
