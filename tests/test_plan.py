@@ -171,7 +171,7 @@ def test_dask_holdout_equals_the_local_split():
     offsets = parts.offsets
     for p, block in enumerate(parts.blocks):
         b = block.result() if hasattr(block, "result") else block
-        train_b, held_b, _ = _holdout_parts(b, int(offsets[p]), 0.2, 99, False)
+        train_b, held_b, _ = _holdout_parts(b, int(offsets[p]), 0.2, 99)
         rows = [pos[u] for u in b.user_ids]
         assert (held_b != held[rows]).nnz == 0
 

@@ -243,7 +243,7 @@ def fit(
             fit_kwargs = dict(
                 fan_in=fan_in, block_tasks=block_tasks, max_in_flight=max_in_flight, _leaf_hook=_leaf_hook
             )
-            data = DaskSelectionData(parts, run_client, fit, fit_kwargs, implicit=bool(plan.config.implicit))
+            data = DaskSelectionData(parts, run_client, fit, fit_kwargs)
             try:
                 run_automatic_selection(model, plan, data, show_progress)
             finally:

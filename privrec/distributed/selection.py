@@ -26,7 +26,7 @@ from .partition import PartitionBlock, PartitionedInteractions, block_from_matri
 __all__ = ["DaskSelectionData"]
 
 
-def _holdout_parts(block: PartitionBlock, offset: int, fraction: float, key: int, implicit: bool):
+def _holdout_parts(block: PartitionBlock, offset: int, fraction: float, key: int):
     """``(training block, held-out CSR, training nnz)`` of one partition (keys: its users' ids)."""
     R = sp.csr_matrix(block.matrix, dtype=np.float64)
     train, held = split_holdout(R, fraction, key, stable_user_keys(block.user_ids))
@@ -56,24 +56,18 @@ class DaskSelectionData:
         client,
         fit: Callable[..., Any],
         fit_kwargs: dict[str, Any],
-        implicit: bool = False,
     ):
         self.parts = parts
         self.client = client
         self.fit_fn = fit  # privrec.distributed.fit (passed in: this module sits below the driver)
         self.fit_kwargs = fit_kwargs
-        self.implicit = implicit
-        self.user_keys = "user ids"  # what the split and the sampling are keyed on
         self.train: PartitionedInteractions | None = None
         self.held: list = []
 
     def split(self, fraction: float, key: int) -> None:
         parts, client = self.parts, self.client
         offsets = parts.offsets
-        pieces = [
-            client.submit(_holdout_parts, b, int(offsets[p]), fraction, key, self.implicit)
-            for p, b in enumerate(parts.blocks)
-        ]
+        pieces = [client.submit(_holdout_parts, b, int(offsets[p]), fraction, key) for p, b in enumerate(parts.blocks)]
         blocks = [client.submit(_part, f, 0) for f in pieces]
         self.held = [client.submit(_part, f, 1) for f in pieces]
         nnz = client.gather([client.submit(_part, f, 2) for f in pieces])

@@ -19,7 +19,6 @@ shape only -- never from the ratings.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -164,8 +163,3 @@ def make_plan(
     else:
         planned = tuple(pipe.planned_events(cal.count_scale, cal.train_scale))
     return FitPlan(name, n_users, n_items, cfg.epsilon, cfg.delta, cfg.accountant, cfg, cal, planned, keys=keys)
-
-
-def with_config(plan: FitPlan, cfg: Any) -> FitPlan:
-    """``plan`` with its settings replaced (e.g. by the ridges released during the fit)."""
-    return dataclasses.replace(plan, config=cfg)

@@ -235,7 +235,7 @@ def _positive_finite(value, name: str, allow_none: bool = False):
     return float(value)
 
 
-def _fraction(value, name: str, low_open: bool = True, allow_zero: bool = False) -> float:
+def _fraction(value, name: str, allow_zero: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
         raise ValueError(f"{name} must be a number in {'[0, 1)' if allow_zero else '(0, 1)'}, got {value!r}")
     v = float(value)
