@@ -144,8 +144,24 @@ WHITEBOX_QUICK = dict(
     power_simulations=100,
     control_power_simulations=100,
 )
-FULL = dict(runs=600, joint_runs=1500, control_runs=4000, power_runs=300, power_simulations=400, whitebox=WHITEBOX_FULL)
-QUICK = dict(runs=40, joint_runs=60, control_runs=4000, power_runs=40, power_simulations=100, whitebox=WHITEBOX_QUICK)
+FULL = dict(
+    runs=600,
+    joint_runs=1500,
+    control_runs=4000,
+    axes_runs=200_000,
+    power_runs=300,
+    power_simulations=400,
+    whitebox=WHITEBOX_FULL,
+)
+QUICK = dict(
+    runs=40,
+    joint_runs=60,
+    control_runs=4000,
+    axes_runs=20_000,
+    power_runs=40,
+    power_simulations=100,
+    whitebox=WHITEBOX_QUICK,
+)
 REQUIRED_DETECTION = 0.9
 
 
@@ -341,6 +357,93 @@ def control_case(epsilon: float = EPSILON) -> dict:
     )
 
 
+# ------------------------------------------------------------- the releases of undeclared axes (issue 42)
+def _axes_plan(epsilon: float = EPSILON):
+    from privrec.models import DPALS
+    from privrec.tuning.plan import plan_axes
+
+    return plan_axes(DPALS(epsilon=epsilon, delta=DELTA, axes="release"), roster=False, catalogue=False)
+
+
+def user_count_case(noise_factor: float = 1.0, epsilon: float = EPSILON) -> dict:
+    """The noisy user count of an undeclared roster (``partition.release_user_count``, the
+    multiplier a ``DPALS(epsilon, axes="release")`` fit uses): D has 1,000 users, D' one more.
+    ``noise_factor < 1``: the control (less noise than the claim)."""
+    from privrec.allocation import partition
+    from privrec.privacy import gaussian_event
+    from privrec.privacy.ledger import epsilon_of_event
+
+    z = _axes_plan(epsilon).user_multiplier
+    claimed = epsilon_of_event(gaussian_event(z), DELTA, "pld")
+
+    def fit_release(n, seed):
+        return float(partition.release_user_count(n, z * noise_factor, None).value)
+
+    control = noise_factor < 1
+    return dict(
+        name=("control: user count, half the noise" if control else "user count (undeclared roster)"),
+        family="axes",
+        epsilon=claimed,
+        fit_release=fit_release,
+        d0=1000,
+        d1=1001,
+        reported=lambda: claimed,
+        neighbouring="add one user (1,000 -> 1,001 users)",
+        canary="the added user (sensitivity 1)",
+        statistic="the released noisy count",
+        settings={"noise_multiplier": z * noise_factor, "claimed_multiplier": z},
+        expect_violation=control,
+    )
+
+
+def item_selection_case(noise_factor: float = 1.0, epsilon: float = EPSILON) -> dict:
+    """The private item selection of an undeclared catalogue (``partition.release_item_selection``
+    with the multiplier, sample size and delta term of a ``DPALS(epsilon, axes="release")`` fit):
+    item 0's weighted count sits far above the threshold (it is kept in every run); the canary user
+    of D' rates item 0 only (weight 1, the full sensitivity). Statistic: item 0's released noisy
+    weighted count (the Gaussian part of the selection; its threshold's delta term is checked by
+    ``tests/test_addremove.py``)."""
+    from privrec.allocation import partition
+
+    axes = _axes_plan(epsilon)
+    z, k, d = axes.item_multiplier, axes.max_items, axes.item_delta
+    tau = partition.selection_threshold(z, k, d)
+    claimed = float(_axes_ledger_epsilon(z))
+
+    def fit_release(weighted, seed):
+        rel = partition.release_item_selection(np.asarray(weighted), z * noise_factor, k, d, None)
+        kept = rel.value.tolist()
+        return float(rel.info["counts"][kept.index(0)]) if 0 in kept else -1e9
+
+    base = np.array([tau + 12.0 * z, 50.0])  # item 0 passes in every run: its released noisy count is read
+    control = noise_factor < 1
+    return dict(
+        name=("control: item selection, half the noise" if control else "item selection (undeclared catalogue)"),
+        family="axes",
+        epsilon=claimed,
+        fit_release=fit_release,
+        d0=base,
+        d1=base + np.array([1.0, 0.0]),
+        reported=lambda: claimed,
+        neighbouring="add one user who rates item 0 only",
+        canary="weight 1 on a kept item (the full sensitivity)",
+        statistic="item 0's released noisy weighted count",
+        settings={"noise_multiplier": z * noise_factor, "claimed_multiplier": z, "threshold": tau, "delta_term": d},
+        expect_violation=control,
+    )
+
+
+def _axes_ledger_epsilon(z: float) -> float:
+    """Epsilon the ledger claims for the selection alone: its Gaussian at delta - its delta term."""
+    from privrec.privacy import PrivacyLedger, gaussian_event
+    from privrec.tuning.plan import ITEM_SELECTION_DELTA_LABEL
+
+    led = PrivacyLedger()
+    led.record("item selection", gaussian_event(z))
+    led.spend_delta(ITEM_SELECTION_DELTA_LABEL, _axes_plan().item_delta)
+    return led.epsilon(DELTA, "pld")
+
+
 # ------------------------------------------------------------------------------------ white box
 def canary_ratings(n_canaries: int, k: int) -> sp.csr_matrix:
     """User u rates items u*k .. u*k + k - 1 with 5 (the label bound): every item has one rater."""
@@ -518,6 +621,9 @@ def cases(cfg: dict) -> list[tuple[dict, int]]:
     out += [(joint_case("joint"), cfg["joint_runs"]), (joint_case("full"), cfg["joint_runs"])]
     out.append((federated_case(), cfg["joint_runs"]))
     out.append((control_case(), cfg["control_runs"]))
+    # the releases of undeclared axes: microseconds per run, so many runs
+    out += [(user_count_case(), cfg["axes_runs"]), (user_count_case(0.5), cfg["axes_runs"])]
+    out += [(item_selection_case(), cfg["axes_runs"]), (item_selection_case(0.5), cfg["axes_runs"])]
     return out
 
 

@@ -3,6 +3,13 @@
 import pytest
 
 
+def pytest_configure(config):
+    # the README's test command runs these too (CI runs everything); ``-m "not slow"`` leaves them out
+    config.addinivalue_line(
+        "markers", "slow: a long end-to-end test (a deployment, a simulation runtime, a build; over ~20 s)"
+    )
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_privrec_cache(tmp_path_factory):
     mp = pytest.MonkeyPatch()
@@ -11,17 +18,55 @@ def _isolated_privrec_cache(tmp_path_factory):
     mp.undo()
 
 
+# ---------------------------------------------------------------- one Dask LocalCluster for the distributed modules
+# Starting a 2-process LocalCluster (and importing privrec in its workers) costs 10-15 s on 2 cores, and
+# an idle one still polls (~5% of a core per process), so the modules that use ``client`` share one that
+# lives from the first of them to the last in collection order, and is closed as soon as the next test
+# to run lies outside that span (under pytest-xdist each worker starts its own when it needs one).
+_CLUSTER: dict = {}
+_ORDER = pytest.StashKey[int]()
+_SPAN: dict = {}
+
+
+def pytest_collection_modifyitems(items):
+    uses = [i for i, item in enumerate(items) if "client" in getattr(item, "fixturenames", ())]
+    _SPAN["first"], _SPAN["last"] = (uses[0], uses[-1]) if uses else (0, -1)
+    for i, item in enumerate(items):
+        item.stash[_ORDER] = i
+
+
+def _close_cluster():
+    cluster = _CLUSTER.pop("cluster", None)
+    if cluster is not None:
+        cluster.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield  # the module-scoped client (if this was its module's last test) is closed by now
+    if "cluster" in _CLUSTER:
+        i = nextitem.stash.get(_ORDER, -1) if nextitem is not None else -1
+        if not _SPAN.get("first", 0) <= i <= _SPAN.get("last", -1):
+            _close_cluster()
+
+
+def pytest_sessionfinish(session):
+    _close_cluster()
+
+
 @pytest.fixture(scope="module")
 def client():
-    """A 2-process Dask ``LocalCluster`` client for the distributed tests (one per test module;
-    those modules skip themselves when the optional ``dask`` extra is missing)."""
+    """A client of the shared 2-process ``LocalCluster`` for the distributed tests (one per test
+    module, so that what a module persisted on the cluster is released when it ends; those modules
+    skip themselves when the optional ``dask`` extra is missing). Both workers are up when a module
+    starts, even if the previous module killed one (its nanny restarts it)."""
     distributed = pytest.importorskip(
         "distributed", reason="dask.distributed is optional (pip install 'privrec[dask]')"
     )
-    with (
-        distributed.LocalCluster(
+    if "cluster" not in _CLUSTER:
+        _CLUSTER["cluster"] = distributed.LocalCluster(
             n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None, silence_logs=50
-        ) as cluster,
-        distributed.Client(cluster) as c,
-    ):
+        )
+    with distributed.Client(_CLUSTER["cluster"]) as c:
+        c.wait_for_workers(2, timeout=120)
         yield c

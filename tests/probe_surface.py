@@ -231,6 +231,38 @@ def _ids_agree(folder: Path, out: str, err: str) -> bool:
     return rec.get("recommend") == rec.get("export") and bool(rec.get("recommend"))
 
 
+#: factors of 5 users x 10 items and a test matrix with one column per item
+_RANKING_SETUP = textwrap.dedent(
+    """
+    import scipy.sparse as sp
+    from privrec.evaluation.metrics import precision_at_k, ranking_metrics
+    rng = np.random.default_rng(0)
+    U, V = rng.random((5, 3)).astype(np.float32), rng.random((10, 3)).astype(np.float32)
+    T = sp.random(5, 10, density=0.3, format="csr", random_state=1)
+    """
+)
+#: ``r12.csv``: 300 users with six ratings each on a catalogue of 12 items (fewer than the CLI's k = 20)
+_SMALL_CATALOGUE = (
+    "rng = np.random.default_rng(0)\n"
+    "rows = [(f'u{u}', f'i{i}', int(rng.integers(1, 6))) for u in range(300) for i in rng.choice(12, 6, replace=False)]\n"
+    "pd.DataFrame(rows, columns=['user', 'item', 'rating']).to_csv('r12.csv', index=False)"
+)
+
+
+def _clamped_json(out: str) -> bool:
+    """``fit --json`` on the 12-item catalogue: Recall@12 / NDCG@12 and the note saying why."""
+    try:
+        res = json.loads(out.strip().splitlines()[-1])["non_private"]
+    except (ValueError, IndexError, KeyError):
+        return False
+    m = res.get("metrics", {})
+    return (
+        0 <= m.get("recall@12", -1) <= 1
+        and "recall@20" not in m
+        and str(res.get("ranking_k_note", "")).startswith("ranking metrics at k = 12 instead of 20")
+    )
+
+
 CASES: list[Case] = [
     # 1. ratings outside the scale, whatever part of the split they land in
     Case(
@@ -647,7 +679,55 @@ CASES: list[Case] = [
         "m.item_bias_[0] = float('inf')\nids, _ = m.recommend(0, R[0], N=5)\nresult(len(ids))",
         error=["item_bias_", "infinite"],
     ),
-    # 11. budgets: arguments checked, one lock per file
+    # 11. ranking metrics: k beyond the catalogue refused; fixed-k evaluations of a small catalogue
+    Case(
+        "ranking_metrics with K beyond the catalogue",
+        code=_RANKING_SETUP + "ranking_metrics(U, V, T, ks=(5, 10**6))\nresult('ranked')",
+        error=["k = 1000000", "catalogue of 10 items"],
+        fast=True,
+    ),
+    Case(
+        "ranking_metrics with K one above the catalogue",
+        code=_RANKING_SETUP + "precision_at_k(U, V, T, k=11)\nresult('ranked')",
+        error=["k = 11", "catalogue of 10 items"],
+        fast=True,
+    ),
+    Case(
+        "ranking_metrics with a narrower test matrix",
+        code=_RANKING_SETUP + "ranking_metrics(U, V, T[:, :8], ks=(5,))\nresult('ranked')",
+        error=["targets", "(5, 8)", "(5, 10)"],
+        fast=True,
+    ),
+    Case(
+        "ranking_metrics with K equal to the catalogue",
+        code=_RANKING_SETUP + "m = ranking_metrics(U, V, T, ks=(10,))\n"
+        "result(bool(0 <= m['precision@10'] <= 1 and abs(m['recall@10'] - 1) < 1e-9))",
+        check=lambda f, out, err: _result(out) is True,
+        fast=True,
+    ),
+    Case(
+        "CLI fit on a 12-item catalogue reports Recall@12",
+        ["fit", "--ratings", "r12.csv", "--epsilon", "5", "--quiet"],
+        setup=_SMALL_CATALOGUE,
+        check=lambda f, out, err: (
+            "recall@12" in out
+            and "recall@20" not in out
+            and "k = 12 instead of 20: the catalogue has only 12 items" in out
+        ),
+    ),
+    Case(
+        "CLI fit --json on a 12-item catalogue states the clamped k",
+        ["fit", "--ratings", "r12.csv", "--epsilon", "5", "--quiet", "--json"],
+        setup=_SMALL_CATALOGUE,
+        check=lambda f, out, err: _clamped_json(out),
+    ),
+    Case(
+        "CLI compare on a 12-item catalogue reports Recall@12",
+        ["compare", "--ratings", "r12.csv", "--epsilon", "5", "--no-als", "--quiet"],
+        setup=_SMALL_CATALOGUE,
+        check=lambda f, out, err: "recall@12" in out and "k = 12 instead of 20" in out,
+    ),
+    # 12. budgets: arguments checked, one lock per file
     Case(
         "Budget lock_timeout NaN",
         code="from privrec.privacy import Budget\nBudget.create('b.json', 1.0, 1e-6)\n"

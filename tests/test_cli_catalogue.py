@@ -49,11 +49,20 @@ def test_declared_catalogue_and_roster_shape_the_release_and_silence_the_warning
     np.testing.assert_array_equal(model.item_ids_, [str(i) for i in range(45)])  # CSV ids are text
 
 
-def test_without_catalogue_and_roster_a_private_fit_warns(files, capsys):
-    rc, res = _fit(capsys, "--ratings", files / "r.csv")
+def test_without_catalogue_and_roster_a_private_fit_releases_them(files, capsys):
+    """Issue 42: nothing declared -> a noisy user count and a private item selection, add/remove DP,
+    no warning; the released count and item number are in the (public) configuration."""
+    out = files / "m.npz"
+    rc, res = _fit(capsys, "--ratings", files / "r.csv", "--epsilon", "50", "--output", out)
     assert rc == 0
-    assert any("--items FILE" in w for w in res["warnings"])
-    assert any("--users FILE" in w for w in res["warnings"])
+    assert not [w for w in res["warnings"] if "--items" in w or "--users" in w]
+    assert "add/remove" in json.dumps(res["privacy_events"]) and "adding or removing one user" in res["privacy_summary"]
+    assert res["config"]["n_users"] != 200 and 0 < res["config"]["n_items"] <= 40
+    model = load_model(out)
+    assert model._item_axis == "selection" and len(model.item_ids_) == res["config"]["n_items"]
+    # too few users per item for a small epsilon: a one-line error saying what to declare
+    assert main(["fit", "--quiet", "--ratings", str(files / "r.csv"), "--epsilon", "1"]) == 2
+    assert "declare the item catalogue" in capsys.readouterr().err
 
 
 def test_bad_catalogue_files_are_one_line_errors(files, capsys):

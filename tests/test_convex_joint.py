@@ -280,6 +280,7 @@ def _cp_upper(k, trials, alpha):
     return 1.0 if k >= trials else float(beta.ppf(1.0 - alpha, k + 1, trials - k))
 
 
+@pytest.mark.slow  # 40,000 fits of the real estimator (~25 s): the runs give the audit its power
 def test_joint_regime_audit_owner_sampling_is_revealed():
     """Empirical audit of the real estimator on the construction above (n = 20, T = 1, delta = 1e-3).
 

@@ -21,7 +21,10 @@ PAGES = [
     "implicit.md",
     "algorithms.md",
     "references.md",
-    *(f"privacy/{p}.md" for p in ("index", "dpals", "multitask", "joint-dp", "federated", "srgd", "async")),
+    *(
+        f"privacy/{p}.md"
+        for p in ("index", "dpals", "addremove", "multitask", "joint-dp", "federated", "srgd", "async")
+    ),
 ]
 
 

@@ -154,7 +154,7 @@ def test_precision_and_map_hand_computed():
     best = ranking_metrics(perfect.toarray().astype(np.float32), np.eye(5, dtype=np.float32), perfect, ks=(2,))
     assert best["map@2"] == pytest.approx(1.0)
     assert best["precision@2"] == pytest.approx((1 + 0.5 + 1) / 3)  # one target only: at most 1/2
-    assert math.isnan(precision_at_k(U, V, csr([[]] * 4, 6), k=2)) and math.isnan(map_at_k(U, V, csr([[]] * 4, 6)))
+    assert math.isnan(precision_at_k(U, V, csr([[]] * 4, 6), k=2)) and math.isnan(map_at_k(U, V, csr([[]] * 4, 6), k=2))
 
 
 class _FixedLists:

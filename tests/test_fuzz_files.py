@@ -605,7 +605,7 @@ def test_signal_at_a_random_moment_of_a_save_keeps_a_valid_file_and_no_temporary
         import numpy as np
         from privrec.models import ALS
         rng = np.random.default_rng(0)
-        model = ALS(factors=64).fit(__import__("scipy.sparse").sparse.random(
+        model = ALS(factors=64, iterations=1).fit(__import__("scipy.sparse").sparse.random(
             3000, 2000, density=0.01, format="csr", dtype=np.float32, random_state=0))
         print("saving", flush=True)
         for _ in range(20):

@@ -366,16 +366,18 @@ def test_a_nonfinite_release_is_refused_when_ranking(tmp_path):
         m.recommend(0, R[0], N=5)
 
 
-def test_ranking_metrics_stay_bounded_beyond_the_catalogue_and_refuse_narrow_targets():
-    """implicit.evaluation returns precision 189.75 at K = 10**6; privrec's precision@k stays hits / k
-    (<= 1) there, and a test matrix with fewer columns than the model's items is refused."""
+def test_ranking_metrics_refuse_k_beyond_the_catalogue_and_narrow_targets():
+    """implicit.evaluation returns precision 189.75 at K = 10**6; privrec's ranking_metrics refuses a k
+    beyond the catalogue and a test matrix with fewer columns than the model's items."""
     from privrec.evaluation.metrics import ranking_metrics
 
     rng = np.random.default_rng(0)
     U, V = rng.random((5, 3)).astype(np.float32), rng.random((10, 3)).astype(np.float32)
     T = sp.random(5, 10, density=0.3, format="csr", random_state=1)
-    m = ranking_metrics(U, V, T, ks=(10**6,))
-    assert 0 <= m["precision@1000000"] <= 1 and m["recall@1000000"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="k = 1000000 exceeds the catalogue of 10 items"):
+        ranking_metrics(U, V, T, ks=(10**6,))
+    m = ranking_metrics(U, V, T, ks=(10,))
+    assert 0 <= m["precision@10"] <= 1 and m["recall@10"] == pytest.approx(1.0)
     with pytest.raises(ValueError, match="targets has shape"):
         ranking_metrics(U, V, sp.random(5, 8, density=0.3, format="csr", random_state=1), ks=(5,))
 

@@ -419,7 +419,17 @@ def test_bench_audit_quick_outputs(tmp_path):
     half-noise controls (too few canaries in --quick to detect them: structure only)."""
     import bench_audit
 
-    argv = ["--quick", "--out", str(tmp_path), "--quiet", "--only", "control", "JointDPSGD", "item step dpals-uniform"]
+    argv = [
+        "--quick",
+        "--out",
+        str(tmp_path),
+        "--quiet",
+        "--only",
+        "control: Gaussian",
+        "control: item step",
+        "JointDPSGD",
+        "item step dpals-uniform",
+    ]
     assert bench_audit.main(argv) == 0
     data = json.loads((tmp_path / "audit_quick.json").read_text())
     rows = {r["mechanism"]: r for r in data["rows"]}

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._optional import require
 from .._validation import MAX_RATING_MAGNITUDE, check_ids_not_nul_suffixed
 from ..evaluation import experiment as X
 from ._paths import check_distinct_paths
@@ -170,6 +171,10 @@ def _check_ratings_path(path: Path, flag: str = "--ratings") -> None:
         raise CommandError(f"{flag} {path} is an empty file")
 
 
+#: what needs pyarrow (the optional extra privrec[parquet]) here, as its missing-extra error says it
+_PARQUET_FEATURE = "a Parquet --ratings file"
+
+
 def _is_parquet(path) -> bool:
     return Path(path).suffix.lower() in (".parquet", ".pq")
 
@@ -181,8 +186,8 @@ def ratings_id_kinds(path, user_col: str, item_col: str, numeric_ids: bool = Fal
     The ``--users`` / ``--items`` files are read with the same types, so their ids match."""
     kinds = {"user": "int" if numeric_ids else "str", "item": "int" if numeric_ids else "str"}
     if _is_parquet(path) and Path(path).is_file():
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        pa = require("pyarrow", _PARQUET_FEATURE)
+        pq = require("pyarrow.parquet", _PARQUET_FEATURE)
 
         try:
             schema = pq.read_schema(path)
@@ -358,7 +363,7 @@ def load_ratings_file(
     if suffix not in (".parquet", ".pq", ".csv", ".tsv", ".txt"):
         raise CommandError(f"--ratings must be a .csv, .tsv or .parquet file, got {path.name!r}")
     if suffix in (".parquet", ".pq"):
-        import pyarrow.parquet as pq
+        pq = require("pyarrow.parquet", _PARQUET_FEATURE)
 
         try:
             columns = list(pq.read_schema(path).names)

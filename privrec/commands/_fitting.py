@@ -9,7 +9,47 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
+import numpy as np
+
 from ..evaluation import experiment as X
+
+
+def fit_input(split, model):
+    """What ``model`` is fitted on: the split's training matrix, or -- for a model that releases
+    undeclared axes (DPALS) when the split's ``info["axes"]`` says the roster or the catalogue came
+    from the data (``--ratings`` without ``--users`` / ``--items``) -- an ``Interactions`` whose
+    undeclared axes are marked as the data's, so the fit releases them (add/remove DP)."""
+    axes = split.info.get("axes") or {}
+    if "axes" not in getattr(model, "get_params", dict)() or (axes.get("roster", True) and axes.get("catalogue", True)):
+        return split.train
+    model.set_params(axes="release")
+    from ..data import Interactions
+
+    n_users, n_items = split.train.shape
+    info = {}
+    if not axes.get("roster", True):
+        info["user_vocabulary"] = "data"
+    if not axes.get("catalogue", True):
+        info["item_vocabulary"] = "data"
+    user_ids = split.user_ids if split.user_ids is not None and len(split.user_ids) == n_users else np.arange(n_users)
+    item_ids = split.item_ids if split.item_ids is not None and len(split.item_ids) == n_items else np.arange(n_items)
+    return Interactions(split.train, user_ids=user_ids, item_ids=item_ids, info=info)
+
+
+def on_split_axis(model, split):
+    """``model`` as evaluated on the split's item axis: a model whose catalogue was selected
+    privately holds fewer items than the split's columns; its arrays are placed on them
+    (:func:`privrec.models.dpals_axes.on_item_axis`). Other models are returned as they are."""
+    n_items = split.train.shape[1]
+    factors = getattr(model, "item_factors_", None)
+    if factors is None or factors.shape[0] == n_items or getattr(model, "item_ids_", None) is None:
+        return model
+    from ..models.dpals_axes import on_item_axis
+
+    ids = split.item_ids if split.item_ids is not None else np.arange(n_items)
+    position = {v: i for i, v in enumerate(np.asarray(ids).tolist())}
+    columns = np.array([position[v] for v in np.asarray(model.item_ids_).tolist()], dtype=np.int64)
+    return on_item_axis(model, columns, n_items)
 
 
 def _fit_model(
@@ -33,11 +73,15 @@ def _fit_model(
     kwargs = (
         {"show_progress": bool(show_progress)} if "show_progress" in inspect.signature(model.fit).parameters else {}
     )
+    data = fit_input(split, model)
+    planned = model.plan(data) if charged and data is not split.train else None
     with (
-        charged["budget"].charge(model, split.train.shape, label=charged["label"]) if charged else nullcontext()
+        charged["budget"].charge(model, split.train.shape, label=charged["label"], planned=planned)
+        if charged
+        else nullcontext()
     ) as ticket:
         t0 = time.perf_counter()
-        model.fit(split.train, **kwargs)
+        model.fit(data, **kwargs)
         seconds = time.perf_counter() - t0
         if after_fit is not None:
             after_fit(model)

@@ -35,6 +35,7 @@ import scipy.sparse as sp
 
 from ..evaluation import experiment as X
 from ..evaluation import ranking_metrics
+from ..evaluation.metrics import ranking_k
 from ..evaluation.protocols import item_bias_of, item_factors_of, project_users
 from ._fitting import _fit_model
 from ._running import CommandError
@@ -166,12 +167,15 @@ def ranking_metrics_of(
     yardstick's sample, :func:`evaluation_sample`), else every user with a target.
     ``fold_in_relevant``: project each user from their history's ratings ``>= threshold`` only (the
     positives an implicit-feedback model was fitted on); every rated item is still excluded.
+    A catalogue of fewer than ``k`` items is evaluated at ``k = n_items``
+    (:func:`privrec.evaluation.metrics.ranking_k`), and the keys name that k (``recall@12``).
     """
     if split.protocol == "random":
         history = split.projection if split.projection is not None else split.train
         targets = _relevant(split.test, -math.inf if threshold is None else threshold)
     else:
         history, targets = split.history, split.targets
+    k = ranking_k(k, targets.shape[1])
     with_target = np.flatnonzero(np.diff(targets.indptr) > 0)
     users = with_target if users is None else np.intersect1d(with_target, np.asarray(users, dtype=np.int64))
     if users.size == 0:

@@ -25,8 +25,6 @@ import zipfile
 import zlib
 from typing import Any
 
-import pyarrow as pa
-
 from privrec._validation import check_random_state_seed
 from privrec.commands._parsers import add_command
 from privrec.data.download import SOURCES, default_data_root, download_dataset
@@ -88,6 +86,15 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
     print(f"privrec datasets: warning: {_one_line(message)}", file=sys.stderr if file is None else file)
 
 
+def _library_errors() -> tuple[type[BaseException], ...]:
+    """Failures of the libraries under a subcommand (Arrow's only once pyarrow, an optional extra, is loaded)."""
+    errors: list[type[BaseException]] = [zlib.error, zipfile.BadZipFile, EOFError, UnicodeError, OverflowError]
+    pa = sys.modules.get("pyarrow")
+    if pa is not None:
+        errors.append(pa.ArrowException)
+    return tuple(errors)
+
+
 def _user_errors(func):
     """Run a subcommand with one-line warnings, turning library failures that are not already
     ``ValueError`` / ``OSError`` (Arrow, zlib, zip, memory) into a one-line ``ValueError``."""
@@ -103,7 +110,7 @@ def _user_errors(func):
                 raise
             except MemoryError:
                 raise ValueError("not enough memory for this dataset") from None
-            except (pa.ArrowException, zlib.error, zipfile.BadZipFile, EOFError, UnicodeError, OverflowError) as exc:
+            except _library_errors() as exc:
                 raise ValueError(f"{type(exc).__name__}: {_one_line(exc)}") from None
 
     return run

@@ -342,8 +342,9 @@ def _save_model(args, split, model) -> None:
     was given; the file records whether they are public (a declared catalogue) or come from the
     data (which items have ratings: not covered by the guarantee)."""
     declared = args.ratings is not None and args.items is not None
-    model._item_axis = "catalogue" if declared else "data"
-    if split.item_ids is not None:
+    selected = (getattr(model, "axes_", None) or {}).get("catalogue") == "private selection"
+    model._item_axis = "catalogue" if declared else ("selection" if selected else "data")
+    if split.item_ids is not None and not selected:  # a private selection keeps the selected items' ids
         model.item_ids_, model._item_ids_given = np.asarray(split.item_ids), declared
     try:
         model.save(args.output)
@@ -365,7 +366,10 @@ def _dry_run(args, split, epsilon, delta, params) -> int:
     if planner is None:
         out: dict = {"estimator": type(model).__name__, "kind": "fit", "private": False}
     else:
-        plan = planner(shape=tuple(split.train.shape))
+        from ._fitting import fit_input
+
+        data = fit_input(split, model)
+        plan = planner(data) if data is not split.train else planner(shape=tuple(split.train.shape))
         out = plan.as_dict()
         budget = getattr(args, "_budget", None)
         if budget is not None:
@@ -373,7 +377,7 @@ def _dry_run(args, split, epsilon, delta, params) -> int:
                 "file": str(budget.path),
                 "lifetime_epsilon": budget.epsilon,
                 "spent": budget.spent(),
-                "after_this_fit": budget.total_with(list(plan.events)),
+                "after_this_fit": budget.total_with(plan),
             }
     if args.json:
         _print_json(json_safe(out))
@@ -448,19 +452,8 @@ def _fit(args) -> int:
             msg = _delta_warning(delta, split.train.shape[0], split.protocol, args.delta is not None)
             if msg:
                 _warn(args, msg)
-        if private and args.ratings is not None:
-            if args.items is None:
-                _warn(
-                    args,
-                    "the item axis comes from the data (only items with ratings), which the guarantee does not "
-                    "cover; declare the public catalogue with --items FILE",
-                )
-            if args.users is None:
-                _warn(
-                    args,
-                    "the user roster comes from the data (only users with ratings); the guarantee is stated for a "
-                    "public roster: declare it with --users FILE",
-                )
+        if args.ratings is not None:  # undeclared axes are released privately (add/remove DP; _fitting.fit_input)
+            split.info["axes"] = {"roster": args.users is not None, "catalogue": args.items is not None}
         if getattr(args, "dry_run", False):
             stages.close()
             return _dry_run(args, split, epsilon, delta if private else None, params)
@@ -482,6 +475,10 @@ def _fit(args) -> int:
             charged,
             after_fit=(lambda m: _save_model(args, split, m)) if args.output else None,
         )
+        from ._fitting import on_split_axis
+
+        released = fitted[0]  # described and carded as released; evaluated on the split's item axis
+        fitted = (on_split_axis(released, split), *fitted[1:])
         model, res = X.run_experiment(
             split,
             args.method,
@@ -511,14 +508,14 @@ def _fit(args) -> int:
     report = res["privacy_events"] if private else None
     res["privacy_summary"] = privacy_paragraph(report, feedback, _noise_seed(args) if private else None, width=None)
     res["warnings"] = list(args._warnings)
-    _add_description(res, model)
+    _add_description(res, released)
     if args.output:  # written right after the fit, before its spend was recorded (_save_model)
         res["output"] = str(args.output)
     res = separate_non_private(res)
     if args.plot is not None:
         res["plot"] = save_bucket_plot(res, args.plot)
     if getattr(args, "model_card", None):
-        res["model_card"] = write_model_card(args.model_card, model, res)
+        res["model_card"] = write_model_card(args.model_card, released, res)
     if args.json:
         _print_json(res)
     else:

@@ -133,8 +133,28 @@ def _model_and_data(args):
     _check_data_args(args)
     model = _load_model(args.model)
     name, data = _load(args)
+    data = _on_selected_items(model, data, name)
     _check_model_matches(model, data, name, args)
     return model, data
+
+
+def _on_selected_items(model, data, name):
+    """A model whose item axis was chosen by private selection (add/remove DP: ``privrec fit
+    --ratings`` without ``--items``) holds a subset of the file's items: the data is narrowed to
+    the model's items, in its order (ratings of other items are not part of any user's history
+    the model can use); every model item must be in the data."""
+    saved, ids = getattr(model, "item_ids_", None), getattr(data, "item_ids", None)
+    if getattr(model, "_item_axis", None) != "selection" or saved is None or ids is None:
+        return data
+    position = {v: i for i, v in enumerate(np.asarray(ids).astype(str).tolist())}
+    wanted = np.asarray(saved).astype(str).tolist()
+    missing = [v for v in wanted if v not in position]
+    if missing:
+        raise CommandError(
+            f"{len(missing)} of the model's items (e.g. {missing[0]!r}) are not in {name}: pass the data the model "
+            "was fitted on"
+        )
+    return data.subset_items(np.array([position[v] for v in wanted], dtype=np.int64))
 
 
 def _recommend(args) -> int:

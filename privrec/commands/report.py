@@ -21,6 +21,7 @@ from pathlib import Path
 
 from .._io import atomic_path
 from ..evaluation import experiment as X
+from ..evaluation.metrics import ranking_k_note
 from ..privacy import suggested_delta
 from ._paths import _check_output_path
 from ._running import CommandError
@@ -63,11 +64,21 @@ def peak_memory_mb() -> float:
     return peak / (1 << 20) if sys.platform == "darwin" else peak / 1024.0
 
 
-def _primary(protocol: str) -> tuple[str, str, str]:
-    """(overall metric, sliced metric, direction) of a protocol."""
+def _ranking_k(metrics: dict | None) -> int:
+    """The k of the ranking metrics in ``metrics`` (``recall@12`` -> 12; :data:`TOP_K` without one):
+    :data:`TOP_K`, or the number of items of a smaller catalogue."""
+    for key in metrics or {}:
+        name, _, k = str(key).partition("@")
+        if name == "recall" and k.isdigit():
+            return int(k)
+    return TOP_K
+
+
+def _primary(protocol: str, metrics: dict | None = None) -> tuple[str, str, str]:
+    """(overall metric, sliced metric, direction) of a protocol (``metrics``: the k of Recall@k)."""
     if protocol == "random":
         return "rmse", "rmse", "lower is better"
-    return "recall@20", "recall", "higher is better"
+    return f"recall@{_ranking_k(metrics)}", "recall", "higher is better"
 
 
 # ---------------------------------------------------------------------------------------- privacy text
@@ -117,7 +128,7 @@ def privacy_paragraph(
             "report (item counts and, when centering, the global mean)."
         )
         + " User embeddings are never released: each user's embedding is recomputed from the released item side "
-        "and that user's own history, at no privacy cost. The numbers of users and items are treated as public.",
+        "and that user's own history, at no privacy cost. " + _axes_sentence(report),
     ]
     if noise_seed is not None:
         parts.append(
@@ -181,6 +192,9 @@ def separate_non_private(res: dict) -> dict:
     """
     out = {k: v for k, v in res.items() if k not in NON_PRIVATE_KEYS}
     out["non_private"] = {"note": NON_PRIVATE_NOTE, **{k: res[k] for k in NON_PRIVATE_KEYS if k in res}}
+    used = _ranking_k(res.get("metrics"))
+    if used < TOP_K:  # a catalogue of fewer than TOP_K items: ranked at k = n_items (ranking_k)
+        out["non_private"]["ranking_k_note"] = ranking_k_note(TOP_K, res.get("n_items", used))
     if "peak_memory_mb" not in out["non_private"]:  # the run's peak so far: fit, evaluation and yardsticks
         out["non_private"]["peak_memory_mb"] = round(peak_memory_mb(), 1)
     return out
@@ -238,13 +252,14 @@ def _metric_note(res: dict) -> str | None:
     t = res["non_private"].get("relevance_threshold")
     if t is None:
         return None
-    return f"recall@{TOP_K}, ndcg@{TOP_K}: relevant = held-out ratings >= {t:g}, training items excluded"
+    k = _ranking_k(res["non_private"].get("metrics"))
+    return f"recall@{k}, ndcg@{k}: relevant = held-out ratings >= {t:g}, training items excluded"
 
 
 def _print_comparison(res: dict) -> None:
     """Overall metric of the model next to the baselines, then the per-bucket table (all marked non-private)."""
     ev = res["non_private"]
-    overall, sliced_key, direction = _primary(res["protocol"])
+    overall, sliced_key, direction = _primary(res["protocol"], ev["metrics"])
     base = ev.get("baselines") or {}
     rows = _rows(res)
     hidden = (overall, "n_users", "n_test", "ranking_users")
@@ -258,6 +273,8 @@ def _print_comparison(res: dict) -> None:
     note = _metric_note(res)
     if note:
         print(f"          {note}")
+    if ev.get("ranking_k_note"):
+        print(f"          {ev['ranking_k_note']}")
     for line in _table(header, table):
         print(line)
     if base.get("als_skipped"):
@@ -291,7 +308,7 @@ def _verdict(res: dict) -> str | None:
         return None
     ev = res["non_private"]
     triv = (ev.get("baselines") or {}).get("trivial")
-    overall, _, _ = _primary(res["protocol"])
+    overall, _, _ = _primary(res["protocol"], ev["metrics"])
     if not triv:
         return None
     mine, ref = _as_float(ev["metrics"].get(overall)), _as_float(triv["metrics"].get(overall))
@@ -453,6 +470,31 @@ def _add_description(res: dict, model) -> None:
     res["personal"] = bool(d["personal"])
     res["personal_part"] = d["personal_part"]
     res["config"] = {k: v for k, v in d["config"].items() if k not in ("n_users", "n_items")}
+    axes = getattr(model, "axes_", None)
+    if axes:  # undeclared axes were released under the ledger: their released sizes are part of the release
+        if axes.get("roster") == "noisy count":
+            res["config"]["n_users"] = d["config"].get("n_users")
+        if axes.get("catalogue") == "private selection":
+            res["config"]["n_items"] = d["config"].get("n_items")
+
+
+def _axes_sentence(report: dict) -> str:
+    """What the report treats as public about the users and items, by its relation."""
+    relation = str(report.get("neighbouring_relation", ""))
+    released = " ".join(report.get("released", []))
+    if "add/remove" in relation:
+        axis = (
+            "the items are those chosen by a private selection (their ids are released under it)"
+            if "private selection" in released
+            else "the item catalogue was declared and is public"
+        )
+        return (
+            "Nothing about the users is treated as public: the guarantee holds for adding or removing one user, "
+            f"and their number is released as a noisy count; {axis}."
+        )
+    if "private selection" in released:
+        return "The number of users (the declared roster) is treated as public; the items are chosen by a private selection."
+    return "The numbers of users and items are treated as public."
 
 
 def write_model_card(path, model, res: dict) -> str:

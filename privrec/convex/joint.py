@@ -85,12 +85,15 @@ user holding r records within an owner of m records the conservative bound above
 any change of owner j's data (it never uses the record-sampling rate), so the same epsilon holds
 at the user level. :func:`group_privacy` and :func:`user_level_budget` implement the paper's
 group-privacy conversion (Lemma 3.6, Sec. 3.1.2) for callers who account record-level.
+
+This module holds the estimator; the models it trains are in :mod:`privrec.convex.joint_models`,
+the events, calibration and the paper's formulas in :mod:`privrec.convex.joint_accounting` (their
+names are importable from here, as before the split).
 """
 
 from __future__ import annotations
 
 import collections
-import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -115,15 +118,21 @@ from .._validation import check_delta, check_epsilon, check_finite_array, check_
 from ..pipeline import check_ledger
 from ..privacy import (
     PrivacyLedger,
-    calibrate_noise_multiplier,
     check_noise_random_state,
-    fixed_size_subsampled_gaussian_event,
-    gaussian_event,
     gaussian_mechanism,
     gaussian_noise,
     make_rng,
 )
 from ..privacy.clipping import project_ball
+from .joint_accounting import (
+    _calibrated_multiplier,
+    _fit_event,
+    _step_event,
+    group_privacy,
+    paper_noise_std,
+    user_level_budget,
+)
+from .joint_models import PersonalBiasLinear, PersonalBiasSoftmax, _parts_from_scores
 
 __all__ = [
     "JointDPSGD",
@@ -136,171 +145,6 @@ __all__ = [
 ]
 
 REGIMES = ("joint", "full", "nonprivate", "individual")
-
-
-# -------------------------------------------------------------------------------------------------
-# Formulas of Huang et al. (reported, never used as the privacy claim)
-# -------------------------------------------------------------------------------------------------
-
-
-def paper_noise_std(
-    lipschitz: float, n_steps: int, epsilon: float, delta: float, records_per_owner: int, n_owners: int
-) -> float:
-    """sigma = L sqrt(T ln(1/delta)) / (eps m n), Huang et al., Algorithm 1, line 2 (constants unspecified).
-
-    privrec's estimators calibrate sigma with the accountant instead; this is for comparison.
-    """
-    L = check_positive(lipschitz, "lipschitz")
-    T = check_int(n_steps, "n_steps", minimum=1)
-    eps = check_epsilon(epsilon, allow_inf=False)
-    d = check_delta(delta)
-    m = check_int(records_per_owner, "records_per_owner", minimum=1)
-    n = check_int(n_owners, "n_owners", minimum=1)
-    return L * math.sqrt(T * math.log(1.0 / d)) / (eps * m * n)
-
-
-def group_privacy(epsilon: float, delta: float, k: int) -> tuple[float, float]:
-    """Group privacy for groups of k: (eps, delta) -> (k eps, k e^{k eps} delta) (Huang et al., Lemma 3.6)."""
-    eps = check_epsilon(epsilon, allow_inf=False)
-    d = check_delta(delta)
-    k = check_int(k, "k", minimum=1)
-    return k * eps, k * math.exp(k * eps) * d
-
-
-def user_level_budget(
-    epsilon: float, delta: float, records_per_user: int, records_per_owner: int
-) -> tuple[float, float]:
-    """Record-level budget giving user-level (eps, delta): eps' = eps r/m, delta' = delta r/(m e^eps).
-
-    Huang et al., Sec. 3.1.2 (user-level joint DP). Group privacy with k = m/r maps (eps', delta') back to
-    (eps, delta).
-    """
-    eps = check_epsilon(epsilon, allow_inf=False)
-    d = check_delta(delta)
-    r = check_int(records_per_user, "records_per_user", minimum=1)
-    m = check_int(records_per_owner, "records_per_owner", minimum=1)
-    if r > m:
-        raise ValueError(f"records_per_user ({r}) cannot exceed records_per_owner ({m})")
-    return eps * r / m, d * r / (m * math.exp(eps))
-
-
-# -------------------------------------------------------------------------------------------------
-# Models: a personal block and a shared block, per-example gradients computed without materialising
-# -------------------------------------------------------------------------------------------------
-
-
-class PersonalBiasSoftmax:
-    """Multinomial logistic regression with shared weights W (d, K) and a personal bias b_j (K,).
-
-    logits = x W + b_j; loss = softmax cross-entropy (see ``losses.SoftmaxLoss``).
-    """
-
-    def __init__(self, n_features: int, n_classes: int):
-        self.n_features = check_int(n_features, "n_features", minimum=1)
-        self.n_classes = check_int(n_classes, "n_classes", minimum=2)
-        self.shared_shape = (self.n_features, self.n_classes)
-        self.personal_shape = (self.n_classes,)
-
-    def check_labels(self, y) -> np.ndarray:
-        y = np.asarray(y)
-        if y.dtype.kind == "f" and np.all(np.isfinite(y)) and np.all(y == np.round(y)):
-            y = y.astype(np.int64)
-        if y.dtype.kind not in "iu" or (y.size and (y.min() < 0 or y.max() >= self.n_classes)):
-            raise ValueError(f"labels must be integers in 0..{self.n_classes - 1}")
-        return y.astype(np.int64)
-
-    def scores(self, personal, shared, X):
-        """personal: (B, K) rows aligned with X (B, d)."""
-        return X @ shared + personal
-
-    def gradient_parts(self, personal, shared, X, y):
-        """Return (residual r (B, K), squared per-example joint gradient norms (B,)).
-
-        grad_b = r, grad_W = x r^T, so ||(grad_b, grad_W)||^2 = ||r||^2 (1 + ||x||^2).
-        """
-        z = self.scores(personal, shared, X)
-        z -= z.max(axis=1, keepdims=True)
-        p = np.exp(z)
-        p /= p.sum(axis=1, keepdims=True)
-        p[np.arange(X.shape[0]), y] -= 1.0
-        sq = np.einsum("ij,ij->i", p, p) * (1.0 + np.einsum("ij,ij->i", X, X))
-        return p, sq
-
-    def shared_grad_sum(self, r, X, scale):
-        return X.T @ (r * scale[:, None])
-
-    def personal_grads(self, r, X, scale):
-        return r * scale[:, None]
-
-    def loss(self, personal, shared, X, y) -> np.ndarray:
-        z = self.scores(personal, shared, X)
-        zmax = z.max(axis=1, keepdims=True)
-        lse = np.log(np.exp(z - zmax).sum(axis=1)) + zmax[:, 0]
-        return lse - z[np.arange(X.shape[0]), y]
-
-    def predict(self, personal, shared, X):
-        return np.argmax(self.scores(personal, shared, X), axis=1)
-
-
-class PersonalBiasLinear:
-    """Least squares with shared weights w (d,) and a personal intercept b_j (1,): loss (1/2)(x w + b_j - y)^2."""
-
-    def __init__(self, n_features: int):
-        self.n_features = check_int(n_features, "n_features", minimum=1)
-        self.shared_shape = (self.n_features,)
-        self.personal_shape = (1,)
-
-    def check_labels(self, y) -> np.ndarray:
-        return check_finite_array(np.asarray(y, dtype=np.float64), "y")
-
-    def scores(self, personal, shared, X):
-        return X @ shared + personal[:, 0]
-
-    def gradient_parts(self, personal, shared, X, y):
-        r = self.scores(personal, shared, X) - y
-        sq = r * r * (1.0 + np.einsum("ij,ij->i", X, X))
-        return r, sq
-
-    def shared_grad_sum(self, r, X, scale):
-        return X.T @ (r * scale)
-
-    def personal_grads(self, r, X, scale):
-        return (r * scale)[:, None]
-
-    def loss(self, personal, shared, X, y):
-        r = self.scores(personal, shared, X) - y
-        return 0.5 * r * r
-
-    def predict(self, personal, shared, X):
-        return self.scores(personal, shared, X)
-
-
-def _step_event(regime: str, z: float, n_owners: int, B: int):
-    """DpEvent of one noisy step (one noise draw) of a private regime; see the module docstring.
-
-    ``joint``: a plain Gaussian (multiplier z = sigma / 2L) -- the sampled owners are revealed by
-    the other owners' unnoised personal blocks, so no amplification by sampling.
-    ``full``: the Gaussian on a uniform B-subset of the n owners, sampled without replacement
-    (every coordinate is noised every step, so the sample stays hidden).
-    """
-    if regime == "joint":
-        return gaussian_event(z)
-    if regime == "full":
-        return fixed_size_subsampled_gaussian_event(B, n_owners, z, 1)
-    raise ValueError(f"regime {regime!r} draws no noise")
-
-
-def _fit_event(regime: str, z: float, n_owners: int, B: int, T: int):
-    """The event a fit of T noisy steps records: the per-step event self-composed T times."""
-    return dp_accounting.SelfComposedDpEvent(_step_event(regime, z, n_owners, B), T)
-
-
-@functools.lru_cache(maxsize=256)
-def _calibrated_multiplier(regime: str, epsilon: float, delta: float, n_owners: int, B: int, T: int) -> float:
-    """Accountant-calibrated multiplier for the exact event a fit records (cached: a pure function)."""
-    return calibrate_noise_multiplier(
-        epsilon, delta, lambda z: _fit_event(regime, z, n_owners, B, T), neighboring="replace_one"
-    )
 
 
 @dataclass
@@ -610,16 +454,3 @@ class JointDPSGD(Hyperparameters, BaseEstimator):
             "individual": "none (no communication)",
         }[self.regime]
         return rep
-
-
-def _parts_from_scores(model, s, P, Xb, yb):
-    """Residuals and squared joint-gradient norms given precomputed shared scores (individual regime)."""
-    if isinstance(model, PersonalBiasSoftmax):
-        z = s + P
-        z -= z.max(axis=1, keepdims=True)
-        p = np.exp(z)
-        p /= p.sum(axis=1, keepdims=True)
-        p[np.arange(z.shape[0]), yb] -= 1.0
-        return p, np.einsum("ij,ij->i", p, p) * (1.0 + np.einsum("ij,ij->i", Xb, Xb))
-    r = s + P[:, 0] - yb
-    return r, r * r * (1.0 + np.einsum("ij,ij->i", Xb, Xb))

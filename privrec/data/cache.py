@@ -24,6 +24,10 @@ place, so a crash never leaves a half-written entry; the temporary folder of a k
 removed by the next write once that process is gone (or once it is a day old). Parquet is parsed
 from copies in Arrow's own memory (:func:`arrow_owned`), never from Python objects that Arrow's
 worker threads could release during interpreter exit.
+
+Parquet needs pyarrow (the optional extra ``privrec[parquet]``): without it :func:`cached_load`
+parses the source files every time (the loaders of the benchmark datasets need pyarrow too, and
+say so), and :func:`save` / :func:`load` raise a one-line ``ImportError`` naming the extra.
 """
 
 from __future__ import annotations
@@ -33,15 +37,18 @@ import json
 import os
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from privrec._io import clean_stale_temp, make_temp_dir, remove_path
+from privrec._optional import available, require
 from privrec.data.interactions import Interactions
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 CACHE_VERSION = 2
 _CHUNK = 1 << 20
@@ -97,8 +104,22 @@ def _sha256_file(path: Path) -> str:
     return file_digest(path, "sha256")
 
 
+def _arrow():
+    """``(pyarrow, pyarrow.parquet)``, or the one-line error naming ``privrec[parquet]``."""
+    feature = "the Parquet dataset cache (privrec.data.cache)"
+    return require("pyarrow", feature), require("pyarrow.parquet", feature)
+
+
+def __getattr__(name: str):
+    """``pa`` / ``pq``, the module's former top-level imports, loaded on first use."""
+    if name in ("pa", "pq"):
+        return _arrow()[name == "pq"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def save(x: Interactions, folder) -> Path:
     """Write ``x`` into the cache folder ``folder`` atomically, with a checksum manifest."""
+    pa, pq = _arrow()
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_temp(folder.parent)
@@ -166,6 +187,7 @@ def arrow_owned(data: bytes) -> pa.Buffer:
     run in 100, in a core dump: ``arrow::py::PyBuffer::~PyBuffer`` -> ``PyGILState_Ensure`` ->
     ``pthread_exit`` during ``Py_FinalizeEx``). Memory Arrow owns is freed without Python.
     """
+    pa, _ = _arrow()
     buf = pa.allocate_buffer(len(data))
     if len(data):
         np.frombuffer(buf, dtype=np.uint8)[:] = np.frombuffer(data, dtype=np.uint8)
@@ -173,6 +195,7 @@ def arrow_owned(data: bytes) -> pa.Buffer:
 
 
 def _table(data: bytes, columns: tuple[str, ...], what: str) -> pa.Table:
+    pa, pq = _arrow()
     table = pq.read_table(pa.BufferReader(arrow_owned(data)))
     missing = [c for c in columns if c not in table.column_names]
     if missing:
@@ -186,6 +209,7 @@ def load(folder) -> Interactions:
     Raises :class:`CacheIntegrityError` (a ``ValueError``) or ``OSError`` when the entry is
     unusable; the returned matrix has passed :func:`privrec._validation.check_csr_structure`.
     """
+    _arrow()  # a missing pyarrow is not a corrupt entry: fail before reading it
     folder = Path(folder)
     raw = _read_verified(folder)
     meta = json.loads(raw["info.json"])
@@ -220,7 +244,10 @@ def load(folder) -> Interactions:
     )
 
 
-_UNREADABLE = (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError, pa.ArrowException)
+def _unreadable() -> tuple[type[BaseException], ...]:
+    """What a corrupt or unreadable entry can raise (pyarrow is installed when an entry is read)."""
+    pa, _ = _arrow()
+    return (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError, pa.ArrowException)
 
 
 def cached_load(loader, sources, name: str, cache_dir=None, use_cache: bool = True) -> Interactions:
@@ -229,7 +256,7 @@ def cached_load(loader, sources, name: str, cache_dir=None, use_cache: bool = Tr
     A cache entry that fails its integrity check is reported with a ``UserWarning`` and replaced
     by a fresh parse. An unwritable cache folder only costs speed (a warning), never the load.
     """
-    if not use_cache:
+    if not use_cache or not available("pyarrow"):  # no pyarrow: no Parquet cache, every load parses
         return loader()
     sources = [Path(p) for p in sources if Path(p).is_file()]
     if not sources:
@@ -239,7 +266,7 @@ def cached_load(loader, sources, name: str, cache_dir=None, use_cache: bool = Tr
     if entry.is_dir():
         try:
             return load(entry)
-        except _UNREADABLE as exc:
+        except _unreadable() as exc:
             msg = " ".join(str(exc).split()) or type(exc).__name__
             warnings.warn(
                 f"cache entry {entry} is corrupt or unreadable ({msg}); parsing the source files again",

@@ -223,7 +223,11 @@ def fit_input(X):
 
 
 #: where a fitted model's item axis came from (``FactorizationModel.item_axis_``, saved as ``item_axis``)
-ITEM_AXIS_SOURCES = ("catalogue", "data", "matrix")
+#: where a model's item axis came from; "selection": chosen by the fit's private item selection
+#: (add/remove DP, :mod:`privrec.allocation.partition`), public like a declared catalogue
+ITEM_AXIS_SOURCES = ("catalogue", "data", "matrix", "selection")
+#: the item-axis sources the guarantee covers
+PUBLIC_ITEM_AXES = ("catalogue", "selection")
 
 
 def item_axis_source(X) -> str:

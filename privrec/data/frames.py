@@ -22,259 +22,53 @@ rating*, which is itself a statistic of the data. A private model (``DPALS``) fi
 warns (``ItemCatalogueWarning``), and its saved file records the item axis -- rows and ids -- as
 not public; give the public vocabulary (``item_ids=`` here) to have it covered. See
 ``FactorizationModel.save``.
+
+The id vocabularies live in :mod:`privrec.data.vocabulary`, the columns and their values in
+:mod:`privrec.data.columns`, :class:`RatingSplitCV` in :mod:`privrec.data.rating_cv`; their names
+are importable from here, as before the split.
 """
 
 from __future__ import annotations
 
-import datetime
-import hashlib
 import numbers
-from collections.abc import Collection, Hashable, Mapping
-from collections.abc import Set as AbstractSet
+from collections.abc import Collection, Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import pandas as pd
 
-from privrec._validation import check_ids_not_nul_suffixed, unhashable_id_error
+from privrec._validation import unhashable_id_error
+from privrec.data.columns import (  # noqa: F401 (re-exported: importable from here, as before the split)
+    _NOT_RATINGS,
+    ITEM_COL,
+    RATING_COL,
+    USER_COL,
+    _check_single_column,
+    _column,
+    _epoch_seconds,
+    _missing_column,
+    _not_real,
+    _rating_values,
+    check_real_objects,
+    rating_array,
+)
 from privrec.data.interactions import DUPLICATE_POLICIES, Interactions
+from privrec.data.rating_cv import RatingSplitCV
+from privrec.data.vocabulary import (  # noqa: F401 (re-exported: importable from here, as before the split)
+    _codes_in_vocabulary,
+    _factorize_ids,
+    _id_values,
+    _indexer,
+    _tidy_uniques,
+    _vocabulary_index,
+    check_no_missing_ids,
+    check_ordered_ids,
+    vocabulary_fingerprint,
+)
 
 if TYPE_CHECKING:  # typing.Unpack is Python 3.11+; only the type checker needs it
     from typing import Unpack
-
-#: default column names of a long-format rating table (module-level, estimator-independent)
-USER_COL = "user"
-ITEM_COL = "item"
-RATING_COL = "rating"
-
-
-# ---------------------------------------------------------------------- id vocabularies
-
-
-def _tidy_uniques(uniques, name: str = "ids") -> np.ndarray:
-    """Unique ids as a compact numpy array: unicode for all-string ids, object for mixed ids.
-
-    A string id ending in NUL is an error (numpy strings drop trailing NULs: ``'a\\x00'`` would
-    become ``'a'``, merging two ids)."""
-    arr = np.asarray(uniques)
-    if arr.dtype == object and len(arr):
-        check_ids_not_nul_suffixed(arr, name)
-        if all(isinstance(x, str) for x in arr):
-            return arr.astype(str)
-    return arr
-
-
-def _id_values(values, name: str) -> np.ndarray:
-    """An id column as a 1-D numpy array (object for strings and mixed ids: a NUL-suffixed string
-    stays itself); a structured (struct) column is an error naming ``name``."""
-    arr = values.to_numpy() if isinstance(values, (pd.Series, pd.Index)) else values
-    if not isinstance(arr, np.ndarray):
-        check_ids_not_nul_suffixed(list(arr), name)
-        arr = np.asarray(arr)
-    if arr.dtype.kind == "V":
-        raise ValueError(f"{name} holds structured (struct) ids: ids must be hashable scalars (strings, integers, ...)")
-    return arr
-
-
-def _factorize_ids(values, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(codes, uniques)``: uniques sorted when the ids are mutually comparable, else in order of
-    first appearance (mixed types such as ``"a"`` and ``3`` cannot be sorted). Ids must be hashable
-    scalars (a list / dict / struct id is a one-line ``ValueError`` naming ``name``)."""
-    try:
-        codes, uniques = pd.factorize(values, sort=True)
-    except TypeError:
-        try:
-            codes, uniques = pd.factorize(values, sort=False)
-        except TypeError:
-            raise (
-                unhashable_id_error(_id_values(values, name), name) or ValueError(f"{name}: ids cannot be hashed")
-            ) from None
-    if np.any(codes < 0):
-        raise ValueError(f"{name} has {int(np.count_nonzero(codes < 0))} missing (NaN/None) id(s)")
-    return codes.astype(np.int64, copy=False), _tidy_uniques(uniques, name)
-
-
-def check_ordered_ids(values, what: str) -> None:
-    """``ValueError`` when a declared id list (a catalogue, a roster, a vocabulary) ``values`` is not
-    an ordered sequence: a ``set`` / ``frozenset`` (or any other ``collections.abc.Set``, e.g.
-    ``dict.keys()``) has no order, and the order of a declared list fixes the rows of the model
-    and of its saved file; a mapping (keys or values?), a string or bytes (a sequence of
-    characters) are refused too. Passing ``sorted(ids)`` or a list states the order."""
-    if isinstance(values, AbstractSet):
-        raise ValueError(
-            f"{what} must be an ordered sequence of ids (a list, tuple, numpy array or pandas Series / Index), "
-            f"got a {type(values).__name__}: a set has no order, and the order of the ids fixes the model's rows; "
-            "pass sorted(ids) or a list"
-        )
-    if isinstance(values, (Mapping, str, bytes)):
-        raise ValueError(
-            f"{what} must be an ordered sequence of ids (a list, tuple, numpy array or pandas Series / Index), "
-            f"got a {type(values).__name__}"
-        )
-
-
-def check_no_missing_ids(vocab: np.ndarray, what: str) -> None:
-    """``ValueError`` when a declared id array holds a missing value (``None``, NaN, ``pd.NA``,
-    ``NaT``): a missing value is not an id, and would add a row no data can reach."""
-    if vocab.dtype.kind not in "OfcmM":
-        return
-    missing = np.asarray(pd.isna(vocab), dtype=bool)
-    if missing.any():
-        k = int(np.flatnonzero(missing)[0])
-        raise ValueError(
-            f"{what} holds {int(missing.sum())} missing value(s) (None / NaN), e.g. {vocab[k]!r} at position {k}: "
-            "a missing value is not an id"
-        )
-
-
-def _vocabulary_index(vocabulary, name: str) -> tuple[np.ndarray, pd.Index]:
-    """``(vocabulary array, its pandas.Index)`` of a given vocabulary: a non-empty, ordered 1-D
-    sequence (:func:`check_ordered_ids`: not a set) of distinct, hashable ids, none missing (one-line
-    ``ValueError`` otherwise, before any lookup)."""
-    check_ordered_ids(vocabulary, f"the {name} vocabulary")
-    vocab = _id_values(vocabulary, f"the {name} vocabulary")
-    if vocab.ndim != 1 or len(vocab) == 0:
-        raise ValueError(f"the {name} vocabulary must be a non-empty 1-D sequence of ids")
-    check_ids_not_nul_suffixed(vocab, f"the {name} vocabulary")
-    check_no_missing_ids(vocab, f"the {name} vocabulary")
-    try:
-        index = pd.Index(vocab, tupleize_cols=False)
-        unique = index.is_unique
-    except TypeError:
-        raise (
-            unhashable_id_error(vocab, f"the {name} vocabulary")
-            or ValueError(f"the {name} vocabulary cannot be hashed")
-        ) from None
-    if not unique:
-        raise ValueError(
-            f"the {name} vocabulary holds {int(index.duplicated().sum())} repeated id(s), "
-            f"e.g. {list(index[index.duplicated()][:5])}"
-        )
-    return vocab, index
-
-
-def _indexer(index: pd.Index, values, name: str) -> np.ndarray:
-    """``index.get_indexer(values)`` with a one-line ``ValueError`` for unhashable ids."""
-    try:
-        return index.get_indexer(values)
-    except TypeError:
-        raise (
-            unhashable_id_error(_id_values(values, name), name) or ValueError(f"{name}: ids cannot be hashed")
-        ) from None
-
-
-def _codes_in_vocabulary(values, vocabulary, name: str) -> tuple[np.ndarray, np.ndarray]:
-    vocab, index = _vocabulary_index(vocabulary, name)
-    codes = _indexer(index, values, f"{name} column")
-    if np.any(codes < 0):
-        missing = pd.unique(np.asarray(values, dtype=object)[codes < 0])[:5]
-        raise ValueError(
-            f"{int(np.count_nonzero(codes < 0))} {name} value(s) are not in the given {name} "
-            f"vocabulary, e.g. {list(missing)}"
-        )
-    return codes.astype(np.int64, copy=False), _tidy_uniques(vocab, f"the {name} vocabulary")
-
-
-def vocabulary_fingerprint(ids) -> str:
-    """SHA-256 of an id vocabulary (order, types and values). ``Interactions.info`` keeps the
-    fingerprint of a *given* item vocabulary, so a later data-dependent change of the item axis
-    (e.g. ``drop_empty``, which keeps ``info``) is not mistaken for the public vocabulary."""
-    arr = np.asarray(ids)
-    h = hashlib.sha256(f"{arr.dtype.kind}:{len(arr)}\0".encode())
-    if arr.dtype.kind in "iu":
-        h.update(arr.astype(np.int64).tobytes())
-    elif arr.dtype.kind == "U":
-        h.update("\0".join(arr.tolist()).encode("utf-8", "surrogatepass"))
-    else:
-        for x in arr.tolist():
-            h.update(f"{type(x).__name__}:{x!r}\0".encode("utf-8", "surrogatepass"))
-    return h.hexdigest()
-
-
-def _missing_column(what: str, col, columns, where: str = "the table") -> ValueError:
-    hint = " (pass rating_col=None for implicit feedback: every row counts 1)" if what == "rating_col" else ""
-    return ValueError(f"{what}={col!r} is not a column of {where}; columns are {list(columns)[:20]}{hint}")
-
-
-def _check_single_column(df: pd.DataFrame, col, what: str) -> None:
-    """``ValueError`` when the column name ``col`` appears more than once in ``df``."""
-    n = int(np.count_nonzero(df.columns == col)) if df.columns.has_duplicates else 1
-    if n > 1:
-        raise ValueError(f"{what}={col!r} names {n} columns of the table: column names must be unique")
-
-
-def _column(df: pd.DataFrame, col, what: str):
-    if col not in df.columns:
-        raise _missing_column(what, col, df.columns)
-    _check_single_column(df, col, what)
-    return df[col]
-
-
-#: Python / numpy scalar types that convert to float but are not ratings (a datetime would become
-#: its microseconds since the epoch, a complex number would lose its imaginary part)
-_NOT_RATINGS = (
-    datetime.date,
-    datetime.time,
-    datetime.timedelta,
-    np.datetime64,
-    np.timedelta64,
-    complex,
-    np.complexfloating,
-)
-
-
-def _not_real(name: str, what: str) -> ValueError:
-    return ValueError(f"{name} must be numeric: ratings are real numbers, got {what}")
-
-
-def check_real_objects(vals: np.ndarray, name: str) -> None:
-    """``ValueError`` naming ``name`` when an object array holds booleans, datetimes, timedeltas or
-    complex numbers (which ``astype(float)`` would turn into numbers without complaint)."""
-    for t in {type(x) for x in vals.ravel().tolist()}:
-        if issubclass(t, (bool, np.bool_)):
-            raise _not_real(name, "booleans in an object column (use a bool column, or numbers)")
-        if issubclass(t, _NOT_RATINGS):
-            raise _not_real(name, f"{t.__name__} values")
-
-
-def rating_array(series, name: str) -> np.ndarray:
-    """A rating column as a numeric numpy array (bool, integer or float; an object column of real
-    numbers becomes float64). Datetime, timedelta and complex columns, and object columns holding
-    booleans, datetimes or other non-numbers, are a one-line ``ValueError`` naming ``name``."""
-    dtype = getattr(series, "dtype", None)
-    if dtype is not None and not isinstance(dtype, np.dtype):  # a pandas extension dtype
-        if pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(dtype):
-            raise _not_real(name, f"dtype {dtype}")
-        if isinstance(dtype, pd.CategoricalDtype):
-            return rating_array(np.asarray(series), name)
-        if pd.api.types.is_bool_dtype(dtype) or pd.api.types.is_numeric_dtype(dtype):
-            if pd.api.types.is_complex_dtype(dtype):
-                raise _not_real(name, f"dtype {dtype}")
-            return series.to_numpy(dtype=np.float64, na_value=np.nan)
-    vals = np.asarray(series)
-    kind = vals.dtype.kind
-    if kind in "biuf":
-        return vals
-    if kind in "mMc":
-        what = {"m": "timedeltas", "M": "datetimes", "c": "complex numbers"}[kind]
-        raise _not_real(name, f"{what} (dtype {vals.dtype})")
-    if kind == "O":
-        check_real_objects(vals, name)
-    try:
-        return vals.astype(np.float64)
-    except (TypeError, ValueError):
-        raise _not_real(name, f"non-numeric values (dtype {dtype if dtype is not None else vals.dtype})") from None
-
-
-def _rating_values(series, name: str) -> np.ndarray:
-    return rating_array(series, name).astype(np.float32, copy=False)
-
-
-def _epoch_seconds(values) -> np.ndarray:
-    """Timestamps as given; datetimes become int64 seconds since the epoch."""
-    ts = np.asarray(values)
-    return ts.astype("datetime64[s]").astype(np.int64) if ts.dtype.kind == "M" else ts
 
 
 # ---------------------------------------------------------------------- reader options
@@ -478,8 +272,10 @@ def from_parquet(
     columns are never materialised whole. Columns, keyword options (:class:`ReaderOptions`) and
     result as :func:`from_pandas` (same id order, same duplicate policy).
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    from privrec._optional import require
+
+    pa = require("pyarrow", "from_parquet")
+    pq = require("pyarrow.parquet", "from_parquet")
 
     table = _TableRequest.of("from_parquet", user_col, item_col, rating_col, options)
     if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
@@ -555,94 +351,6 @@ def frame_triples(df: pd.DataFrame, *, rating_required: bool = True):
     else:
         vals = None
     return users, items, vals
-
-
-# ---------------------------------------------------------------------- cross-validation
-
-
-class RatingSplitCV:
-    """K-fold over *ratings* within each user, for ``GridSearchCV`` / ``cross_val_score``.
-
-    scikit-learn's model selection indexes the rows of ``X``; for a rating model the samples must
-    be ratings, not users (holding out whole users and scoring them would need their factors
-    projected from the held-out ratings themselves: the test data would leak into the prediction).
-    So pass the ratings as a long-format DataFrame (one row per rating, columns ``user`` / ``item``
-    / ``rating``: see :data:`USER_COL`); this splitter assigns each user's ratings round-robin (in a
-    random order) to the folds, so every fold's test ratings belong to users who keep training
-    ratings: a user with ``m >= 2`` ratings has at most ``ceil(m / n_splits) <= m - 1`` of them in
-    any test fold, and a user with a single rating is never tested. The models' ``score(X)`` then
-    predicts each held-out rating from the fitted user and item factors (negative RMSE).
-
-    Example::
-
-        from sklearn.model_selection import GridSearchCV
-        from privrec.data import RatingSplitCV
-        from privrec.models import ALS
-
-        search = GridSearchCV(ALS(), {"regularization": [5.0, 20.0]}, cv=RatingSplitCV(3, random_state=0))
-        search.fit(ratings_df)            # DataFrame with columns user, item, rating
-
-    Note that choosing hyper-parameters on private data is itself a use of that data that no
-    ledger accounts for (see ``privrec.tuning.auto_config``).
-    """
-
-    n_splits: int
-    user_col: Hashable
-    shuffle: bool
-    random_state: Any  # anything numpy.random.default_rng accepts (an int seed, None, ...)
-
-    def __init__(self, n_splits: int = 5, *, user_col=USER_COL, shuffle: bool = True, random_state=None):
-        if isinstance(n_splits, bool) or not isinstance(n_splits, numbers.Integral) or n_splits < 2:
-            raise ValueError(f"n_splits must be an integer >= 2, got {n_splits!r}")
-        self.n_splits = int(n_splits)
-        self.user_col = user_col
-        self.shuffle = shuffle
-        self.random_state = random_state
-
-    def __repr__(self) -> str:
-        return (
-            f"RatingSplitCV(n_splits={self.n_splits}, user_col={self.user_col!r}, shuffle={self.shuffle}, "
-            f"random_state={self.random_state!r})"
-        )
-
-    def get_n_splits(self, X=None, y=None, groups=None) -> int:
-        return self.n_splits
-
-    def _folds(self, X) -> np.ndarray:
-        if not isinstance(X, pd.DataFrame):
-            raise ValueError(
-                f"RatingSplitCV splits the rows of a long-format rating DataFrame (one row per rating), got "
-                f"{type(X).__name__}: scikit-learn indexes the rows of X, which for a users x items matrix are "
-                f"users, not ratings. Convert with Interactions.to_pandas() and rename the columns to "
-                f"{USER_COL!r}, {ITEM_COL!r}, {RATING_COL!r}"
-            )
-        users = _column(X, self.user_col, "user_col")
-        codes, _ = _factorize_ids(users, f"user column {self.user_col!r}")
-        n = len(codes)
-        rng = np.random.default_rng(self.random_state)
-        order = rng.permutation(n) if self.shuffle else np.arange(n)
-        # rank of each rating within its user (in the shuffled order)
-        by_user = order[np.argsort(codes[order], kind="stable")]
-        counts = np.bincount(codes, minlength=int(codes.max()) + 1 if n else 0)
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        rank = np.empty(n, dtype=np.int64)
-        rank[by_user] = np.arange(n) - np.repeat(starts, counts)
-        offset = rng.integers(0, self.n_splits, size=len(counts)) if self.shuffle else np.zeros(len(counts), np.int64)
-        folds = (rank + offset[codes]) % self.n_splits
-        folds[counts[codes] < 2] = -1  # a single rating always stays in training
-        return folds
-
-    def split(self, X, y=None, groups=None):
-        """Yield ``(train_rows, test_rows)`` integer positions into the rows of ``X``."""
-        folds = self._folds(X)
-        rows = np.arange(len(folds))
-        for k in range(self.n_splits):
-            test = folds == k
-            if not test.any():
-                raise ValueError(
-                    f"fold {k} has no test ratings: too few users with two or more ratings for n_splits={self.n_splits}"
-                )
-            yield rows[~test], rows[test]
 
 
 __all__ = [

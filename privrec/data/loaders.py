@@ -11,7 +11,9 @@
 * Last.fm HetRec 2011: ``user_artists.dat`` (``userID \\t artistID \\t weight``, with or without a
   header line), ``artists.dat`` (``id \\t name \\t url \\t pictureURL``, header) for titles.
 
-The fast path parses with pyarrow's multi-threaded C++ CSV reader. Any parse failure, and any NaN
+The fast path parses with pyarrow's multi-threaded C++ CSV reader (pyarrow is the optional extra
+``privrec[parquet]``: without it these loaders raise a one-line ``ImportError`` naming it; the
+generated datasets and ``from_pandas`` / ``--ratings x.csv`` need no pyarrow). Any parse failure, and any NaN
 or non-numeric value, is turned into a ``ValueError`` naming the file and the 1-based line number;
 to find that line a plain line scan is run, on the error path only. Separators are exact (``::``
 is two colons), a UTF-8 byte-order mark is skipped, a header line is recognised only when it is
@@ -29,11 +31,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 
+from privrec._optional import require
 from privrec.data.interactions import Interactions
+
+#: what needs pyarrow here, as the missing-extra error says it
+_ARROW_FEATURE = "reading the benchmark datasets (privrec.data.loaders)"
 
 
 class DatasetNotFoundError(FileNotFoundError, ValueError):
@@ -180,6 +183,9 @@ def _read_table(
     only ``""`` as null value), so ``1:2:3`` can never pass for ``1::2::3`` (the C++ reader only
     takes one-character separators). A UTF-8 byte-order mark is skipped.
     """
+    pa = require("pyarrow", _ARROW_FEATURE)
+    pc = require("pyarrow.compute", _ARROW_FEATURE)
+    pacsv = require("pyarrow.csv", _ARROW_FEATURE)
     if sep == "::":
         raw_kinds: list[str | None] = []
         for i, k in enumerate(kinds):
@@ -285,6 +291,7 @@ def _to_codes(col) -> tuple[np.ndarray, np.ndarray]:
     Chunks are encoded in place and their dictionaries unified, so the (possibly GBs of) string
     data is never copied into one contiguous buffer.
     """
+    pa = require("pyarrow", _ARROW_FEATURE)
     chunked = col if isinstance(col, pa.ChunkedArray) else pa.chunked_array([col])
     enc = pa.table({"c": chunked.dictionary_encode()}).unify_dictionaries().column("c")
     chunks = [ch for ch in enc.chunks if len(ch)]

@@ -2,17 +2,15 @@
 
 Two generators, both following the experimental setup of Krichene et al. (ICML 2023):
 
-* :func:`multitask_regression` — the paper's Appendix C task: m regression tasks in dimension d,
-  n users, user features ``u_j`` and task parameters ``theta_i`` drawn from N(0, I) and projected
-  onto the unit ball, labels ``y_ij = <u_j, theta_i> + noise``, task probabilities ``q_i`` drawn
-  from the power law with pdf ``a x^(a-1)`` on [0, 1] (``a`` in {1, 2}) and rescaled so that
-  ``sum_i q_i = tasks_per_user`` (20); pair (i, j) observed with probability ``q_i``; a random
-  80/20 split of the observations.
+* :func:`multitask_regression` — the paper's Appendix C task (:mod:`privrec.data.synthetic_multitask`,
+  importable from here).
 * :func:`low_rank_interactions` — a users x items matrix with planted low-rank ground truth, a
   heavy-tailed number of items per user and a Zipf item popularity whose exponent is calibrated
   so that the *expected* share of interactions held by the top 10% of items matches a target
   (e.g. 86% for MovieLens-20M, Krichene et al., Sec. 5). Presets mirror the paper's benchmarks in users,
-  items and interactions (:data:`PRESETS`).
+  items and interactions (:data:`PRESETS`). Who rates what (degrees, popularity law and its
+  calibration, distinct sampling) lives in :mod:`privrec.data.skewed_sampling`; this module plants
+  the factors, selects by taste and draws the values.
 
 The generators match published dataset *statistics*; nothing in them is tuned towards any
 algorithm. The seed is for reproducible experiments (these are data, not privacy noise).
@@ -20,9 +18,8 @@ algorithm. The seed is for reproducible experiments (these are data, not privacy
 
 from __future__ import annotations
 
-import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,122 +27,28 @@ import scipy.sparse as sp
 
 from privrec._validation import check_fraction, check_int, check_positive
 from privrec.data.interactions import Interactions
-from privrec.privacy.clipping import project_ball
-
-# ---------------------------------------------------------------------------------------------
-# (a) Appendix C multi-task regression
-
-
-@dataclass
-class TaskExamples:
-    """Observations grouped by task (CSR-like), directly usable to build a solver ``TaskBatch``.
-
-    Task ``i``'s examples are positions ``indptr[i]:indptr[i+1]``; example ``e`` belongs to user
-    ``feature_ids[e]`` (the privacy unit; its feature row is ``features[feature_ids[e]]``) and has
-    label ``labels[e]``. Within a task, users are sorted.
-    """
-
-    indptr: np.ndarray
-    feature_ids: np.ndarray
-    labels: np.ndarray
-
-    @property
-    def n_tasks(self) -> int:
-        return len(self.indptr) - 1
-
-    @property
-    def n_examples(self) -> int:
-        return len(self.labels)
-
-    @property
-    def task_counts(self) -> np.ndarray:
-        return np.diff(self.indptr)
-
-    def task_ids(self) -> np.ndarray:
-        """Task index of every example."""
-        return np.repeat(np.arange(self.n_tasks, dtype=np.int32), np.diff(self.indptr))
-
-    def to_csr(self, n_users: int) -> sp.csr_matrix:
-        """Tasks x users CSR of labels (note: a label exactly 0.0 would be a stored zero)."""
-        return sp.csr_matrix((self.labels, self.feature_ids, self.indptr), shape=(self.n_tasks, n_users))
-
-
-@dataclass
-class MultiTaskRegression:
-    """Output of :func:`multitask_regression` (Krichene et al. 2023, Appendix C)."""
-
-    features: np.ndarray  # (n_users, d) user features u_j, ||u_j|| <= 1
-    task_params: np.ndarray  # (n_tasks, d) true theta_i, ||theta_i|| <= 1
-    task_probs: np.ndarray  # (n_tasks,) q_i, sum = tasks_per_user (before clipping at 1)
-    train: TaskExamples
-    test: TaskExamples
-    params: dict = field(default_factory=dict)
-
-
-def multitask_regression(
-    n_users: int = 10_000,
-    n_tasks: int = 100,
-    dim: int = 5,
-    power: float = 1.0,
-    tasks_per_user: float = 20.0,
-    noise_std: float = 1e-3,
-    train_fraction: float = 0.8,
-    random_state=0,
-    dtype=np.float32,
-) -> MultiTaskRegression:
-    """Generate the multi-task regression data of Krichene et al. (ICML 2023), Appendix C.
-
-    ``power`` is the exponent ``a`` of the task-probability law (pdf ``a x^(a-1)``, i.e. a Beta(a, 1)
-    draw; the paper uses a in {1, 2}). The paper's label noise is N(0, sigma_F^2) with sigma_F = 1e-3
-    (variance 1e-6), hence the default ``noise_std=1e-3``. A pair
-    (task i, user j) is observed with probability ``min(q_i, 1)``; observations are split at
-    random into ``train_fraction`` / rest.
-    """
-    params: dict[str, Any] = dict(  # the checked arguments, also recorded in the result
-        n_users=check_int(n_users, "n_users", 1),
-        n_tasks=check_int(n_tasks, "n_tasks", 1),
-        dim=check_int(dim, "dim", 1),
-        power=check_positive(power, "power"),
-        tasks_per_user=check_positive(tasks_per_user, "tasks_per_user"),
-        noise_std=check_positive(noise_std, "noise_std", allow_zero=True),
-        train_fraction=check_fraction(train_fraction, "train_fraction", closed_high=False),
-    )
-    n_users, n_tasks, dim, power, tasks_per_user, noise_std, train_fraction = params.values()
-    if tasks_per_user > n_tasks:
-        raise ValueError(f"tasks_per_user ({tasks_per_user}) cannot exceed n_tasks ({n_tasks})")
-    rng = np.random.default_rng(random_state)
-    features = project_ball(rng.standard_normal((n_users, dim)), 1.0, inplace=True).astype(dtype)
-    task_params = project_ball(rng.standard_normal((n_tasks, dim)), 1.0, inplace=True).astype(dtype)
-    raw = rng.beta(power, 1.0, size=n_tasks)
-    q = raw * (tasks_per_user / raw.sum())
-    q_eff = np.minimum(q, 1.0)
-    # observation mask, tasks x users, generated in chunks of tasks to bound memory
-    tasks_l, users_l = [], []
-    chunk = max(1, int(2_000_000 // max(n_users, 1)))
-    for s in range(0, n_tasks, chunk):
-        mask = rng.random((min(chunk, n_tasks - s), n_users)) < q_eff[s : s + chunk, None]
-        t, u = np.nonzero(mask)
-        tasks_l.append(t + s)
-        users_l.append(u)
-    tasks = np.concatenate(tasks_l).astype(np.int64)
-    users = np.concatenate(users_l).astype(np.int32)
-    if len(tasks) == 0:
-        raise ValueError("no observation was generated; increase tasks_per_user or n_users")
-    dots = np.einsum("ij,ij->i", features[users].astype(np.float64), task_params[tasks].astype(np.float64))
-    labels = (dots + noise_std * rng.standard_normal(len(tasks))).astype(dtype)
-    is_train = rng.random(len(tasks)) < train_fraction
-
-    def group(sel):
-        t = tasks[sel]
-        indptr = np.zeros(n_tasks + 1, dtype=np.int64)
-        np.cumsum(np.bincount(t, minlength=n_tasks), out=indptr[1:])
-        return TaskExamples(indptr, users[sel], labels[sel])  # np.nonzero order: task-major, users sorted
-
-    return MultiTaskRegression(features, task_params, q, group(is_train), group(~is_train), params=params)
-
-
-# ---------------------------------------------------------------------------------------------
-# (b) low-rank interactions with popularity skew
+from privrec.data.skewed_sampling import (  # noqa: F401 (re-exported: importable from here, as before the split)
+    _CHUNK,
+    HEAD_OFFSET_FRACTION,
+    MAX_EXPONENT,
+    _bulk_round,
+    _candidate_counts,
+    _expected_top_share,
+    _inverse_cdf,
+    _poisson_draws,
+    _rank_groups,
+    _sample_distinct,
+    _sorted_contains,
+    _top_share,
+    _user_degrees,
+    _zipf,
+    calibrate_exponent,
+)
+from privrec.data.synthetic_multitask import (  # noqa: F401 (re-exported: importable from here, as before the split)
+    MultiTaskRegression,
+    TaskExamples,
+    multitask_regression,
+)
 
 
 @dataclass(frozen=True)
@@ -280,277 +183,10 @@ class LowRankData:
         return self.global_mean + self.user_bias[u] + self.item_bias[i] + self.signal * dots
 
 
-def _user_degrees(rng, n_users, n_items, total, min_per_user, sigma, max_fraction) -> np.ndarray:
-    cap = max(min_per_user, int(max_fraction * n_items))
-    if total < n_users * min_per_user:
-        raise ValueError(f"n_interactions={total} is below n_users * min_per_user = {n_users * min_per_user}")
-    if total > n_users * cap:
-        raise ValueError(f"n_interactions={total} exceeds what {n_users} users x {cap} items per user allow")
-    extra = rng.lognormal(0.0, sigma, size=n_users)
-    budget = total - n_users * min_per_user
-    room = cap - min_per_user
-    x = np.zeros(n_users)
-    free = np.ones(n_users, dtype=bool)
-    for _ in range(50):  # water-filling: scale the free users until the cap binds nowhere
-        remaining = budget - x[~free].sum()
-        x[free] = extra[free] * (remaining / extra[free].sum())
-        over = free & (x > room)
-        if not over.any():
-            break
-        x[over] = room
-        free &= ~over
-    k = np.floor(x).astype(np.int64)
-    short = int(budget - k.sum())
-    if short > 0:
-        eligible = np.flatnonzero(k < room)
-        k[rng.choice(eligible, size=short, replace=False)] += 1
-    return k + min_per_user
-
-
-def _expected_top_share(
-    p_groups: np.ndarray, c_groups: np.ndarray, k_bins: np.ndarray, w_bins: np.ndarray, n_top_groups: int
-) -> float:
-    """Expected top-10% share when each user draws k distinct items by successive sampling.
-
-    Items come in groups of ``c_groups`` items with (mean) probability ``p_groups``, most popular
-    first; the first ``n_top_groups`` groups are exactly the top 10%. Uses the Poissonisation
-    approximation: item j is included with probability ``1 - exp(-p_j t)`` where t solves
-    ``sum_j (1 - exp(-p_j t)) = k`` (solved by bisection for all user bins at once).
-    """
-    t = _poisson_draws(p_groups, c_groups, k_bins)
-    incl = 1.0 - np.exp(-np.outer(t, p_groups))
-    counts = (w_bins[:, None] * incl).sum(axis=0) * c_groups
-    return float(counts[:n_top_groups].sum() / counts.sum())
-
-
-def _poisson_draws(p_groups: np.ndarray, c_groups: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """Number of iid draws t with ``sum_j (1 - exp(-p_j t)) = k`` (expected distinct items = k)."""
-    m = c_groups.sum()
-    k = np.asarray(k, dtype=np.float64)
-
-    def distinct(t):
-        return m - (c_groups * np.exp(-np.outer(t, p_groups))).sum(axis=1)
-
-    lo = np.zeros(len(k))
-    hi = np.ones(len(k))
-    for _ in range(200):  # grow the upper bracket
-        short = distinct(hi) < k
-        if not short.any():
-            break
-        hi = np.where(short, hi * 4, hi)
-    for _ in range(40):
-        mid = 0.5 * (lo + hi)
-        below = distinct(mid) < k
-        lo = np.where(below, mid, lo)
-        hi = np.where(below, hi, mid)
-    return hi
-
-
-def _rank_groups(n_items: int, top: int) -> np.ndarray:
-    """Start ranks of ~400 log-spaced popularity-rank groups; ``top`` is always a group start."""
-    starts = np.unique(np.r_[0, top, np.floor(np.logspace(0, np.log10(n_items), 400)).astype(np.int64) - 1])
-    return starts[(starts >= 0) & (starts < n_items)]
-
-
-HEAD_OFFSET_FRACTION = 0.002
-
-
-def _zipf(m: int, a: float) -> np.ndarray:
-    """Zipf-Mandelbrot law ``p_r ∝ (r + c)^-a`` with head offset ``c = 0.002 m``.
-
-    A pure Zipf law (c = 0) puts the top item in ~99% of users' histories at ML-20M's skew; with
-    the offset the most popular item reaches ~45% of users, close to ML-20M's most-rated movie
-    (rated by about half of the users), while the calibrated exponent still fixes the top-10% share.
-    """
-    p = (np.arange(1, m + 1, dtype=np.float64) + HEAD_OFFSET_FRACTION * m) ** (-a)
-    return p / p.sum()
-
-
-MAX_EXPONENT = 3.0
-
-
-def calibrate_exponent(k: np.ndarray, n_items: int, top10_share: float) -> tuple[float, float]:
-    """Zipf exponent giving the target expected top-10% share under per-user distinct sampling.
-
-    Returns ``(exponent, expected_share)``. When heavy users saturate the head so that the target
-    is out of reach even at :data:`MAX_EXPONENT`, that exponent and its (lower) share are returned.
-    Users are grouped in up to 48 quantile bins of their item count and items in ~400 log-spaced
-    popularity-rank groups (the top-10% boundary is a group edge), which keeps this fast.
-    """
-    top = max(1, int(math.ceil(0.1 * n_items)))
-    order = np.sort(np.asarray(k, dtype=np.int64))
-    edges = np.unique(np.quantile(order, np.linspace(0, 1, 49)).astype(np.int64))
-    idx = np.clip(np.searchsorted(edges, order, side="right") - 1, 0, len(edges) - 1)
-    w = np.bincount(idx).astype(np.float64)
-    kb = np.bincount(idx, weights=order) / np.maximum(w, 1)
-    keep = w > 0
-    w, kb = w[keep], kb[keep]
-    starts = _rank_groups(n_items, top)
-    c = np.diff(np.r_[starts, n_items]).astype(np.float64)
-    n_top = int(np.searchsorted(starts, top))
-
-    def share(a):
-        pg = np.add.reduceat(_zipf(n_items, a), starts) / c
-        return _expected_top_share(pg, c, kb, w, n_top)
-
-    lo, hi = 0.0, MAX_EXPONENT
-    if share(hi) < top10_share:
-        return hi, share(hi)  # saturation: the target cannot be reached; use the steepest law allowed
-    if share(lo) >= top10_share:
-        return lo, share(lo)
-    for _ in range(30):
-        mid = 0.5 * (lo + hi)
-        if share(mid) < top10_share:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-3:
-            break
-    a = 0.5 * (lo + hi)
-    return a, share(a)
-
-
-def _sample_distinct(rng, k: np.ndarray, p: np.ndarray, bulk_rounds: int = 3) -> np.ndarray:
-    """Per user u, ``k[u]`` distinct items drawn by successive sampling from ``p`` (vectorised).
-
-    Successive sampling = the first k distinct items of an iid stream from ``p`` (equivalently,
-    the k smallest of ``Exp(1) / p_j``). Bulk rounds draw, per user, as many iid items as give the
-    deficit in expectation (Poissonisation first, then ``deficit / unheld mass``), drop items
-    already held and in-batch repeats (keeping draw order) and keep at most the deficit, which is
-    exactly a continuation of the stream. Users still short afterwards (heavy users needing the
-    tail) are completed exactly with exponential keys over the items they do not hold, in blocks.
-    Returns the sorted keys ``user * n_items + item``.
-    """
-    n_users = len(k)
-    m = len(p)
-    cdf = np.cumsum(p)
-    cdf /= cdf[-1]
-    held_keys = np.empty(0, dtype=np.int64)
-    have = np.zeros(n_users, dtype=np.int64)
-    held_mass = np.zeros(n_users)
-    for rnd in range(bulk_rounds):
-        deficit = k - have
-        if not deficit.any():
-            break
-        need = np.flatnonzero(deficit > 0)
-        if rnd == 0:
-            # as many draws as give k distinct items in expectation (Poissonisation)
-            ps = np.sort(p)[::-1]
-            starts = _rank_groups(m, 1)
-            c = np.diff(np.r_[starts, m]).astype(np.float64)
-            kv = np.flatnonzero(np.bincount(deficit[need]))  # distinct deficits, without hashing
-            t = _poisson_draws(np.add.reduceat(ps, starts) / c, c, kv)
-            draws = np.ceil(t[np.searchsorted(kv, deficit[need])]).astype(np.int64)
-        else:
-            remaining = np.clip(1.0 - held_mass[need], 1e-6, 1.0)
-            draws = np.ceil(deficit[need] * 1.2 / remaining + 2).astype(np.int64)
-        draws = np.minimum(draws, 4 * deficit[need] + 10)
-        # users in chunks of about ``_CHUNK`` draws to bound memory (users are independent)
-        bounds = np.searchsorted(np.cumsum(draws), np.arange(_CHUNK, draws.sum() + _CHUNK, _CHUNK))
-        taken = []
-        lo = 0
-        for hi in np.unique(np.r_[bounds + 1, len(need)]):
-            hi = min(int(hi), len(need))
-            if hi <= lo:
-                continue
-            take = _bulk_round(rng, need[lo:hi], draws[lo:hi], deficit, cdf, held_keys, m)
-            tu = take // m
-            have += np.bincount(tu, minlength=n_users)
-            held_mass += np.bincount(tu, weights=p[take - tu * m], minlength=n_users)
-            taken.append(take)
-            lo = hi
-        held_keys = np.concatenate([held_keys] + taken)  # disjoint by construction
-        del taken
-        held_keys.sort()  # in place: no second full-size copy
-    deficit = k - have
-    short = np.flatnonzero(deficit > 0)
-    if short.size:
-        extra = []
-        hu = held_keys // m
-        block = max(1, int(4_000_000 // m))
-        for b in range(0, len(short), block):
-            us = short[b : b + block]
-            keyv = rng.exponential(size=(len(us), m)) / np.maximum(p, 1e-300)
-            lo_ = np.searchsorted(hu, us, side="left")
-            cnt = np.searchsorted(hu, us, side="right") - lo_
-            sel = np.repeat(lo_ - np.r_[0, np.cumsum(cnt)[:-1]], cnt) + np.arange(cnt.sum())
-            keyv[np.repeat(np.arange(len(us)), cnt), held_keys[sel] - hu[sel] * m] = np.inf
-            d = deficit[us]
-            kmax = int(d.max())
-            part = (
-                np.argpartition(keyv, kmax - 1, axis=1)[:, :kmax] if kmax < m else np.tile(np.arange(m), (len(us), 1))
-            )
-            part_keys = np.take_along_axis(keyv, part, axis=1)
-            part = np.take_along_axis(part, np.argsort(part_keys, axis=1), axis=1)
-            mask = np.arange(kmax)[None, :] < d[:, None]
-            rows = np.repeat(us, d)
-            extra.append(rows * np.int64(m) + part[mask])
-        held_keys = np.concatenate([held_keys] + extra)
-        del extra
-        held_keys.sort()
-    return held_keys
-
-
-_CHUNK = 4_000_000
-
-
-def _bulk_round(rng, need, draws, deficit, cdf, held_keys, m) -> np.ndarray:
-    """One bulk round for the users ``need``: keys of the new distinct items kept (see caller)."""
-    users = np.repeat(need, draws)
-    items = _inverse_cdf(cdf, rng.random(len(users)))
-    keys = users * np.int64(m) + items
-    del items
-    pos = np.flatnonzero(~_sorted_contains(held_keys, keys)) if held_keys.size else np.arange(len(keys))
-    # first occurrence of each new key in draw order (stable sort by key, then back to draw order)
-    o = pos[np.argsort(keys[pos], kind="stable")]
-    ko = keys[o]
-    first = o[np.r_[True, ko[1:] != ko[:-1]]] if len(o) else o
-    del o, ko
-    pos = np.sort(first)
-    ku = users[pos]
-    starts_u = np.flatnonzero(np.r_[True, ku[1:] != ku[:-1]]) if len(ku) else ku
-    rank = np.arange(len(ku)) - np.repeat(starts_u, np.diff(np.r_[starts_u, len(ku)]))
-    return keys[pos[rank < deficit[ku]]]
-
-
-def _inverse_cdf(cdf: np.ndarray, r: np.ndarray) -> np.ndarray:
-    """``searchsorted(cdf, r, side="right")`` (clipped to the last item) via a guide table.
-
-    A table over ``G`` equal bins of [0, 1) gives each uniform a start index that is never past the
-    answer; draws then step forward while ``cdf[idx] <= r`` (few steps: head items own whole bins).
-    Same result as the binary search, several times faster on tens of millions of draws.
-    """
-    m = len(cdf)
-    g = int(min(1 << 22, max(1 << 16, 8 * m)))
-    guide = np.searchsorted(cdf, np.arange(g) / g, side="right")
-    np.minimum(guide, m - 1, out=guide)
-    idx = guide[(r * g).astype(np.int64)]
-    todo = np.flatnonzero(cdf[idx] <= r)
-    while todo.size:
-        idx[todo] += 1
-        np.minimum(idx, m - 1, out=idx)
-        todo = todo[(cdf[idx[todo]] <= r[todo]) & (idx[todo] < m - 1)]
-    return idx
-
-
-def _sorted_contains(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """Membership of ``keys`` in the sorted array ``sorted_keys`` (binary search, no hashing)."""
-    idx = np.searchsorted(sorted_keys, keys)
-    np.minimum(idx, len(sorted_keys) - 1, out=idx)
-    return sorted_keys[idx] == keys
-
-
 #: default taste affinity tau of :func:`low_rank_interactions` (log-weight sd of the observation law)
 DEFAULT_AFFINITY = 2.0
 #: default candidate oversampling factor of :func:`low_rank_interactions`
 DEFAULT_OVERSAMPLE = 3.0
-
-
-def _top_share(items: np.ndarray, n_items: int) -> float:
-    """Measured share of the observations held by the top 10% of items."""
-    c = np.sort(np.bincount(items, minlength=n_items))[::-1]
-    total = c.sum()
-    return float(c[: max(1, int(math.ceil(0.1 * n_items)))].sum() / total) if total else 0.0
 
 
 #: candidates scored and ranked per block of users in :func:`_affinity_select` (bounds its memory)
@@ -611,40 +247,6 @@ def _affinity_select(
         out.append(ck[keep])
         del keep
     return np.concatenate(out) if out else cand_keys[:0].copy()
-
-
-def _candidate_counts(k, n_items, top10_share, affinity, oversample, cap):
-    """Candidate counts per user, calibrated Zipf exponent, its expected share and the oversampling used.
-
-    ``ceil(c * k_u)`` candidates, never more than ``max(k_u, cap)`` (the per-user activity cap, so
-    heavy users do not take the whole catalogue). When the share target is out of reach at
-    ``c = oversample`` (heavy users' candidate sets saturate the head) ``c`` is lowered, by
-    bisection down to 1, to the largest value that still reaches it (the taste signal is then
-    weaker, the popularity skew is kept).
-    """
-    if affinity == 0:
-        return (k,) + calibrate_exponent(k, n_items, top10_share) + (1.0,)
-    cap = min(n_items, cap)
-
-    def at(c):
-        kc = np.maximum(k, np.minimum(np.ceil(c * k).astype(np.int64), cap))
-        return (kc,) + calibrate_exponent(kc, n_items, top10_share) + (c,)
-
-    best = at(oversample)
-    if best[2] >= top10_share - 0.005 or oversample == 1.0:
-        return best
-    lo, hi = 1.0, oversample
-    best = at(lo)
-    if best[2] < top10_share - 0.005:
-        return best
-    for _ in range(6):
-        mid = 0.5 * (lo + hi)
-        cand = at(mid)
-        if cand[2] >= top10_share - 0.005:
-            lo, best = mid, cand
-        else:
-            hi = mid
-    return best
 
 
 def low_rank_interactions(

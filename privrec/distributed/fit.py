@@ -113,6 +113,12 @@ def _check_model(model) -> None:
 
     if not isinstance(model, (DPALS, ALS)):
         raise TypeError(f"privrec.distributed.fit fits a DPALS or an ALS, got {type(model).__name__}")
+    if isinstance(model, DPALS) and model.axes == "release":
+        raise ValueError(
+            "DPALS(axes='release') -- releasing an undeclared roster and catalogue before the fit -- runs locally "
+            "only so far; on Dask declare the user roster and item catalogue (user_ids= / item_ids=) and use "
+            "axes='warn' (the default)"
+        )
     if isinstance(model, ALS) and model.feedback != "explicit":
         raise ValueError(
             "privrec.distributed.fit runs ALS as the exact DPALS path, which has no confidence weights: "

@@ -108,6 +108,7 @@ class Comparison:
     seconds: float
     n_rmse_users: int = 0  # users with a held-out rating (the RMSE's users; explicit ratings)
     info: dict = field(default_factory=dict)
+    k_note: str = ""  # set when the catalogue is smaller than the requested k (ranked at k = n_items)
 
     def row(self, name: str) -> Row:
         """The row named ``name`` (``KeyError`` when there is none)."""
@@ -161,6 +162,7 @@ class Comparison:
                 "n_test_users": self.n_test_users,
                 "n_rmse_users": self.n_rmse_users,
                 "seconds": round(self.seconds, 3),
+                **({"ranking_k_note": self.k_note} if self.k_note else {}),
                 "table": table,
             },
             **({"info": self.info} if self.info else {}),
@@ -188,6 +190,8 @@ class Comparison:
                 f"          recall, ndcg: relevant = held-out ratings >= {self.relevance_threshold:g}, "
                 "training items excluded"
             )
+        if self.k_note:
+            lines.append(f"          {self.k_note}")
         lines.append("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip())
         for c in cells:
             lines.append("  " + "  ".join(v.ljust(w) for v, w in zip(c, widths)).rstrip())
@@ -320,10 +324,13 @@ def foreign_ranking_metrics(model, split: X.Split, threshold: float | None = Non
     ``recommend(userids, user_items, N=k, filter_already_liked_items=True)`` (batched), with the
     definitions of :mod:`privrec.evaluation.metrics`. Random / temporal splits: the training users'
     rows (their history: training + validation ratings, excluded from the candidates); held-out
-    users: ``recalculate_user=True`` from their fold-in history."""
+    users: ``recalculate_user=True`` from their fold-in history. A catalogue of fewer than ``k``
+    items is ranked at ``k = n_items`` (:func:`privrec.evaluation.metrics.ranking_k`; the keys say it)."""
+    from .metrics import ranking_k
     from .topk import hits_of
 
     targets, history = _targets_and_history(split, threshold)
+    k = ranking_k(k, targets.shape[1])
     users = np.flatnonzero(np.diff(targets.indptr) > 0)
     if users.size == 0:
         return {f"recall@{k}": math.nan, f"ndcg@{k}": math.nan}
@@ -427,6 +434,8 @@ def compare(
     private_params : extra ``DPALS`` parameters (e.g. ``{"factors": 8}`` or ``rating_range``).
     relevance_threshold : explicit ratings: a held-out rating ``>=`` this is relevant for the
         ranking metrics (default: the top quarter of the rating scale, 4 on 1-5).
+    k : cut-off of Recall@k and NDCG@k; a catalogue of fewer than ``k`` items is ranked at
+        ``k = n_items`` (the metric names say it, e.g. ``recall@12``, and ``k_note`` states why).
     """
     t_start = time.perf_counter()
     say = progress or (lambda _msg: None)
@@ -460,6 +469,10 @@ def compare(
         explicit_ratings = explicit
     if delta is None:
         delta = X.default_delta(sp_)
+    from .metrics import ranking_k, ranking_k_note
+
+    k_note = ranking_k_note(k, sp_.train.shape[1]) or ""
+    k = ranking_k(k, sp_.train.shape[1])  # a catalogue of fewer than k items: ranked at k = n_items
     from ..commands._yardsticks import relevance_threshold as _threshold
 
     rating_range = (private_params or {}).get("rating_range")
@@ -569,6 +582,7 @@ def compare(
         if explicit_ratings and sp_.test is not None
         else 0,
         info=dict(sp_.info),
+        k_note=k_note,
     )
 
 

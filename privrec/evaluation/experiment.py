@@ -265,7 +265,8 @@ def privacy_summary(model, delta: float | None = None, pld: bool = True) -> dict
 
 
 def evaluate_split(model, split: Split, reference=None, k: int = 20, paper_sliced: bool = False) -> dict:
-    """Metrics of a fitted model on a :class:`Split` (protocols module)."""
+    """Metrics of a fitted model on a :class:`Split` (protocols module); held-out users are ranked
+    at ``k``, or at ``k = n_items`` on a smaller catalogue (the keys name the k used, ``recall@12``)."""
     if split.protocol == "random":
         history = split.projection if split.projection is not None else split.train
         return evaluate_ratings(model, split.train, split.test, reference=reference, history=history)

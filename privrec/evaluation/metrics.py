@@ -25,6 +25,12 @@ Definitions (Krichene et al., App. D.1, "Metrics"):
 * ``coverage@k`` = share of the catalogue (or of ``items`` when given) that appears in at
   least one evaluated user's top-k list.
 * ``RMSE = sqrt(mean over test pairs of (prediction - y)^2)``.
+
+Every ``k`` must be at most the number of candidate items (the test matrix's columns, or
+``len(items)``): :func:`ranking_metrics` refuses a larger ``k`` with a one-line ``ValueError``
+(``implicit.evaluation`` returns precision 189.75 at ``K = 10**6``). Callers that evaluate at a
+fixed k (the CLI's Recall@20) use :func:`ranking_k`, ``min(k, n_items)``, on small catalogues
+and say so (:func:`ranking_k_note`).
 """
 
 from __future__ import annotations
@@ -78,6 +84,27 @@ def _check_factors(user_factors, item_factors):
     return U, V
 
 
+def ranking_k(k: int, n_items: int) -> int:
+    """The k a fixed-k evaluation uses on a catalogue of ``n_items``: ``min(k, n_items)`` (at least 1).
+
+    :func:`ranking_metrics` refuses ``k > n_items``; the CLI, :func:`privrec.evaluation.compare.compare`
+    and :func:`privrec.evaluation.protocols.evaluate_heldout` evaluate a small catalogue at this k
+    instead (e.g. Recall@12 on 12 items) and say so (:func:`ranking_k_note`)."""
+    k = check_int(k, "k", minimum=1)
+    return max(1, min(k, int(n_items)))
+
+
+def ranking_k_note(k: int, n_items: int) -> str | None:
+    """The sentence stating that a fixed-k evaluation used ``min(k, n_items)`` (``None`` when k fits)."""
+    used = ranking_k(k, n_items)
+    if used == k:
+        return None
+    return (
+        f"ranking metrics at k = {used} instead of {k}: the catalogue has only {int(n_items)} "
+        f"item{'s' if n_items != 1 else ''} (k may not exceed it)"
+    )
+
+
 def _discounts(k: int) -> np.ndarray:
     return 1.0 / np.log2(np.arange(k, dtype=np.float64) + 2.0)
 
@@ -103,6 +130,10 @@ def ranking_metrics(
     (:func:`privrec.evaluation.topk.chunk_rows`; default 512 MiB); targets and history stay sparse.
     Returns ``{"recall@k", "ndcg@k", "precision@k", "map@k", "coverage@k", "n_users"}`` (NaN metrics
     when no user has a target; definitions in the module docstring).
+
+    Raises ``ValueError`` when ``targets`` / ``history`` do not have one column per item of
+    ``item_factors`` (and one row per user), or when a k exceeds the number of candidate items
+    (the catalogue, or ``items``): evaluate a small catalogue at :func:`ranking_k` instead.
     """
     U, V = _check_factors(user_factors, item_factors)
     ks = sorted({check_int(k, "k", minimum=1) for k in np.atleast_1d(ks).tolist()})
@@ -116,6 +147,13 @@ def ranking_metrics(
         bias = None if bias is None else bias[items]
         targets = targets[:, items]
         history = None if history is None else history[:, items]
+    if ks[-1] > V.shape[0]:  # implicit.evaluation returns a precision above 1 there (189.75 at K = 10**6)
+        where = (
+            f"the catalogue of {shape[1]} items"
+            if items is None
+            else f"the {V.shape[0]} candidate items given by items= (of {shape[1]})"
+        )
+        raise ValueError(f"k = {ks[-1]} exceeds {where}; ranking metrics need k <= the number of items")
     if bias is not None and not np.isfinite(bias).all():
         raise ValueError("item_bias holds NaN or infinite values; the model's release is not usable for ranking")
     targets.eliminate_zeros()

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .metrics import pair_predictions, ranking_metrics, rmse
+from .metrics import pair_predictions, ranking_k, ranking_metrics, rmse
 from .neighbours import ReferenceNeighbours, sliced_neighbour_overlap
 from .slicing import PAPER_SLICED_KS, popularity_buckets, sliced_recall, sliced_rmse, top_items
 
@@ -139,7 +139,9 @@ def evaluate_heldout(
     ``history`` / ``targets`` are the held-out users' fold-in and target matrices (same item
     columns as ``train``). ``paper_sliced`` uses ``k = [100, 80, 60, 40, 20]`` per bucket (tail
     first) restricted to the top ``head_fraction`` (default 10%) of items by training count, as in
-    the reference; otherwise every bucket uses ``k`` over all items.
+    the reference; otherwise every bucket uses ``k`` over all items. A catalogue of fewer than
+    ``k`` items is evaluated at ``k = n_items`` (:func:`privrec.evaluation.metrics.ranking_k`;
+    the metric keys name it, e.g. ``recall@12``).
     """
     tr, hi, ta = _matrix(train), _matrix(history), _matrix(targets)
     if not (tr.shape[1] == hi.shape[1] == ta.shape[1]) or hi.shape != ta.shape:
@@ -148,6 +150,7 @@ def evaluate_heldout(
     U = project_users(model, hi)
     V = item_factors_of(model)
     ib = item_bias_of(model)
+    k = ranking_k(k, ta.shape[1])  # ranking_metrics refuses k > n_items: a small catalogue at k = n_items
     m = ranking_metrics(U, V, ta, hi, ks=(k,), item_bias=ib)
     items: np.ndarray | None  # the head items the slices are restricted to (None: all items)
     ks: int | list[int]  # one k for every bucket, or one per bucket

@@ -127,9 +127,10 @@ def _factors(model) -> int:
     return int(np.asarray(model.item_factors_).shape[1])
 
 
-def _n_users(model, cfg: dict) -> int | None:
+def _n_users(model, cfg: dict) -> float | int | None:
     if cfg.get("n_users") is not None:
-        return int(cfg["n_users"])
+        n = float(cfg["n_users"])  # a noisy count (undeclared roster) is shown as released, not rounded to it
+        return int(n) if n == int(n) else round(n, 1)
     uf = getattr(model, "user_factors_", None)
     return None if uf is None else int(np.asarray(uf).shape[0])
 
@@ -258,7 +259,7 @@ def describe(model) -> Description:
     )
     axis = getattr(model, "_item_axis", None)
     if axis is not None:
-        out["item_axis"] = {"source": axis, "public": axis == "catalogue"}
+        out["item_axis"] = {"source": axis, "public": axis in ("catalogue", "selection")}
     return out
 
 
@@ -325,14 +326,16 @@ def model_card(
     out += ["## Data", ""]
     if dataset:
         out.append(f"- dataset: {_md_text(dataset)}")
-    out.append(f"- shape: {users} users x {shape['n_items']:,} items")
+    noisy = isinstance(shape.get("n_users"), float)
+    out.append(f"- shape: {users} users{' (a noisy count)' if noisy else ''} x {shape['n_items']:,} items")
     axis = d.get("item_axis")
     if axis:
         where = {
             "catalogue": "a declared public catalogue",
             "data": "the items that have ratings (derived from the data: not covered by the guarantee)",
             "matrix": "the columns of the given matrix",
-        }[axis["source"]]
+            "selection": "the items chosen by a private item selection (released under the ledger)",
+        }.get(axis["source"], str(axis["source"]))
         out.append(f"- item axis: {where}")
     out.append("")
     out += ["## Privacy", "", p["statement"], ""]

@@ -35,6 +35,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._constraints import FINITE, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, StrOptions
+from .._optional import require
 from .._params import Hyperparameters, param
 from .._validation import check_random_state_seed
 from ..privacy import make_rng
@@ -473,7 +474,9 @@ class ImplicitALS(Hyperparameters, FactorizationModel):
     """Thin wrapper around ``implicit.cpu.als.AlternatingLeastSquares`` with privrec's API.
 
     Implicit-feedback ALS (confidence 1 + alpha * r). Parameters mirror implicit's;
-    ``num_threads`` = 0 uses all cores. Non-private, no biases.
+    ``num_threads`` = 0 uses all cores. Non-private, no biases. Fitting it, and projecting users
+    it was not fitted on, need the ``implicit`` package: the optional extra ``pip install
+    'privrec[implicit]'`` (privrec's own ``ALS`` and ``DPALS`` follow implicit's API without it).
     """
 
     _saved_arrays = ("item_factors_", "user_factors_")
@@ -489,10 +492,10 @@ class ImplicitALS(Hyperparameters, FactorizationModel):
     random_state: Any = param(default=None)  # implicit checks it
 
     def _make_inner(self):
-        from implicit.cpu.als import AlternatingLeastSquares
+        implicit_als = require("implicit.cpu.als", "ImplicitALS (a wrapper of implicit's ALS)")
 
         self._validate_params()
-        return AlternatingLeastSquares(
+        return implicit_als.AlternatingLeastSquares(
             factors=self.factors,
             regularization=self.regularization,
             alpha=self.alpha,

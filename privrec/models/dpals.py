@@ -67,9 +67,9 @@ from .als import half_step
 from .billboard import shrunk_projection
 from .dpals_config import (
     METHODS,
-    RELEASE_STATEMENT,
     DPALSConfig,
     check_rating_span,
+    release_statement,
     resolve_config,
 )
 from .dpals_config import binarised as _binarised
@@ -184,6 +184,14 @@ class DPALS(Hyperparameters, FactorizationModel):
     random_state : ``None`` (OS entropy, private) or a seed (experiments only; voids the
         guarantee if the seed is known).
     num_threads : worker threads of the (non-private) user-step solves (``None`` = usable cores).
+    axes : what a private fit does when the user roster or the item catalogue is not declared (a
+        DataFrame / CSV input without ``users=`` / ``items=``). ``"release"``: release them first
+        -- a noisy user count and a private item selection (Gopi et al., ICML 2020) -- plan from
+        them and state the guarantee for adding or removing one user (``privrec fit --ratings``
+        does this); ``"warn"``: fit on the data's axes under zero-out, with a
+        :class:`~privrec.models.inputs.UserRosterWarning` / ``ItemCatalogueWarning`` (those axes
+        are then not covered). Declared axes are used as given either way; a bare matrix's shape
+        is its caller's declaration.
 
     Attributes: ``item_factors_`` (the release), ``global_mean_`` (noisy when centering),
     ``ledger_``, ``noise_scales_``, ``trained_items_``, ``user_factors_`` (projection, not
@@ -192,6 +200,12 @@ class DPALS(Hyperparameters, FactorizationModel):
     """
 
     _saved_arrays = ("item_factors_", "item_bias_", "global_mean_", "item_counts_", "item_exposure_")
+
+    @property
+    def _releases_axes(self) -> bool:
+        """Whether a fit whose roster or catalogue is undeclared releases them first (``axes="release"``:
+        add/remove DP, :mod:`privrec.models.dpals_axes`) instead of warning."""
+        return self.axes == "release"
 
     method: str = param(StrOptions(set(METHODS)), default="ada-dpals")
     epsilon: float = param(EPSILON, default=5.0)
@@ -230,12 +244,20 @@ class DPALS(Hyperparameters, FactorizationModel):
     random_state: Any = param(default=None)  # checked by check_noise_random_state
     num_threads: int | None = param(POSITIVE_INT, None, default=None)
     show_progress: bool | None = param("boolean", None, default=None)  # None: a bar unless scikit-learn calls fit
+    axes: str = param(StrOptions({"warn", "release"}), default="warn")
 
     # ------------------------------------------------------------------ resolved settings
-    def _resolve_config(self, shape: tuple[int, int] | None = None, bias_model: bool = False) -> DPALSConfig:
+    def _resolve_config(
+        self,
+        shape: tuple[int, int] | None = None,
+        bias_model: bool = False,
+        target: tuple | None = None,
+        selected_items: bool = False,
+    ) -> DPALSConfig:
         """Validated, resolved settings for a ``shape = (n_users, n_items)`` fit
-        (:func:`privrec.models.dpals_config.resolve_config`)."""
-        return resolve_config(self, shape, bias_model)
+        (:func:`privrec.models.dpals_config.resolve_config`); ``target``: the (epsilon, delta) the
+        fit is calibrated to when it is not the model's own (what is left after the axes' releases)."""
+        return resolve_config(self, shape, bias_model, target, selected_items)
 
     def _rating_range(self) -> tuple[float, float] | None:
         return check_rating_range(self.rating_range)
@@ -357,6 +379,14 @@ class DPALS(Hyperparameters, FactorizationModel):
             R, user_ids, _, _ = fit_input(X)
             shape = (int(R.shape[0]), int(R.shape[1]))
             keys = "user ids" if user_ids is not None else keys
+            from ..tuning.plan import plan_axes, two_stage_plan
+            from .inputs import item_axis_source, user_axis_source
+
+            axes = plan_axes(self, roster=user_axis_source(X) != "data", catalogue=item_axis_source(X) != "data")
+            if (
+                axes is not None and self._releases_axes
+            ):  # the fit's own plan follows the axes' releases: a bound until then
+                return two_stage_plan(self, axes, keys)
         elif shape is not None:
             if len(tuple(shape)) != 2 or any(isinstance(v, bool) or int(v) != v or v < 1 for v in shape):
                 raise ValueError(f"shape must be (n_users, n_items) of positive integers, got {shape!r}")
@@ -396,19 +426,48 @@ class DPALS(Hyperparameters, FactorizationModel):
             columns=(user_col, item_col, rating_col), y=y,
         )  # fmt: skip
         R_full = check_fit_matrix(inp.matrix)
-        self._fit_matrix(
-            R_full, user_keys=self._sampling_user_keys(R_full.shape[0], inp.user_ids),
-            show_progress=inp.show_progress, callback=inp.callback,
-            keys_from="user ids" if inp.user_ids is not None else "row positions",
-        )  # fmt: skip
+        user_keys = self._sampling_user_keys(R_full.shape[0], inp.user_ids)
+        keys_from = "user ids" if inp.user_ids is not None else "row positions"
+        axes = self._axes_plan(inp)
+        self.axes_ = None
+        if axes is None:  # declared roster and catalogue (or a bare matrix's shape, or not private)
+            self._fit_matrix(
+                R_full, user_keys=user_keys, show_progress=inp.show_progress, callback=inp.callback, keys_from=keys_from
+            )
+            return self._fitted(inp)
+        from .dpals_axes import fit_released_axes
+
+        items = fit_released_axes(self, R_full, user_keys, axes, keys_from, inp.show_progress, inp.callback)
+        if items.size != R_full.shape[1]:  # the released item axis: the selected items, with their ids
+            ids = inp.item_ids[items] if inp.item_ids is not None else items
+            inp = dataclasses.replace(inp, item_ids=ids, given=False, axis="selection")
         return self._fitted(inp)
 
+    def _axes_plan(self, inp):
+        """The releases of ``inp``'s undeclared axes (:func:`privrec.tuning.plan.plan_axes`), or
+        ``None`` when the roster and catalogue are declared (a bare matrix's shape is its caller's
+        declaration)."""
+        from ..tuning.plan import plan_axes
+
+        if not self._releases_axes:
+            return None
+        return plan_axes(self, roster=inp.user_axis != "data", catalogue=inp.axis != "data")
+
     def _fit_matrix(
-        self, R_full, *, user_keys=None, show_progress: bool = True, callback=None, plan=None, keys_from=None
+        self,
+        R_full,
+        *,
+        user_keys=None,
+        show_progress: bool = True,
+        callback=None,
+        plan=None,
+        keys_from=None,
+        shape=None,
     ):
         """Run the plan of a fit on the checked CSR ``R_full`` whose users have the sampling keys
         ``user_keys`` (one per row; ``None``: the row positions' keys). ``plan``: a given
-        :class:`~privrec.tuning.plan.FitPlan` (default: :meth:`plan` of this shape)."""
+        :class:`~privrec.tuning.plan.FitPlan` (default: :meth:`plan` of ``shape``, the public
+        shape -- by default ``R_full``'s)."""
         from ..tuning.auto import run_automatic_selection
         from ..tuning.plan import plan_fit
         from ..tuning.selection import LocalSelectionData
@@ -417,9 +476,10 @@ class DPALS(Hyperparameters, FactorizationModel):
         if user_keys is None:
             user_keys = self._sampling_user_keys(n_users)
         if plan is None:
-            plan = plan_fit(self, (n_users, n_items), keys=keys_from or "row positions")
+            plan = plan_fit(self, shape or (n_users, n_items), keys=keys_from or "row positions")
         if plan.kind == "selection":
-            return run_automatic_selection(self, plan, LocalSelectionData(R_full, user_keys), show_progress)
+            data = LocalSelectionData(R_full, user_keys, shape=(plan.n_users, plan.n_items))
+            return run_automatic_selection(self, plan, data, show_progress)
         return run_fit(self, R_full, user_keys, plan, show_progress, callback)
 
     def _selects_rank(self, cfg: DPALSConfig) -> bool:
@@ -525,7 +585,10 @@ class DPALS(Hyperparameters, FactorizationModel):
         # one relation per report (RELEASE_STATEMENT's); the accountant's composition mode under its own name
         report["accountant_neighboring"] = report.pop("neighboring")
         report["method"] = self.method
-        report.update(RELEASE_STATEMENT)
+        axes = getattr(self, "axes_", None) or {}
+        report.update(
+            release_statement(axes.get("roster") != "noisy count", axes.get("catalogue") != "private selection")
+        )
         target = check_epsilon(self.epsilon)
         report["target_epsilon"] = target if math.isfinite(target) else "inf"
         return report

@@ -29,6 +29,7 @@ __all__ = [
     "METHODS",
     "RELEASE_STATEMENT",
     "binarised",
+    "release_statement",
     "resolve_config",
     "DPALSConfig",
     "check_overflow",
@@ -54,6 +55,32 @@ RELEASE_STATEMENT = {
     ],
     "released": ["item_factors_", "item_bias_", "global_mean_", "item_counts_", "item_exposure_"],
 }
+
+
+def release_statement(roster: bool = True, catalogue: bool = True) -> dict:
+    """What a DPALS privacy report states, by which axes were declared: :data:`RELEASE_STATEMENT`
+    when both were (zero-out over the public roster); with an undeclared roster the relation is
+    add/remove of one user and the noisy user count is released; with an undeclared catalogue the
+    item axis is a private selection (its ids are released under the ledger)."""
+    if roster and catalogue:
+        return {k: (list(v) if isinstance(v, list) else v) for k, v in RELEASE_STATEMENT.items()}
+    public = ["epsilon, delta, the rating range / bound and every setting in config"]
+    released = list(RELEASE_STATEMENT["released"])
+    if roster:
+        relation = RELEASE_STATEMENT["neighbouring_relation"]
+        public.insert(0, "the user roster (number of users)")
+    else:
+        relation = (
+            "user-level add/remove: neighbouring datasets differ by one user and all of their ratings "
+            "(nothing about the users is declared; their number is released as a noisy count)"
+        )
+        released.append("the noisy user count (config n_users)")
+    if catalogue:
+        public.insert(1 if roster else 0, "the item catalogue (number of items; item ids when declared)")
+    else:
+        released.append("the item axis: the ids of the items chosen by private selection (config n_items)")
+    return {"neighbouring_relation": relation, "public": public, "released": released}
+
 
 #: method name -> (registered solver name, allocation)
 METHODS = {
@@ -189,15 +216,27 @@ def check_overflow(cfg: DPALSConfig, step: int, side: str, factors: np.ndarray, 
 # ---------------------------------------------------------------------- resolving a DPALS's settings
 
 
-def resolve_config(model, shape: tuple[int, int] | None = None, bias_model: bool = False) -> DPALSConfig:
+def resolve_config(
+    model,
+    shape: tuple[int, int] | None = None,
+    bias_model: bool = False,
+    target: tuple | None = None,
+    selected_items: bool = False,
+) -> DPALSConfig:
     """Validated (constraint table), resolved settings; ``None`` values filled by :func:`auto_config`.
 
     ``shape`` = (n_users, n_items) of the training matrix (public); without it the automatic
     values are those of a 10,000 x 1,000 problem (enough for validation and planning tests).
+    ``target``: the (epsilon, delta) to calibrate to instead of the model's own (the share left
+    after the releases of undeclared axes, :func:`privrec.tuning.plan.plan_axes`).
+    ``selected_items``: the item axis is a private selection (those items already passed a noisy
+    count threshold), so the automatic head restriction (a fraction of the axis) does not cut again.
     """
     model._validate_params()
     check_noise_random_state(model.random_state, "DPALS")
     eps, delta = check_epsilon(model.epsilon), check_delta(model.delta)
+    if target is not None:  # the share of (epsilon, delta) left to the fit after the axes' releases
+        eps, delta = check_epsilon(target[0]), check_delta(target[1])
     private = not math.isinf(eps)
     solver, alloc = METHODS[model.method]
     implicit = model.feedback == "implicit"
@@ -264,7 +303,7 @@ def resolve_config(model, shape: tuple[int, int] | None = None, bias_model: bool
     )
     max_norm = cfg["max_norm"] = chosen("max_norm")
     cfg["label_bound"] = _label_bound(model, implicit, center, rating_range, rating_bound)
-    item_frac = chosen("item_frac")
+    item_frac = 1.0 if selected_items and model.item_frac is None else chosen("item_frac")
     cfg["item_frac"] = None if item_frac >= 1.0 else item_frac
     # constant feature of the item bias: inside the clip ball in a private fit, 1 otherwise
     fit_biases = bool(model.biases) and not implicit

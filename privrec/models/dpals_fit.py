@@ -30,6 +30,9 @@ def run_fit(model, R_full: sp.csr_matrix, user_keys, plan, show_progress: bool =
     step, the recorded events checked against the plan; sets the release on ``model``."""
     n_users, n_items = R_full.shape
     cfg = plan.config
+    # what the rules read: the declared roster's size, or the noisy count of an undeclared one
+    public_users = plan.public_users if plan.n_users > 0 else float(n_users)
+    rule_users = max(1, int(round(public_users)))
     check_fit_memory(
         n_users,
         n_items,
@@ -64,7 +67,7 @@ def run_fit(model, R_full: sp.csr_matrix, user_keys, plan, show_progress: bool =
     R = (R_full[:, head] if head.size != n_items else R_full).tocsr()
     R.sort_indices()
     counts_h = counts[head]
-    cfg = model._released_ridges(cfg, counts_h, n_users)
+    cfg = model._released_ridges(cfg, counts_h, public_users)
     centered = R.copy()
     centered.data = centered.data.astype(dtype, copy=True)
     if mu:
@@ -101,7 +104,7 @@ def run_fit(model, R_full: sp.csr_matrix, user_keys, plan, show_progress: bool =
             # positions once and then only gather the new labels (saves a sort per step)
             where = labels.copy()
             where.data = np.arange(1, labels.nnz + 1, dtype=np.float64)
-            batch0 = model.item_batch(cfg, where, W, feats, counts_h, n_users)
+            batch0 = model.item_batch(cfg, where, W, feats, counts_h, rule_users)
             order = batch0.labels.astype(np.int64) - 1
         batch = dataclasses.replace(batch0, labels=labels.data[order], features=feats)
         if cfg.private:
@@ -122,7 +125,7 @@ def run_fit(model, R_full: sp.csr_matrix, user_keys, plan, show_progress: bool =
     model.noise_scales_ = {"count": cal.count_scale, "train": cal.train_scale}
 
     # 3. release --------------------------------------------------------------------------
-    release_item_side(model, cfg, head, counts, V, b_items, mu, norm_u, n_users, n_items, cal.count_scale)
+    release_item_side(model, cfg, head, counts, V, b_items, mu, norm_u, public_users, n_items, cal.count_scale)
     t_proj = time.perf_counter()
     model.user_factors_, model.user_bias_ = model._project_users(R_full)
     model.fit_timings_ = {

@@ -69,7 +69,7 @@ def exposure_of(
         return None
     counts_h = np.maximum(np.asarray(counts, dtype=np.float64)[head], 1.0)
     count_std = float(count_scale) * math.sqrt(cfg.count_sample)
-    omega = task_weights(cfg, counts_h, n_users)
+    omega = task_weights(cfg, counts_h, max(1, int(round(n_users))))
     return item_exposure(parts, omega, head, n_items, counts=counts, count_std=count_std)
 
 
@@ -95,6 +95,8 @@ def release_item_side(
     model.global_mean_ = np.asarray(mu, dtype=np.float64)
     model.user_reg_norm_ = float(norm_u)
     model.user_regularization_ = float(cfg.user_reg)
-    # the public shape (roster and catalogue sizes, public under the stated relation) with the settings
-    model.config_ = {**cfg.as_dict(), "n_users": int(n_users), "n_items": int(n_items)}
+    # the public shape (roster and catalogue sizes, public under the stated relation; the noisy count
+    # where the roster is undeclared) with the settings
+    users = float(n_users) if float(n_users) != int(n_users) else int(n_users)
+    model.config_ = {**cfg.as_dict(), "n_users": users, "n_items": int(n_items)}
     model.trained_items_ = head

@@ -51,6 +51,7 @@ import scipy.sparse as sp
 from .._params import _param_fingerprint
 from ..data.fit_input import (  # noqa: F401 (the input conversion lives in the data layer; re-exported)
     ITEM_AXIS_SOURCES,
+    PUBLIC_ITEM_AXES,
     _axis_source,
     _declared_ids,
     _dense_to_csr,
@@ -136,6 +137,8 @@ class FitInput:
     axis: str
     show_progress: bool
     callback: Any = None
+    #: where the user axis came from (:func:`user_axis_source`: "roster", "data" or "matrix")
+    user_axis: str = "matrix"
 
 
 _DEFAULT_COLUMNS = ("user", "item", "rating")
@@ -197,14 +200,15 @@ class FitInputMixin:
             user_items = with_user_roster(user_items, users)
         if items is not None:
             user_items = with_item_catalogue(user_items, items)
-        self._check_user_axis(user_axis_source(user_items))
+        user_axis = user_axis_source(user_items)
+        self._check_user_axis(user_axis)
         axis = item_axis_source(user_items)
         self._check_item_axis(axis, bool(strict_catalogue))
         R, user_ids, item_ids, given = fit_input(user_items)
         show = show_progress if show_progress is not None else getattr(self, "show_progress", None)
         if show is None:
             show = not (sklearn_style or called_by_sklearn())
-        return FitInput(R, user_ids, item_ids, bool(given), axis, bool(show), callback)
+        return FitInput(R, user_ids, item_ids, bool(given), axis, bool(show), callback, user_axis)
 
     def _fitted(self, inp: FitInput):
         """The last line of every ``fit``: the fitted factors checked, the id maps and the fitted
@@ -224,12 +228,13 @@ class FitInputMixin:
     def _check_user_axis(self, axis: str) -> None:
         """Before a fit: a private model warns (:class:`UserRosterWarning`) when its user axis (the
         roster, whose size is public under the zero-out relation) comes from the data."""
-        if self._is_private() and axis == "data":
+        if self._is_private() and axis == "data" and not getattr(self, "_releases_axes", False):
             warnings.warn(
                 f"private {type(self).__name__} fitted on a user roster taken from the data (only the users that "
                 "have ratings): the guarantee is stated for a public roster (zero-out of one user's ratings), "
                 "and a user whose ratings are all removed would leave this one; declare the roster with "
-                "fit(X, users=roster) or privrec.data.from_pandas(..., user_ids=roster)",
+                "fit(X, users=roster) or privrec.data.from_pandas(..., user_ids=roster), or let the fit release it "
+                "privately (DPALS(axes='release'): add/remove DP)",
                 UserRosterWarning,
                 stacklevel=3,
             )
@@ -254,12 +259,12 @@ class FitInputMixin:
                 f"strict_catalogue: this private {type(self).__name__} needs a declared item catalogue, but its "
                 f"item axis would be {how}; {advice}"
             )
-        if axis == "data":
+        if axis == "data" and not getattr(self, "_releases_axes", False):
             warnings.warn(
                 f"private {type(self).__name__} fitted on an item axis taken from the data (only the items that have "
                 "ratings): which items have ratings is not covered by the privacy guarantee, and the released item "
-                f"arrays have one row per such item, saved with its id; {advice} (strict_catalogue=True refuses such "
-                "fits)",
+                f"arrays have one row per such item, saved with its id; {advice}, or let the fit select items privately "
+                "(DPALS(axes='release'): add/remove DP; strict_catalogue=True refuses such fits)",
                 ItemCatalogueWarning,
                 stacklevel=3,
             )

@@ -102,6 +102,8 @@ class BudgetRelease:
     events: Events
     summary: dict[str, Any] = field(default_factory=dict)
     spent_after: float = math.nan
+    #: ``(label, delta)`` the release spent outside its events (a partition selection's threshold)
+    delta_terms: tuple = ()
 
 
 @dataclass
@@ -264,14 +266,24 @@ class Budget:
         by the PLD accountant at the lifetime delta). ``planned``: ``[(label, DpEvent)]`` (e.g.
         :func:`plan_fit`), a list of DpEvents or one DpEvent."""
         state = self._read()
-        return _compose(_all_events(state.releases) + _as_events(planned), state.delta, state.neighboring)
+        return _compose(
+            _all_events(state.releases) + _as_events(planned),
+            state.delta,
+            state.neighboring,
+            _all_terms(state.releases) + _as_terms(planned),
+        )
 
     def check(self, planned) -> float:
         """The would-be lifetime epsilon of ``planned`` (see :meth:`total_with`); raises
         :class:`BudgetExceededError` if it exceeds the lifetime epsilon. Releases nothing."""
         state = self._read()
         events = _as_events(planned)
-        total = _compose(_all_events(state.releases) + events, state.delta, state.neighboring)
+        total = _compose(
+            _all_events(state.releases) + events,
+            state.delta,
+            state.neighboring,
+            _all_terms(state.releases) + _as_terms(planned),
+        )
         if total <= state.epsilon:
             return total
         n = len(state.releases)
@@ -336,7 +348,7 @@ class Budget:
         epsilon -- the release happened, and hiding it would be worse -- with a ``UserWarning``
         then. Use :meth:`check` / :meth:`charge` to refuse *before* a release.
         """
-        events, summary = _report_events(report)
+        events, summary, terms = _report_events(report)
         label = str(label if label is not None else summary.get("method") or "release")
         with self.lock():
             state = self._read()
@@ -345,8 +357,13 @@ class Budget:
                     f"the report's neighbouring relation {report_neighboring(report)!r} is not the budget's "
                     f"{state.neighboring!r}: releases under different relations do not compose"
                 )
-            spent = _compose(_all_events(state.releases) + events, state.delta, state.neighboring)
-            release = BudgetRelease(label, _now(), events, summary, spent)
+            spent = _compose(
+                _all_events(state.releases) + events,
+                state.delta,
+                state.neighboring,
+                _all_terms(state.releases) + terms,
+            )
+            release = BudgetRelease(label, _now(), events, summary, spent, tuple(terms))
             new = _State(
                 state.epsilon,
                 state.delta,
@@ -379,14 +396,20 @@ class Budget:
         either way). An exception inside the block records nothing.
         """
         with self.lock():
-            plan = _as_events(planned) if planned is not None else plan_fit(model, shape)
+            source = planned if planned is not None else _model_plan(model, shape)
+            plan = _as_events(source)
             state = self._read()
-            ticket = Charge(plan, state.spent, self.check(plan), len(state.releases))
+            ticket = Charge(plan, state.spent, self.check(source), len(state.releases))
             yield ticket
             report = model.privacy_report()
             ticket.release = self.record(report, label)
             recorded = [(e["label"], e["event"]) for e in report["events"]]
-            if recorded != [(lab, event_to_dict(ev)) for lab, ev in plan]:
+            covers = getattr(source, "covers", None)
+            if covers is not None and callable(covers):
+                matches = covers(report)
+            else:
+                matches = recorded == [(lab, event_to_dict(ev)) for lab, ev in plan]
+            if not matches:
                 raise RuntimeError(
                     f"internal error: the fit recorded {len(recorded)} events that differ from its plan "
                     f"({len(plan)} events); its actual events were recorded in {self.path}"
@@ -508,6 +531,15 @@ def plan_fit(model, shape) -> Events:
     return list(planner(shape=(n_users, n_items)).events)
 
 
+def _model_plan(model, shape):
+    """The model's own plan object for ``shape`` (its ``events``, and for a plan made in two stages
+    -- the axes' releases first -- its ``delta_terms`` and ``covers``), or :func:`plan_fit`'s list."""
+    planner = getattr(model, "plan", None)
+    if hasattr(model, "privacy_report") and callable(planner) and shape is not None and len(tuple(shape)) == 2:
+        return planner(shape=tuple(int(v) for v in shape))
+    return plan_fit(model, shape)
+
+
 def fit_with_budget(model, X, budget, label: str | None = None, **fit_params):
     """Fit ``model`` on ``X`` only if the budget allows it, and record the release; returns ``model``.
 
@@ -523,7 +555,7 @@ def fit_with_budget(model, X, budget, label: str | None = None, **fit_params):
     planned = None
     if planner is not None and callable(planner):
         declared = {k: fit_params[k] for k in ("users", "items") if fit_params.get(k) is not None}
-        planned = list(planner(X, **declared).events)
+        planned = planner(X, **declared)
     with budget.charge(model, None if planned is not None else _shape(X), label=label, planned=planned):
         model.fit(X, **fit_params)
     return model
@@ -547,7 +579,18 @@ def _shape(X) -> tuple[int, int]:
 # ---------------------------------------------------------------------------------------------
 
 
+def _as_terms(planned) -> list:
+    """The ``(label, delta)`` terms of a plan object (none for a list of events)."""
+    return [(str(label), float(d)) for label, d in (getattr(planned, "delta_terms", None) or ())]
+
+
+def _all_terms(releases: Iterable[BudgetRelease]) -> list:
+    return [term for r in releases for term in r.delta_terms]
+
+
 def _as_events(planned) -> Events:
+    if not isinstance(planned, (list, tuple)) and hasattr(planned, "events"):  # a plan object (FitPlan)
+        planned = list(planned.events)
     if isinstance(planned, dp_accounting.DpEvent):
         return [("planned release", planned)]
     if isinstance(planned, (str, bytes)) or not isinstance(planned, Iterable):
@@ -574,16 +617,20 @@ def _all_events(releases: Iterable[BudgetRelease]) -> Events:
     return [pair for r in releases for pair in r.events]
 
 
-def _compose(events: Events, delta: float, neighboring: str) -> float:
+def _compose(events: Events, delta: float, neighboring: str, terms=()) -> float:
     """PLD epsilon at ``delta`` of all ``events`` (0 for none), through the ledger's one accounting
-    function (:func:`privrec.privacy.ledger.epsilon_of_event`: canonical form, then PLD)."""
+    function (:func:`privrec.privacy.ledger.epsilon_of_event`: canonical form, then PLD); ``terms``:
+    ``(label, delta)`` spent outside the events, paid from ``delta`` first (inf when they exhaust it)."""
     if not events:
         return 0.0
+    delta = float(delta) - float(sum(d for _, d in terms))
+    if not delta > 0:
+        return math.inf
     composed = dp_accounting.ComposedDpEvent([ev for _, ev in events])
     return epsilon_of_event(composed, delta, ACCOUNTANT, neighboring=neighboring)
 
 
-def _report_events(report) -> tuple[Events, dict[str, Any]]:
+def _report_events(report) -> tuple[Events, dict[str, Any], list]:
     """``(events, summary)`` of a privacy report, checked: parseable events, a stated epsilon that
     its events give (a report whose epsilon was edited is refused)."""
     if not isinstance(report, dict) or not isinstance(report.get("events"), list):
@@ -607,7 +654,7 @@ def _report_events(report) -> tuple[Events, dict[str, Any]]:
                 f"the privacy report states epsilon {claimed} but its events give {_fmt(actual)} "
                 f"({accountant.upper()} at delta {delta}): the report was altered"
             )
-    return [(e.label, e.event) for e in ledger.entries], summary
+    return [(e.label, e.event) for e in ledger.entries], summary, list(ledger.delta_terms)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -633,6 +680,11 @@ def _content(state: _State) -> dict[str, Any]:
                     "summary": r.summary,
                     "spent_after": r.spent_after,
                     "events": [{"label": lab, "event": event_to_dict(ev)} for lab, ev in r.events],
+                    **(
+                        {"delta_terms": [{"label": lab, "delta": d} for lab, d in r.delta_terms]}
+                        if r.delta_terms
+                        else {}
+                    ),
                 }
                 for r in state.releases
             ],
@@ -675,13 +727,16 @@ def _parse(content: dict[str, Any], path: Path) -> _State:
     releases = []
     for i, r in enumerate(raw, 1):
         try:
-            ledger = PrivacyLedger.from_report({"events": r["events"], "neighboring": neighboring})
+            ledger = PrivacyLedger.from_report(
+                {"events": r["events"], "neighboring": neighboring, "delta_terms": r.get("delta_terms") or []}
+            )
             release = BudgetRelease(
                 str(r["label"]),
                 str(r["recorded"]),
                 [(e.label, e.event) for e in ledger.entries],
                 dict(r.get("summary") or {}),
                 _float(r.get("spent_after")),
+                tuple(ledger.delta_terms),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise bad(f"release {i} is malformed ({type(exc).__name__}: {exc})") from None
@@ -690,7 +745,7 @@ def _parse(content: dict[str, Any], path: Path) -> _State:
             raise bad(f"release {i} has an event with a zero, negative or non-finite noise multiplier ({bad_event!r})")
         releases.append(release)
     try:
-        spent = _compose(_all_events(releases), delta, neighboring)
+        spent = _compose(_all_events(releases), delta, neighboring, _all_terms(releases))
     except (ArithmeticError, RecursionError, ValueError, TypeError) as exc:
         raise bad(f"its releases cannot be composed ({type(exc).__name__}: {exc})") from None
     stored = _float(content.get("spent_epsilon"))

@@ -377,6 +377,32 @@ class PrivacyLedger:
         self.orders = tuple(float(o) for o in orders)
         self.neighboring = neighboring
         self.entries: list[LedgerEntry] = []
+        #: ``(label, delta)`` spent outside the composed events: the failure probability of a
+        #: release that is exact-DP only up to an event of probability ``delta`` (a partition
+        #: selection's threshold). Epsilon is computed at ``delta - sum(delta_terms)``.
+        self.delta_terms: list[tuple[str, float]] = []
+
+    def spend_delta(self, label: str, delta: float) -> None:
+        """Record ``delta`` spent by ``label`` outside the events (see :attr:`delta_terms`)."""
+        d = float(delta)
+        if not (math.isfinite(d) and 0.0 < d < 1.0):
+            raise ValueError(f"a delta term must be in (0, 1), got {delta!r} for {label!r}")
+        self.delta_terms.append((str(label), d))
+
+    @property
+    def delta_spent(self) -> float:
+        """Sum of :attr:`delta_terms`."""
+        return float(sum(d for _, d in self.delta_terms))
+
+    def _events_delta(self, delta: float) -> float:
+        """The delta left to the composed events once the delta terms are paid."""
+        rest = float(delta) - self.delta_spent
+        if self.delta_terms and not rest > 0:
+            raise ValueError(
+                f"delta={delta:g} does not cover the {self.delta_spent:g} spent by "
+                f"{', '.join(label for label, _ in self.delta_terms)}"
+            )
+        return rest
 
     def record(self, label: str, event: dp_accounting.DpEvent, **meta) -> dp_accounting.DpEvent:
         """Append one labelled event (``meta`` is free JSON-able context: sensitivity, std, ...)."""
@@ -389,6 +415,7 @@ class PrivacyLedger:
     def extend(self, other: PrivacyLedger, prefix: str = "") -> None:
         for e in other.entries:
             self.entries.append(LedgerEntry(prefix + e.label, e.event, dict(e.meta)))
+        self.delta_terms.extend((prefix + label, d) for label, d in other.delta_terms)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -426,6 +453,7 @@ class PrivacyLedger:
             check_pld_delta(delta)
         if not self.entries:
             return 0.0
+        delta = self._events_delta(delta)
         return epsilon_of_event(self.composed_event(), delta, accountant, self.orders, self.neighboring)
 
     def report(self, delta: float, include_pld: bool = True, accountant: str | None = None) -> dict[str, Any]:
@@ -456,6 +484,8 @@ class PrivacyLedger:
             ],
             "epsilon_rdp": self.epsilon(delta, "rdp"),
         }
+        if self.delta_terms:  # delta spent outside the events (epsilon is at delta minus their sum)
+            out["delta_terms"] = [{"label": label, "delta": d} for label, d in self.delta_terms]
         if include_pld:
             try:
                 out["epsilon_pld"], out["pld_discretization"] = self._pld(delta)
@@ -473,6 +503,7 @@ class PrivacyLedger:
         check_pld_delta(delta)
         if not self.entries:
             return 0.0, None
+        delta = self._events_delta(delta)
         event = self.composed_event()
         if _is_non_private(event):
             return math.inf, None
@@ -486,6 +517,8 @@ class PrivacyLedger:
         )
         for e in report["events"]:
             ledger.record(e["label"], event_from_dict(e["event"]), **e.get("meta", {}))
+        for term in report.get("delta_terms") or []:
+            ledger.spend_delta(term["label"], term["delta"])
         return ledger
 
 
@@ -514,6 +547,12 @@ def epsilon_from_report(report: dict[str, Any], accountant: str | None = None) -
     event = dp_accounting.ComposedDpEvent(events)
     orders = report.get("rdp_orders", DEFAULT_RDP_ORDERS)
     neighboring = report_neighboring(report)
+    terms = report.get("delta_terms") or []
+    if terms:  # delta spent outside the events (a partition selection's threshold)
+        ledger = PrivacyLedger(orders=orders, neighboring=neighboring)
+        for term in terms:
+            ledger.spend_delta(term["label"], term["delta"])
+        report = {**report, "delta": ledger._events_delta(check_delta(report["delta"]))}
     if accountant == "pld" and "epsilon_pld" in report and "pld_discretization" not in report:
         delta = check_delta(report["delta"])
         return math.inf if _is_non_private(event) else _legacy_pld_epsilon(event, delta, orders, neighboring)

@@ -11,7 +11,9 @@ or ``memory_budget=``) for the score matrix and the top-N selection (the same si
 models' ``recommend`` and every ranking metric), and a batch also holds at most
 ``max_batch_ratings`` ratings (the projection's temporaries grow with them), on top of the
 ratings matrix itself.
-The file is written atomically (:func:`privrec._io.atomic_path`).
+The file is written atomically (:func:`privrec._io.atomic_path`). Writing Parquet needs pyarrow (the
+optional extra ``privrec[parquet]``, also pulled by ``privrec[serving]``): without it
+:func:`recommend_all` raises a one-line ``ImportError`` naming the extra.
 
 Output columns: ``user`` (the ``Interactions``' user ids, or row indices for a bare matrix),
 ``rank`` (1 = best), ``item`` (the model's item ids when it has them, else item indices) and
@@ -28,6 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._io import atomic_path
+from .._optional import require
 from .._validation import check_int
 from ..models._base import _is_identity_ids, as_user_items
 
@@ -174,8 +177,8 @@ def recommend_all(
     memory_budget : bytes of score buffers per batch (``None``: the evaluation default, 512 MiB or
         ``$PRIVREC_EVAL_MEMORY_MB``; :mod:`privrec.evaluation.topk`).
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    pa = require("pyarrow", "recommend_all (writes Parquet)")
+    pq = require("pyarrow.parquet", "recommend_all (writes Parquet)")
 
     model._check_fitted()
     N = check_int(N, "N", minimum=1)

@@ -1,17 +1,19 @@
-"""Batched statistics and linear algebra for the solvers (Krichene et al. 2023, Alg. 1): chunked Gramians,
-PSD projection, pinv-style solves. float32 by default, memory bounded by task chunks.
+"""Batched linear algebra of the solvers (Krichene et al. 2023, Alg. 1): PSD projection, the
+projected and eigenvalue-shifted ridge solves, SPD solves with a pinv fallback, the released
+gravity term.
 
-Speed (issue 16): the Gramians are accumulated in GEMM blocks of at most
-:data:`DEFAULT_BLOCK_EXAMPLES` examples -- a heavy task (a head item with 10^5 raters) is split
-into several blocks, each gathered into a small per-thread buffer that stays in cache while BLAS
-consumes it; light tasks (few examples each) are grouped by size and computed by one zero-padded
-batched ``matmul`` per group. The per-matrix LAPACK kernels of the solves (Cholesky test, SPD
-solve, tridiagonal reduction and eigensolver of the PSD projection) are called through ctypes on
-``scipy.linalg.cython_lapack``'s function pointers, which releases the GIL during each call, so
-the worker threads of :func:`map_chunks` run them in parallel (scipy's f2py wrappers hold the GIL,
-which serialised this work across threads). Without the pointers (or with the environment variable
+The per-matrix LAPACK kernels of the solves (Cholesky test, SPD solve, tridiagonal reduction and
+eigensolver of the PSD projection) are called through ctypes on ``scipy.linalg.cython_lapack``'s
+function pointers, which releases the GIL during each call, so the worker threads of
+:func:`map_chunks` run them in parallel (scipy's f2py wrappers hold the GIL, which serialised this
+work across threads). Without the pointers (or with the environment variable
 ``PRIVREC_NO_CTYPES_LAPACK`` set, read once per process) everything falls back to scipy / numpy,
 with the same results up to rounding.
+
+Its neighbours, importable from here as before the split: how the chunks run
+(:mod:`privrec.solvers._execution`: task chunks, the thread pool, per-thread buffers) and the
+statistics the solves consume (:mod:`privrec.solvers._statistics`: chunked Gramians and
+right-hand sides).
 """
 
 from __future__ import annotations
@@ -19,28 +21,33 @@ from __future__ import annotations
 import ctypes
 import math
 import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 
 import numpy as np
 from scipy.linalg import lapack
 
-try:  # threadpoolctl ships with scikit-learn (a privrec dependency)
-    from threadpoolctl import threadpool_limits
-except ImportError:  # pragma: no cover - degrade to the BLAS default threading
-    threadpool_limits = None
-
-from ..privacy.clipping import clip_labels, clip_rows
-from .batch import TaskBatch
-
-DEFAULT_CHUNK_TASKS = 2048
-DEFAULT_CHUNK_EXAMPLES = 1 << 18
-# Examples per GEMM block of the Gramian step: the gathered (block, d) rows (1 MiB at d = 64,
-# float32) stay in L2 while BLAS consumes them; tasks with fewer than LIGHT_TASK_EXAMPLES examples
-# are grouped (similar sizes, zero-padded) into batched products of about this many rows.
-DEFAULT_BLOCK_EXAMPLES = 4096
-LIGHT_TASK_EXAMPLES = 1024
+from ._execution import (  # noqa: F401 (re-exported: importable from here, as before the split)
+    DEFAULT_CHUNK_EXAMPLES,
+    DEFAULT_CHUNK_TASKS,
+    SHIFT_SOLVE_COST_IN_EXAMPLES,
+    SOLVE_COST_IN_EXAMPLES,
+    _gather_buffer,
+    _local,
+    check_execution,
+    chunk_costs,
+    map_chunks,
+    resolve_jobs,
+    single_threaded_blas,
+    task_chunks,
+)
+from ._statistics import (  # noqa: F401 (re-exported: importable from here, as before the split)
+    DEFAULT_BLOCK_EXAMPLES,
+    LIGHT_TASK_EXAMPLES,
+    _split_gramian,
+    chunk_statistics,
+    global_gramian,
+    prepared_inputs,
+    weighted_statistics,
+)
 
 
 # ----------------------------------------------------------------------------------- GIL-free LAPACK
@@ -94,92 +101,6 @@ def _ints(*values):
     return [ctypes.c_int(v) for v in values]
 
 
-def task_chunks(
-    indptr: np.ndarray, chunk_tasks: int = DEFAULT_CHUNK_TASKS, chunk_examples: int = DEFAULT_CHUNK_EXAMPLES
-):
-    """Contiguous task ranges [t0, t1) with at most ``chunk_tasks`` tasks and, unless a single task
-    is larger, at most ``chunk_examples`` examples (bounds the gathered (examples, d) block)."""
-    m = indptr.size - 1
-    t0 = 0
-    while t0 < m:
-        limit = indptr[t0] + chunk_examples
-        t1 = int(np.searchsorted(indptr, limit, side="right")) - 1
-        t1 = min(max(t1, t0 + 1), t0 + chunk_tasks, m)
-        yield t0, t1
-        t0 = t1
-
-
-@contextmanager
-def single_threaded_blas():
-    """Run many small BLAS/LAPACK calls with one BLAS thread each.
-
-    Small (d x d) products and factorisations lose badly to thread hand-offs (10-100x measured on
-    a loaded 2-core machine); parallelism comes from :func:`map_chunks` instead.
-    """
-    if threadpool_limits is None:  # pragma: no cover
-        yield
-        return
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
-
-
-def check_execution(chunk_tasks, chunk_examples, num_threads) -> None:
-    """ValueError unless chunk sizes are integers >= 1 and num_threads is None or a non-zero integer."""
-    from .._validation import check_int
-
-    check_int(chunk_tasks, "chunk_tasks", minimum=1)
-    check_int(chunk_examples, "chunk_examples", minimum=1)
-    if num_threads is not None and (check_int(num_threads, "num_threads") == 0):
-        raise ValueError("num_threads must be None, a positive count, or negative (all cores but |num_threads| - 1)")
-
-
-def resolve_jobs(num_threads) -> int:
-    if num_threads is None or num_threads == 0:
-        return max(1, min(os.cpu_count() or 1, 8))
-    if num_threads < 0:
-        return max(1, (os.cpu_count() or 1) + 1 + num_threads)
-    return int(num_threads)
-
-
-def map_chunks(fn, chunks: list, num_threads, costs=None) -> list:
-    """``[fn(i, chunk) for i, chunk in enumerate(chunks)]`` on a thread pool (numpy releases the GIL
-    in BLAS/LAPACK), with single-threaded BLAS; results in order. Memory: num_threads chunks in flight.
-
-    ``costs`` (optional, one estimate per chunk): with several threads the chunks are *started*
-    in decreasing order of cost (longest-processing-time-first scheduling), so the pool does not
-    end with one thread finishing a long chunk while the others idle; results stay in the order of
-    ``chunks``. Only the schedule changes: every chunk is computed exactly as without ``costs``.
-    """
-    jobs = min(resolve_jobs(num_threads), max(1, len(chunks)))
-    try:
-        with single_threaded_blas():
-            if jobs == 1:
-                return [fn(i, c) for i, c in enumerate(chunks)]
-            order = range(len(chunks)) if costs is None else np.argsort(-np.asarray(costs, float), kind="stable")
-            out: list = [None] * len(chunks)
-            with ThreadPoolExecutor(max_workers=jobs) as pool:
-                futures = {int(i): pool.submit(fn, int(i), chunks[i]) for i in order}
-                for i, f in futures.items():
-                    out[i] = f.result()
-            return out
-    finally:
-        _local.__dict__.pop("buf", None)  # release this thread's gather buffer
-
-
-#: relative cost of one task's d x d projected solve against one example of its Gramian: a
-#: projected solve (tridiagonal reduction + eigensystem, about 150 us at d = 65) costs as much as
-#: the Gramian rows of about 1200 examples (2 d^2 FLOPs each at ~70 GFLOP/s), measured on 2 cores
-SOLVE_COST_IN_EXAMPLES = 1200
-#: the same for the eigenvalue-shifted Cholesky solve (:func:`shifted_solve`, about 20 us at d = 65)
-SHIFT_SOLVE_COST_IN_EXAMPLES = 160
-
-
-def chunk_costs(indptr: np.ndarray, task_ranges: list, solve_cost: float = SOLVE_COST_IN_EXAMPLES) -> list[float]:
-    """Estimated cost of each task range ``(t0, t1)`` for :func:`map_chunks`' scheduling: its
-    examples plus ``solve_cost`` (default :data:`SOLVE_COST_IN_EXAMPLES`) per task."""
-    return [float(indptr[t1] - indptr[t0]) + solve_cost * (t1 - t0) for t0, t1 in task_ranges]
-
-
 def positive_definite_mask(M: np.ndarray, floor: float = 0.0) -> np.ndarray:
     """Per matrix: is M - floor I positive definite? (one LAPACK potrf each on a scratch copy of
     the lower triangle; no exception; the GIL is released during each factorisation)."""
@@ -204,177 +125,6 @@ def positive_definite_mask(M: np.ndarray, floor: float = 0.0) -> np.ndarray:
         lp.potrf(upper, pn, pw, pn, pinfo)
         ok[i] = info.value == 0
     return ok
-
-
-def prepared_inputs(batch: TaskBatch, max_norm, label_bound, dtype, labels: bool = True):
-    """Clipped features (units, d) and clipped labels, cast to ``dtype`` (Krichene et al. 2023, Alg. 1 step 1).
-
-    ``labels=False`` returns ``(x, None)``: callers then pass ``label_bound`` to
-    :func:`chunk_statistics`, which clips block by block (no clipped copy of all labels).
-    """
-    x = np.asarray(batch.features, dtype=dtype)
-    if max_norm is not None:
-        x = clip_rows(x, max_norm)
-    if not labels:
-        return x, None
-    y = np.asarray(batch.labels, dtype=dtype)
-    if label_bound is not None:
-        y = clip_labels(y, label_bound).astype(dtype, copy=False)
-    return x, y
-
-
-_local = threading.local()
-
-
-def _gather_buffer(n: int, d: int, dtype) -> np.ndarray:
-    """A per-thread reusable (n, d) buffer: avoids re-faulting fresh pages for every chunk."""
-    buf = getattr(_local, "buf", None)
-    need = n * d
-    if buf is None or buf.dtype != dtype or buf.size < need:
-        buf = np.empty(max(need, 1), dtype=dtype)
-        _local.buf = buf
-    return buf[:need].reshape(n, d)
-
-
-def chunk_statistics(
-    batch: TaskBatch,
-    x: np.ndarray,
-    y: np.ndarray,
-    t0: int,
-    t1: int,
-    label_bound: float | None = None,
-    block_examples: int = DEFAULT_BLOCK_EXAMPLES,
-    light_examples: int = LIGHT_TASK_EXAMPLES,
-):
-    """Weighted Gramians sum_e w_e x_e x_e^T and RHS sum_e w_e y_e x_e for tasks [t0, t1).
-
-    ``y`` holds the labels of all examples (already clipped, or clipped here block by block when
-    ``label_bound`` is given, so no clipped copy of every label is needed). Never materialises
-    (nnz, d, d) nor the chunk's (examples, d) rows:
-
-    * a task with at least ``light_examples`` examples is accumulated over GEMM blocks of at most
-      ``block_examples`` sqrt(w)-scaled rows (gathered into a per-thread buffer that stays in
-      cache; ``Xs.T @ Xs`` is a BLAS rank-k update); a task of one block is computed exactly as a
-      single product, so its Gramian is bit-identical to the unblocked one;
-    * lighter tasks are sorted by size and grouped (lengths within a group differ by at most 25%
-      or 4) into zero-padded (B, L, d) stacks of about ``block_examples`` rows, one batched
-      ``matmul`` per group (padding rows have weight 0 and add exact zeros).
-    """
-    d = x.shape[1]
-    dtype = x.dtype
-    indptr = batch.indptr
-    fid, w = batch.feature_ids, batch.weights
-    m = t1 - t0
-    starts = indptr[t0:t1]
-    sizes = indptr[t0 + 1 : t1 + 1] - starts
-    G = np.zeros((m, d, d), dtype=dtype)
-    b = np.zeros((m, d), dtype=dtype)
-    block = max(1, int(block_examples))
-
-    def labels(s, e, sw):  # cast, then clip: the order of prepared_inputs
-        ys = y[s:e].astype(dtype, copy=False)
-        if label_bound is not None:
-            ys = clip_labels(ys, label_bound).astype(dtype, copy=False)
-        return ys * sw
-
-    heavy = np.flatnonzero(sizes >= max(1, light_examples))
-    if heavy.size:
-        tmp = np.empty((d, d), dtype=dtype)
-        # BLAS kernels work on 16-column panels: for d = 64 + r (r < 16, e.g. the bias feature)
-        # a rank-k update of the first 64 columns plus a thin product for the last r is ~6% faster
-        # than the rank-k update of all d columns
-        d0 = d - d % 16 if d > 16 and d % 16 else d
-        for i in heavy:
-            s0, s1 = int(starts[i]), int(starts[i] + sizes[i])
-            n_blocks = -(-(s1 - s0) // block)
-            step = -(-(s1 - s0) // n_blocks)  # equal blocks: no tiny remainder
-            for s in range(s0, s1, step):
-                e = min(s + step, s1)
-                xs = _gather_buffer(e - s, d, dtype)
-                np.take(x, fid[s:e], axis=0, out=xs, mode="clip")  # ids validated by TaskBatch
-                sw = np.sqrt(w[s:e].astype(dtype, copy=False))
-                xs *= sw[:, None]
-                ys = labels(s, e, sw)
-                target = G[i] if s == s0 else tmp
-                if d0 == d:
-                    np.matmul(xs.T, xs, out=target)
-                else:
-                    _split_gramian(xs, d0, target)
-                if s == s0:
-                    np.matmul(ys, xs, out=b[i])
-                else:
-                    G[i] += tmp
-                    b[i] += ys @ xs
-
-    light = np.flatnonzero((sizes > 0) & (sizes < max(1, light_examples)))
-    if light.size:
-        light = light[np.argsort(sizes[light], kind="stable")]
-        lsizes = sizes[light]
-        n = light.size
-        g0 = 0
-        while g0 < n:
-            c0 = int(lsizes[g0])
-            cap = int(np.searchsorted(lsizes, max(int(c0 * 1.25), c0 + 4), side="right"))
-            g1 = min(n, cap)
-            length = int(lsizes[g1 - 1])
-            g1 = min(g1, g0 + max(1, block // length))
-            length = int(lsizes[g1 - 1])
-            idx = light[g0:g1]
-            slot = np.arange(length)
-            mask = slot[None, :] < sizes[idx][:, None]
-            pos = np.where(mask, starts[idx][:, None] + slot[None, :], starts[idx][:, None])
-            xs = _gather_buffer(pos.size, d, dtype)
-            np.take(x, fid[pos.ravel()], axis=0, out=xs, mode="clip")
-            X = xs.reshape(idx.size, length, d)
-            sw = np.where(mask, np.sqrt(w[pos].astype(dtype, copy=False)), dtype.type(0))
-            X *= sw[:, :, None]
-            ys = y[pos].astype(dtype, copy=False)
-            if label_bound is not None:
-                ys = clip_labels(ys, label_bound).astype(dtype, copy=False)
-            ys = ys * sw
-            Xt = X.transpose(0, 2, 1)
-            G[idx] = np.matmul(Xt, X)
-            b[idx] = np.matmul(Xt, ys[:, :, None])[:, :, 0]
-            g0 = g1
-    return G, b
-
-
-def _split_gramian(xs: np.ndarray, d0: int, out: np.ndarray) -> None:
-    """out = xs^T xs (exactly symmetric) from a rank-k update of the first d0 columns and one thin
-    product xs^T xs[:, d0:] for the rest."""
-    x0, x1 = xs[:, :d0], xs[:, d0:]
-    np.matmul(x0.T, x0, out=out[:d0, :d0])
-    t = xs.T @ x1  # (d, r)
-    out[:d0, d0:] = t[:d0]
-    out[d0:, :d0] = t[:d0].T
-    corner = t[d0:]
-    out[d0:, d0:] = (corner + corner.T) * out.dtype.type(0.5)
-
-
-def weighted_statistics(
-    batch: TaskBatch,
-    max_norm=None,
-    label_bound=None,
-    dtype=np.float64,
-    chunk_tasks: int = DEFAULT_CHUNK_TASKS,
-    chunk_examples: int = DEFAULT_CHUNK_EXAMPLES,
-):
-    """All tasks' clipped weighted statistics before noise: Gramians (m, d, d) and RHS (m, d).
-
-    These are exactly what SSP perturbs (Krichene et al. 2023, Alg. 1); exposed for sensitivity tests and audits.
-    """
-    x, y = prepared_inputs(batch, max_norm, label_bound, dtype)
-    G = np.empty((batch.n_tasks, batch.dim, batch.dim), dtype=dtype)
-    b = np.empty((batch.n_tasks, batch.dim), dtype=dtype)
-    with single_threaded_blas():
-        for t0, t1 in task_chunks(batch.indptr, chunk_tasks, chunk_examples):
-            G[t0:t1], b[t0:t1] = chunk_statistics(batch, x, y, t0, t1)
-    return G, b
-
-
-def global_gramian(x: np.ndarray) -> np.ndarray:
-    """sum over units of x_u x_u^T (the gravity / unobserved-weight term, Krichene et al. 2023, App. D)."""
-    return x.T @ x
 
 
 def noisy_global_gramian(x: np.ndarray, std: float, weight: float, rng, dtype) -> np.ndarray:

@@ -44,7 +44,9 @@ Plan and run. :func:`plan_selection` fixes, from public inputs only, everything 
 will do -- the candidates' shares and epsilons, their planned events, the score release's noise
 and sensitivity -- as a :class:`SelectionPlan`; :func:`run_selection` runs a plan over a
 :class:`SelectionData` (the local CSR here, user partitions on Dask, clients on Flower), so every
-backend fits the same candidates on the same held-out split with the same ledger.
+backend fits the same candidates on the same held-out split with the same ledger. The plan is
+in :mod:`privrec.tuning.selection_plan`, the held-out split, the losses and the data protocol in
+:mod:`privrec.tuning.selection_data`; their names are importable from here, as before the split.
 
 References: report-noisy-max selection (Dwork & Roth 2014, Sec. 3.3) with a Gaussian score
 release; Papernot & Steinke (ICLR 2022) for why selection must be accounted.
@@ -53,11 +55,9 @@ release; Papernot & Steinke (ICLR 2022) for why selection must be accounted.
 from __future__ import annotations
 
 import contextlib
-import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -65,14 +65,26 @@ from sklearn.base import clone
 
 from .._params import _param_fingerprint
 from ..allocation import stable_user_keys
-from ..allocation._rows import entry_user_keys
 from ..data.fit_input import check_fit_matrix, fit_input
-from ..evaluation.protocols import predict_pairs, project_users
 from ..pipeline import check_ledger
-from ..privacy import PrivacyLedger, gaussian_event, make_rng
-from ..privacy.ledger import epsilon_of_event
+from ..privacy import PrivacyLedger, make_rng
 from ..privacy.mechanisms import gaussian_mechanism
-from .rule import gaussian_multiplier, gaussian_rho
+from .selection_data import (  # noqa: F401 (re-exported: importable from here, as before the split)
+    LocalSelectionData,
+    SelectionData,
+    holdout_mask,
+    part_of,
+    split_holdout,
+    user_losses,
+)
+from .selection_plan import (  # noqa: F401 (re-exported: importable from here, as before the split)
+    SCORES_LABEL,
+    SelectionPlan,
+    _fraction,
+    _positive_finite,
+    epsilon_of_rho,
+    plan_selection,
+)
 
 __all__ = [
     "LocalSelectionData",
@@ -84,319 +96,6 @@ __all__ = [
     "run_selection",
     "select_private",
 ]
-
-#: label of the noisy score release
-SCORES_LABEL = "selection scores"
-
-
-def holdout_mask(R: sp.csr_matrix, fraction: float, key: int, user_keys: np.ndarray | None = None) -> np.ndarray:
-    """Boolean mask over ``R.data``: the held-out ratings, drawn by a keyed hash of (user, item) so
-    each user's split depends on that user's own ratings only. ``user_keys``: one sampling key per
-    row (:func:`privrec.allocation.stable_user_keys` of the users' ids), so the split does not move
-    when other users are deleted or rows reordered; without them the row index is the user's key
-    (a bare matrix). Users with fewer than two ratings keep every rating for training."""
-    rows = np.repeat(np.arange(R.shape[0], dtype=np.int64), np.diff(R.indptr))
-    users = entry_user_keys(rows, None if user_keys is None else np.asarray(user_keys, dtype=np.uint64))
-    cols = R.indices.astype(np.uint64)
-    with np.errstate(over="ignore"):
-        h = (users * np.uint64(0x9E3779B97F4A7C15)) ^ (cols * np.uint64(0xBF58476D1CE4E5B9)) ^ np.uint64(key)
-        h ^= h >> np.uint64(31)
-        h *= np.uint64(0x94D049BB133111EB)
-        h ^= h >> np.uint64(29)
-    u = (h >> np.uint64(11)).astype(np.float64) / float(1 << 53)
-    mask = u < fraction
-    small = np.repeat(np.diff(R.indptr) < 2, np.diff(R.indptr))
-    mask &= ~small
-    return mask
-
-
-def split_holdout(
-    R: sp.csr_matrix, fraction: float, key: int, user_keys: np.ndarray | None = None
-) -> tuple[sp.csr_matrix, sp.csr_matrix]:
-    """``(training part, held-out part)`` of ``R`` by :func:`holdout_mask` (same shape; genuine zero
-    ratings kept)."""
-    mask = holdout_mask(R, fraction, key, user_keys)
-    shifted = sp.csr_matrix((R.data.astype(np.float64) + 1.0, R.indices.copy(), R.indptr.copy()), shape=R.shape)
-    train, held = part_of(shifted, ~mask), part_of(shifted, mask)
-    train.data -= 1.0
-    held.data -= 1.0
-    return train, held
-
-
-def part_of(M: sp.csr_matrix, keep: np.ndarray) -> sp.csr_matrix:
-    """The entries of ``M`` where ``keep`` (aligned with ``M.data``); ``M`` must hold no zeros."""
-    out = sp.csr_matrix((np.where(keep, M.data, 0.0), M.indices.copy(), M.indptr.copy()), shape=M.shape)
-    out.eliminate_zeros()
-    return out
-
-
-def user_losses(
-    model, train: sp.csr_matrix, held: sp.csr_matrix, clip: float, rating_cap: int | None = None
-) -> np.ndarray:
-    """Each user's mean clipped squared error on their held-out ratings (0 for users without any),
-    from the billboard projection of their own training part; times ``min(n_held, rating_cap)``
-    when a cap is given (per-rating weighting, bounded). Row j depends on user j's rows and the
-    release only, so a backend holding users in blocks sums the blocks' totals."""
-    U, ub = project_users(model, train, with_bias=True)
-    coo = held.tocoo()
-    pred = predict_pairs(model, U, coo.row, coo.col, ub)
-    err = np.minimum((pred - coo.data) ** 2, clip)
-    n = np.bincount(coo.row, minlength=held.shape[0])
-    sums = np.bincount(coo.row, weights=err, minlength=held.shape[0])
-    mean = np.where(n > 0, sums / np.maximum(n, 1), 0.0)
-    return mean if rating_cap is None else mean * np.minimum(n, int(rating_cap))
-
-
-# ---------------------------------------------------------------------- the plan
-
-
-def epsilon_of_rho(rho: float, delta: float) -> float:
-    """Epsilon (PLD, at ``delta``) of the Gaussian mechanism with zCDP parameter ``rho``."""
-    return float(epsilon_of_event(gaussian_event(math.sqrt(0.5 / rho)), delta, "pld"))
-
-
-@dataclass(frozen=True)
-class SelectionPlan:
-    """What :func:`run_selection` will do, fixed from public inputs only (see the module docstring).
-
-    ``epsilons[k]``: candidate k's target at its share ``shares[k]`` of rho; ``score_multiplier``
-    and ``score_sensitivity``: the score release's Gaussian (noise std = their product);
-    ``candidate_events[k]``: candidate k's planned ``[(label, DpEvent)]`` (``None`` for an
-    estimator that cannot plan its events); :meth:`events`: the whole ledger the procedure will
-    record (``None`` when a refit's events depend on which candidate wins)."""
-
-    epsilon: float
-    delta: float
-    shares: tuple[float, ...]
-    epsilons: tuple[float, ...]
-    selection_share: float
-    refit_share: float
-    refit_epsilon: float | None
-    holdout: float
-    loss_clip: float
-    rating_cap: int | None
-    simplicity_margin: float
-    score_multiplier: float
-    score_sensitivity: float
-    candidate_events: tuple[Any, ...] = ()
-
-    @property
-    def n_candidates(self) -> int:
-        return len(self.shares)
-
-    @property
-    def refit(self) -> bool:
-        return self.refit_share > 0
-
-    @property
-    def score_std(self) -> float:
-        """Standard deviation of the noise on each candidate's summed score (the score's units)."""
-        return self.score_multiplier * self.score_sensitivity
-
-    def events(self) -> list | None:
-        """Every ``(label, DpEvent)`` the procedure records, in order, or ``None`` when unknown in
-        advance (a refit, or a candidate without a plan)."""
-        if self.refit or any(ev is None for ev in self.candidate_events) or not self.candidate_events:
-            return None
-        out: list = []
-        for k, evs in enumerate(self.candidate_events):
-            out.extend((f"selection candidate {k}: {label}", ev) for label, ev in evs)
-        out.append((SCORES_LABEL, gaussian_event(self.score_multiplier)))
-        return out
-
-    def bound_event(self):
-        """One Gaussian at the target: an upper bound of the whole procedure (every part is a
-        Gaussian mechanism and their rho sum to at most the target's)."""
-        return gaussian_event(gaussian_multiplier(self.epsilon, self.delta))
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "candidates": len(self.shares),
-            "shares": {"candidates": list(self.shares), "selection": self.selection_share, "refit": self.refit_share},
-            "epsilon_candidates": list(self.epsilons),
-            "epsilon_refit": self.refit_epsilon,
-            "holdout": self.holdout,
-            "loss_clip": self.loss_clip,
-            "rating_cap": self.rating_cap,
-            "simplicity_margin": self.simplicity_margin,
-            "score_noise_std": self.score_std,
-        }
-
-
-def _positive_finite(value, name: str, allow_none: bool = False):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    if float(value) <= 0:
-        raise ValueError(
-            f"{name} must be > 0 (a zero clip or cap would make the noisy scores exact zeros), got {value!r}"
-        )
-    return float(value)
-
-
-def _fraction(value, name: str, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
-        raise ValueError(f"{name} must be a number in {'[0, 1)' if allow_zero else '(0, 1)'}, got {value!r}")
-    v = float(value)
-    if not ((v >= 0 if allow_zero else v > 0) and v < 1):
-        raise ValueError(f"{name} must be in {'[0, 1)' if allow_zero else '(0, 1)'}, got {value!r}")
-    return v
-
-
-def plan_selection(
-    candidates: Sequence[Any],
-    shape: tuple[int, int] | None,
-    *,
-    epsilon,
-    delta,
-    selection_share=0.1,
-    refit_share=0.0,
-    holdout=0.2,
-    loss_clip=None,
-    rating_cap=None,
-    simplicity_margin=3.0,
-    candidate_shares=None,
-) -> SelectionPlan:
-    """The :class:`SelectionPlan` of a selection among ``candidates`` on a ``shape`` (public: the
-    roster and catalogue sizes) matrix; every argument checked with a one-line ``ValueError`` /
-    ``TypeError`` naming it (arguments as :func:`select_private`)."""
-    if isinstance(candidates, (str, bytes)) or not isinstance(candidates, Sequence):
-        raise TypeError(
-            f"candidates must be a list of unfitted estimators, got {type(candidates).__name__} "
-            "(a generator or set has no order to report the winner in: pass a list)"
-        )
-    K = len(candidates)
-    if K < 2:
-        raise ValueError("select_private needs at least two candidates")
-    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
-        raise TypeError(f"epsilon must be a number, got {type(epsilon).__name__} {epsilon!r}")
-    if isinstance(delta, bool) or not isinstance(delta, numbers.Real):
-        raise TypeError(f"delta must be a number, got {type(delta).__name__} {delta!r}")
-    epsilon, delta = float(epsilon), float(delta)
-    if not math.isfinite(epsilon) or epsilon <= 0:
-        raise ValueError(f"select_private is for private fits: epsilon must be finite and > 0, got {epsilon!r}")
-    if not (0 < delta < 1):
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
-    selection_share = _fraction(selection_share, "selection_share")
-    refit_share = _fraction(refit_share, "refit_share", allow_zero=True)
-    if selection_share + refit_share >= 1:
-        raise ValueError("selection_share must be in (0, 1) and refit_share in [0, 1), with a sum below 1")
-    rest = 1.0 - selection_share - refit_share
-    if candidate_shares is None:
-        shares = [rest / K] * K
-    else:
-        if isinstance(candidate_shares, (str, bytes)) or not isinstance(candidate_shares, Sequence):
-            raise TypeError(f"candidate_shares must be a list of {K} numbers, got {type(candidate_shares).__name__}")
-        if any(isinstance(c, bool) or not isinstance(c, numbers.Real) for c in candidate_shares):
-            raise TypeError(f"candidate_shares must be a list of {K} numbers, got {list(candidate_shares)!r}")
-        shares = [float(c) for c in candidate_shares]
-    if len(shares) != K or not all(math.isfinite(c) and c > 0 for c in shares) or sum(shares) > rest + 1e-9:
-        raise ValueError(
-            f"candidate_shares must give each of the {K} candidates a positive share, summing to at most "
-            f"1 - selection_share - refit_share = {rest:g}; got {candidate_shares!r}"
-        )
-    holdout = _fraction(holdout, "holdout")
-    margin = (
-        float(simplicity_margin)
-        if isinstance(simplicity_margin, numbers.Real) and not isinstance(simplicity_margin, bool)
-        else math.nan
-    )
-    if not (math.isfinite(margin) and margin >= 0):
-        raise ValueError(f"simplicity_margin must be finite and >= 0, got {simplicity_margin!r}")
-    if rating_cap is not None:
-        cap = (
-            float(rating_cap) if isinstance(rating_cap, numbers.Real) and not isinstance(rating_cap, bool) else math.nan
-        )
-        if not math.isfinite(cap) or cap < 1 or int(cap) != cap:
-            raise ValueError(
-                f"rating_cap must be a positive integer (held-out ratings per user) or None, got {rating_cap!r}"
-            )
-        rating_cap = int(cap)
-    first = candidates[0]
-    if loss_clip is None:
-        rr = getattr(first, "rating_range", None)
-        loss_clip = float(rr[1] - rr[0]) ** 2 if rr is not None else float(getattr(first, "rating_bound", 5.0)) ** 2
-    clip = _positive_finite(loss_clip, "loss_clip")
-    rho = gaussian_rho(epsilon, delta) * 0.995  # a margin for the PLD discretisation of the parts
-    eps_cs = tuple(epsilon_of_rho(c * rho, delta) for c in shares)
-    eps_r = epsilon_of_rho(refit_share * rho, delta) if refit_share > 0 else None
-    weight = 1.0 if rating_cap is None else float(rating_cap)
-    events: list = []
-    for k, cand in enumerate(candidates):
-        planner = getattr(cand, "plan", None)
-        if planner is None or shape is None:
-            events.append(None)
-            continue
-        model = clone(cand).set_params(epsilon=eps_cs[k], delta=delta)
-        events.append(tuple(model.plan(shape=shape).events))
-    return SelectionPlan(
-        epsilon=epsilon,
-        delta=delta,
-        shares=tuple(shares),
-        epsilons=eps_cs,
-        selection_share=selection_share,
-        refit_share=refit_share,
-        refit_epsilon=eps_r,
-        holdout=holdout,
-        loss_clip=clip,
-        rating_cap=rating_cap,
-        simplicity_margin=margin,
-        score_multiplier=math.sqrt(0.5 / (selection_share * rho)),
-        score_sensitivity=math.sqrt(K) * weight * clip,
-        candidate_events=tuple(events),
-    )
-
-
-# ---------------------------------------------------------------------- the data a selection runs on
-
-
-class SelectionData(Protocol):
-    """Where a selection's users live. :func:`run_selection` calls ``split`` once, then per
-    candidate ``fit`` (on the training parts) and ``score`` (the sum over users of
-    :func:`user_losses`), then ``refit`` (all ratings) or ``finish`` (the winner as fitted)."""
-
-    def split(self, fraction: float, key: int) -> None: ...
-
-    def fit(self, model, show_progress: bool) -> Any: ...
-
-    def score(self, model, clip: float, rating_cap: int | None) -> float: ...
-
-    def refit(self, model, show_progress: bool) -> Any: ...
-
-    def finish(self, model) -> None: ...
-
-
-class LocalSelectionData:
-    """A users x items CSR in this process, with the users' sampling keys (``None``: row indices)."""
-
-    def __init__(self, R: sp.csr_matrix, user_keys: np.ndarray | None = None):
-        self.R = R
-        self.user_keys = user_keys
-        self.train: sp.csr_matrix | None = None
-        self.held: sp.csr_matrix | None = None
-
-    def split(self, fraction: float, key: int) -> None:
-        self.train, self.held = split_holdout(self.R, fraction, key, self.user_keys)
-
-    def _fit(self, model, R, show_progress: bool):
-        run = getattr(model, "_fit_matrix", None)
-        if run is not None:  # a DPALS: the same users' keys as the whole fit (no id wrapper on the parts)
-            return run(R, user_keys=self.user_keys, show_progress=show_progress)
-        return model.fit(R, show_progress=show_progress)
-
-    def fit(self, model, show_progress: bool):
-        return self._fit(model, self.train, show_progress)
-
-    def score(self, model, clip: float, rating_cap: int | None) -> float:
-        return float(user_losses(model, self.train, self.held, clip, rating_cap).sum())
-
-    def refit(self, model, show_progress: bool):
-        return self._fit(model, self.R, show_progress)
-
-    def finish(self, model) -> None:
-        if hasattr(model, "_project_users"):  # users' own projection of all their ratings (free)
-            model.user_factors_, model.user_bias_ = model._project_users(self.R)
 
 
 # ---------------------------------------------------------------------- running a plan

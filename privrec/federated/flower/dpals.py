@@ -355,6 +355,11 @@ def fit_dpals(
 
     if not isinstance(model, DPALS):
         raise TypeError(f"fit_dpals fits a DPALS, got {type(model).__name__}")
+    if model.axes == "release":
+        raise ValueError(
+            "DPALS(axes='release') runs locally only so far: a Flower deployment fits over the clients' declared "
+            "roster and the public item catalogue; use axes='warn' (the default)"
+        )
     fed = Federation(grid, APP, min_clients=min_clients, wait=wait, timeout=timeout, max_retries=max_retries, job=job)
     rating_range = model._rating_range()
     rating_bound = max(abs(v) for v in rating_range) if rating_range else float(model.rating_bound)

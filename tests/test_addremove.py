@@ -1,0 +1,261 @@
+"""Add/remove DP for a plain ratings file (issue 42): with no declared roster or catalogue a private
+DPALS fit releases a noisy user count and a private item selection first, plans from them, and
+states add/remove of one user; with declarations it keeps zero-out over them."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+
+from privrec.allocation import partition
+from privrec.models import DPALS
+from privrec.privacy import Budget, PrivacyLedger
+from privrec.privacy.ledger import epsilon_from_report
+from privrec.tuning.plan import ITEM_SELECTION_DELTA_LABEL, plan_axes
+
+
+def _frame(n_users=400, n_items=60, per_user=25, seed=0) -> pd.DataFrame:
+    """Ratings 1-5 with a popular head: every user rates the first items often, a few rare ones."""
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, n_items + 1) ** 0.8
+    p /= p.sum()
+    rows = []
+    for u in range(n_users):
+        items = rng.choice(n_items, size=per_user, replace=False, p=p)
+        for i in items:
+            rows.append((f"u{u}", f"i{i}", float(rng.integers(1, 6))))
+    for u in range(0, n_users, 10):  # items only one user rated: the selection must not release them
+        rows.append((f"u{u}", f"rare{u}", 4.0))
+    return pd.DataFrame(rows, columns=["user", "item", "rating"])
+
+
+@pytest.fixture(scope="module")
+def ratings() -> pd.DataFrame:
+    return _frame()
+
+
+def _fit(df, **kw) -> DPALS:
+    params = dict(epsilon=20.0, rating_range=(1, 5), factors=0, random_state=3, axes="release")
+    params.update(kw.pop("params", {}))
+    return DPALS(**params).fit(df, show_progress=False, **kw)
+
+
+# ---------------------------------------------------------------------- the mechanisms
+
+
+def test_weighted_counts_give_each_user_l2_norm_at_most_one():
+    R = sp.random(50, 30, density=0.3, format="csr", random_state=1)
+    R.data[:] = 1.0
+    for max_items in (1, 3, 200):
+        total = np.zeros(30)
+        for u in range(R.shape[0]):
+            row = partition.weighted_item_counts(R[u], max_items, key=7, user_keys=np.array([u]), row_offset=0)
+            assert np.linalg.norm(row) <= 1.0 + 1e-12
+            assert np.count_nonzero(row) <= max_items
+            total += row
+        # counts are per user and add up (a pure function of each user's own row and key)
+        whole = partition.weighted_item_counts(R, max_items, key=7, user_keys=np.arange(R.shape[0]))
+        np.testing.assert_allclose(whole, total)
+
+
+def test_threshold_bounds_the_chance_that_one_users_own_items_pass():
+    sigma, k, delta = 1.0, 5, 0.05
+    tau = partition.selection_threshold(sigma, k, delta)
+    rng = np.random.default_rng(0)
+    for t in (1, 2, 5):  # a new user with t items of their own, weight 1 / sqrt(t) each
+        noisy = 1.0 / math.sqrt(t) + rng.normal(0.0, sigma, size=(200_000, t))
+        passed = (noisy > tau).any(axis=1).mean()
+        assert passed <= delta * 1.1, (t, passed)
+    # more noise or more items per user -> a higher threshold; more delta -> a lower one
+    assert partition.selection_threshold(2.0, k, delta) > tau
+    assert partition.selection_threshold(sigma, 50, delta) > tau
+    assert partition.selection_threshold(sigma, k, 0.2) < tau
+
+
+def test_user_count_is_a_float_release_with_its_event():
+    rel = partition.release_user_count(100, 3.0, np.random.default_rng(0))
+    assert isinstance(rel.value, float) and rel.value != 100
+    (label, event, meta) = rel.events[0]
+    assert label == partition.USER_COUNT_LABEL and event.noise_multiplier == 3.0 and meta["sensitivity"] == 1.0
+
+
+def test_ledger_pays_delta_terms_before_the_events():
+    led = PrivacyLedger()
+    from privrec.privacy import gaussian_event
+
+    led.record("g", gaussian_event(2.0))
+    plain = led.epsilon(1e-5)
+    led.spend_delta("threshold", 5e-6)
+    assert led.epsilon(1e-5) > plain  # the events now get 5e-6 of the 1e-5
+    report = led.report(1e-5)
+    assert report["delta_terms"] == [{"label": "threshold", "delta": 5e-6}]
+    assert epsilon_from_report(report) == pytest.approx(report["epsilon"])
+    assert PrivacyLedger.from_report(report).delta_terms == [("threshold", 5e-6)]
+    with pytest.raises(ValueError, match="does not cover"):
+        led.epsilon(5e-6)
+
+
+# ---------------------------------------------------------------------- the fit
+
+
+def test_plain_dataframe_fit_states_add_remove_and_hides_the_exact_axes(ratings):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no roster / catalogue warning
+        m = _fit(ratings)
+    n_exact = ratings["user"].nunique()
+    rated = set(ratings["item"])
+    report = m.privacy_report()
+    assert report["neighbouring_relation"].startswith("user-level add/remove")
+    assert not any("roster" in p or "catalogue" in p for p in report["public"])
+    labels = [e["label"] for e in report["events"]]
+    assert labels[:2] == [partition.USER_COUNT_LABEL, partition.ITEM_SELECTION_LABEL]
+    assert report["delta_terms"][0]["label"] == ITEM_SELECTION_DELTA_LABEL
+    assert report["epsilon"] <= 20.0 and epsilon_from_report(report) == pytest.approx(report["epsilon"])
+    # nothing released or printed as private equals the exact user count or the exact item set
+    assert m.config_["n_users"] != n_exact and m.config_["n_users"] == pytest.approx(n_exact, rel=0.2)
+    assert set(m.item_ids_) < rated and not any(str(i).startswith("rare") for i in m.item_ids_)
+    assert m.item_factors_.shape[0] == len(m.item_ids_) == m.config_["n_items"]
+    described = json.dumps(m.describe(), default=str)
+    assert f'"n_users": {n_exact},' not in described and f'"n_users": {n_exact}}}' not in described
+    assert m.describe()["item_axis"] == {"source": "selection", "public": True}
+
+
+def test_declared_roster_and_catalogue_keep_zero_out(ratings):
+    users, items = sorted(ratings["user"].unique()), sorted(ratings["item"].unique())
+    m = _fit(ratings, users=users, items=items)
+    report = m.privacy_report()
+    assert report["neighbouring_relation"].startswith("user-level zero-out")
+    assert "delta_terms" not in report
+    assert [e["label"] for e in report["events"]][0] == "item counts"
+    assert m.config_["n_users"] == len(users) and m.item_factors_.shape[0] == len(items)
+
+
+def test_declared_catalogue_only_releases_the_user_count(ratings):
+    items = sorted(ratings["item"].unique())
+    m = _fit(ratings, items=items)
+    report = m.privacy_report()
+    labels = [e["label"] for e in report["events"]]
+    assert labels[0] == partition.USER_COUNT_LABEL and partition.ITEM_SELECTION_LABEL not in labels
+    assert report["neighbouring_relation"].startswith("user-level add/remove")
+    assert m.item_factors_.shape[0] == len(items)
+
+
+def test_bare_matrix_shape_is_the_callers_declaration():
+    R = sp.random(200, 30, density=0.2, format="csr", random_state=0)
+    R.data = np.ceil(R.data * 5)
+    m = DPALS(epsilon=5.0, rating_range=(1, 5), factors=0, random_state=0, axes="release").fit(R, show_progress=False)
+    assert m.privacy_report()["neighbouring_relation"].startswith("user-level zero-out")
+    assert m.item_factors_.shape == (30, 0)
+
+
+def test_removing_one_user_changes_nothing_public_when_the_releases_are_held(ratings, monkeypatch):
+    """With the noisy count and the selected items held fixed, deleting one user leaves the plan,
+    the config, the event list and every array shape unchanged (nothing exact shapes them)."""
+    from privrec.models import dpals_axes
+    from privrec.privacy.mechanisms import Release
+
+    real_count, real_select = dpals_axes.release_user_count, dpals_axes.release_item_selection
+    held: dict = {}
+
+    def count(n, z, rng):
+        rel = real_count(n, z, rng)
+        rel.value = held.setdefault("count", rel.value)
+        return rel
+
+    def select(weighted, z, k, delta, rng):
+        rel = real_select(weighted, z, k, delta, rng)
+        items = held.setdefault("items", rel.value)
+        return Release(items, rel.events, rel.info)
+
+    monkeypatch.setattr(dpals_axes, "release_user_count", count)
+    monkeypatch.setattr(dpals_axes, "release_item_selection", select)
+    for params in ({"factors": 0}, {"factors": 2, "iterations": 2}, {"feedback": "implicit", "rating_range": None}):
+        held.clear()
+        a = _fit(ratings, params=params)
+        victim = ratings["user"].iloc[0]
+        b = _fit(ratings[ratings["user"] != victim], params=params)
+        ra, rb = a.privacy_report(), b.privacy_report()
+        assert [(e["label"], e["event"]) for e in ra["events"]] == [(e["label"], e["event"]) for e in rb["events"]]
+        assert ra["epsilon"] == rb["epsilon"]
+        assert a.config_ == b.config_
+        for name in ("item_factors_", "item_bias_", "item_counts_", "item_exposure_"):
+            va, vb = getattr(a, name), getattr(b, name)
+            assert (va is None) == (vb is None) and (va is None or va.shape == vb.shape), name
+        assert list(a.item_ids_) == list(b.item_ids_)
+
+
+def test_no_item_selected_is_a_clear_error():
+    tiny = _frame(n_users=20, n_items=10, per_user=3)
+    with pytest.raises(ValueError, match="no item passed the private item selection"):
+        DPALS(epsilon=0.5, rating_range=(1, 5), factors=0, axes="release").fit(tiny, show_progress=False)
+
+
+def test_save_load_keeps_the_selected_ids_and_the_statement(ratings, tmp_path):
+    from privrec.models import load_model
+
+    m = _fit(ratings)
+    path = tmp_path / "m.npz"
+    m.save(path)
+    back = load_model(path)
+    assert list(back.item_ids_) == list(m.item_ids_)
+    assert back.privacy_report()["neighbouring_relation"] == m.privacy_report()["neighbouring_relation"]
+    assert back.privacy_report()["delta_terms"] == m.privacy_report()["delta_terms"]
+    some_user = ratings["user"].iloc[0]
+    assert len(back.recommend_ids(some_user, ratings, N=3, filter_already_liked_items=False)[0]) == 3
+
+
+def test_plan_before_the_releases_is_two_stage_and_the_budget_charges_it(ratings, tmp_path):
+    model = DPALS(epsilon=5.0, rating_range=(1, 5), random_state=2, axes="release")
+    plan = model.plan(ratings)
+    assert plan.kind == "two-stage" and plan.delta_terms
+    assert plan.planned_epsilon() <= 5.0
+    assert plan.as_dict()["n_users"] == "released (noisy count)"
+    budget = Budget.create(tmp_path / "b.json", epsilon=6.0, delta=1e-4)
+    from privrec.privacy.budget import fit_with_budget
+
+    fit_with_budget(model, ratings, budget)
+    again = Budget.open(tmp_path / "b.json")
+    assert len(again.releases) == 1 and again.releases[0].delta_terms
+    assert again.spent() == pytest.approx(PrivacyLedger.from_report(model.privacy_report()).epsilon(1e-4), rel=1e-6)
+    with pytest.raises(Exception, match="would bring it"):
+        fit_with_budget(DPALS(epsilon=5.0, rating_range=(1, 5), axes="release"), ratings, again)
+
+
+def test_plan_axes_leaves_the_fit_a_smaller_target():
+    m = DPALS(epsilon=5.0, delta=1e-5, axes="release")
+    axes = plan_axes(m, roster=False, catalogue=False)
+    assert axes.relation == "add/remove" and axes.epsilon < 5.0 and axes.delta < 1e-5
+    assert plan_axes(m, roster=True, catalogue=True) is None
+    assert plan_axes(DPALS(epsilon=math.inf), roster=False, catalogue=False) is None
+
+
+def test_cli_plain_csv_states_add_remove_without_warnings(tmp_path, ratings, capsys):
+    from privrec.cli import main
+
+    csv = tmp_path / "r.csv"
+    ratings.to_csv(csv, index=False)
+    code = main(["fit", "--ratings", str(csv), "--rating-range", "1", "5", "--epsilon", "20", "--json", "--quiet"])
+    assert code == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["warnings"] == []
+    assert "adding or removing one user" in res["privacy_summary"]
+    relation = json.dumps(res["privacy_events"])
+    assert "add/remove" in relation and "zero-out" not in relation
+    assert res["config"]["n_users"] != ratings["user"].nunique()
+    assert res["config"]["n_items"] < ratings["item"].nunique()
+    assert res["non_private"]["metrics"]["rmse"] > 0 and res["non_private"]["metrics"]["recall@20"] >= 0
+
+
+def test_axes_warn_keeps_the_zero_out_fit_on_the_datas_axes(ratings):
+    from privrec.models.inputs import ItemCatalogueWarning, UserRosterWarning
+
+    with pytest.warns((ItemCatalogueWarning, UserRosterWarning)):
+        m = DPALS(epsilon=20.0, rating_range=(1, 5), factors=0, random_state=0).fit(ratings, show_progress=False)
+    assert m.privacy_report()["neighbouring_relation"].startswith("user-level zero-out")
+    assert m.item_factors_.shape[0] == ratings["item"].nunique()
