@@ -36,6 +36,16 @@ def fit_input(split, model):
     return Interactions(split.train, user_ids=user_ids, item_ids=item_ids, info=info)
 
 
+def columns_of(model_ids, data_ids) -> np.ndarray:
+    """The column of each of a model's item ids in a dataset's item ids (``-1``: absent), ids
+    compared as text (a CSV's ids and a saved model's may differ in type): one pandas lookup, as
+    the models' own id maps (``privrec.models.ids.IdMapMixin._codes``)."""
+    import pandas as pd
+
+    index = pd.Index(np.asarray(data_ids).astype(str))
+    return index.get_indexer(np.asarray(model_ids).astype(str)).astype(np.int64)
+
+
 def on_split_axis(model, split):
     """``model`` as evaluated on the split's item axis: a model whose catalogue was selected
     privately holds fewer items than the split's columns; its arrays are placed on them
@@ -47,9 +57,7 @@ def on_split_axis(model, split):
     from ..models.dpals_axes import on_item_axis
 
     ids = split.item_ids if split.item_ids is not None else np.arange(n_items)
-    position = {v: i for i, v in enumerate(np.asarray(ids).tolist())}
-    columns = np.array([position[v] for v in np.asarray(model.item_ids_).tolist()], dtype=np.int64)
-    return on_item_axis(model, columns, n_items)
+    return on_item_axis(model, columns_of(model.item_ids_, ids), n_items)
 
 
 def _fit_model(

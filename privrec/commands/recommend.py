@@ -146,15 +146,16 @@ def _on_selected_items(model, data, name):
     saved, ids = getattr(model, "item_ids_", None), getattr(data, "item_ids", None)
     if getattr(model, "_item_axis", None) != "selection" or saved is None or ids is None:
         return data
-    position = {v: i for i, v in enumerate(np.asarray(ids).astype(str).tolist())}
-    wanted = np.asarray(saved).astype(str).tolist()
-    missing = [v for v in wanted if v not in position]
-    if missing:
+    from ._fitting import columns_of
+
+    columns = columns_of(saved, ids)
+    missing = np.asarray(saved)[columns < 0]
+    if missing.size:
         raise CommandError(
-            f"{len(missing)} of the model's items (e.g. {missing[0]!r}) are not in {name}: pass the data the model "
-            "was fitted on"
+            f"{missing.size} of the model's items (e.g. {str(missing[0])!r}) are not in {name}: pass the data the "
+            "model was fitted on"
         )
-    return data.subset_items(np.array([position[v] for v in wanted], dtype=np.int64))
+    return data.subset_items(columns)
 
 
 def _recommend(args) -> int:
