@@ -63,7 +63,7 @@ def warn_private_selection(model, stacklevel: int = 3) -> None:
         "candidates are computed from the private training and held-out data, spending privacy that no privacy "
         "ledger counts. Select settings on public or synthetic data, or use privrec.tuning.select_private, "
         "which fits the candidates, releases their held-out scores with noise and refits the winner under one "
-        "ledger",
+        "ledger. privrec.tuning.search_privacy(search, X) composes what this search released",
         PrivateSelectionWarning,
         stacklevel=stacklevel,
     )

@@ -10,11 +10,13 @@ automatic rule of :class:`~privrec.models.DPALS` (public inputs and released sta
 
 :func:`select_private` compares candidate private estimators on a held-out loss released under
 DP and releases the winner (refitted, or as fitted), with every release in one ledger (see
-:mod:`privrec.tuning.selection`).
+:mod:`privrec.tuning.selection`). :func:`search_privacy` states what a scikit-learn search over a
+private estimator released, and why its choice has no guarantee (:mod:`privrec.tuning.search`).
 """
 
 from .plan import FitPlan, plan_fit
 from .rule import SPECTRAL_RIDGE_SCALE, auto_config, bias_gramian_ratio, empirical_bayes_item_ridge, spectral_ridge
+from .search import search_privacy
 from .selection import PrivateSelection, SelectionPlan, holdout_mask, plan_selection, run_selection, select_private
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "plan_fit",
     "plan_selection",
     "run_selection",
+    "search_privacy",
     "select_private",
     "spectral_ridge",
 ]
