@@ -50,29 +50,26 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable
-from types import SimpleNamespace
-from typing import Any
 
 import numpy as np
 
 from .._io import progress_steps
 from .._params import _param_fingerprint
 from .._validation import check_memory
-from ..models.dpals_release import item_side, release_item_side
 from ..privacy import make_rng
-from ..privacy.mechanisms import Release
-from ..solvers import make_solver
 from ..solvers._base import NOISE_BLOCK
 from ..solvers._linalg import as_task_array
 from ..tuning.auto import run_automatic_selection
 from ..tuning.plan import plan_fit
 from ._client import get_client
+from .driver_stages import Sweep, als_step, release_attributes, release_counts_and_mean
+from .driver_stages import set_ids as _set_ids
 from .partition import PartitionedInteractions, _release_freed_memory, partition_interactions
-from .reduce import DEFAULT_FAN_IN, item_blocks, reduce_item_blocks, tree_sum
+from .reduce import DEFAULT_FAN_IN, tree_sum
 from .selection import DaskSelectionData
 
-# the worker-side task bodies (moved to .tasks; PartitionState, StepData and _weights re-exported)
-from .tasks import (
+# the worker-side task bodies (moved to .tasks; re-exported: importable from here, as before the split)
+from .tasks import (  # noqa: F401
     PartitionState,
     StepData,
     _exact_counts,
@@ -280,7 +277,8 @@ def _worker_threads(client) -> int:
 
 
 class _Driver:
-    """One distributed fit (driver side). See the module docstring for the call sequence."""
+    """One distributed fit (driver side). See the module docstring for the call sequence; the
+    stages' bodies are in :mod:`privrec.distributed.driver_stages`."""
 
     def __init__(self, model, parts: PartitionedInteractions, client, fan_in, block_tasks, max_in_flight, hook):
         from ..models import ALS
@@ -312,6 +310,10 @@ class _Driver:
     def total(self, futures: list, name: str):
         return tree_sum(futures, self.fan_in, self.client, key=self.key(name)).result()
 
+    def share(self, value, *names):
+        """A future of ``value`` for task arguments (:func:`_share`), keyed by ``names``."""
+        return _share(self.client, value, self.key(*names))
+
     # -------------------------------------------------------------- the fit
     def run(self, show_progress: bool, plan=None) -> None:
         """One fit: ``plan`` (a :class:`~privrec.tuning.plan.FitPlan` of kind ``"fit"``) for a
@@ -319,17 +321,7 @@ class _Driver:
         model, parts, client = self.model, self.parts, self.client
         _release_freed_memory(client)  # freed shuffle buffers still held by the workers' heaps
         n_users, n_items = parts.shape
-        proxy = _als_proxy(model) if self.als else model
-        if not self.als and plan is None:
-            plan = _plan(model, parts)
-        cfg = proxy._resolve_config((n_users, n_items)) if self.als else plan.config
-        if self.als:
-            cfg = dataclasses.replace(cfg, iterations=int(model.iterations))
-        threads = 1 if model.num_threads is None else int(model.num_threads)
-        from sklearn.base import clone
-
-        task_model = clone(proxy).set_params(num_threads=threads)  # what the tasks call (small, no fitted state)
-        check_memory(n_items, cfg.factors + 1, cfg.dtype.itemsize, "DPALS item factors")
+        proxy, cfg, task_model, plan = self._settings(plan)
 
         # 0. validation (the local fit's input checks, from per-partition summaries) ----------------
         scans = client.gather([client.submit(_scan, b, key=self.key("scan", p)) for p, b in enumerate(parts.blocks)])
@@ -358,35 +350,8 @@ class _Driver:
         t_start = time.perf_counter()
         pipe = proxy._pipeline(cfg, rng)
         cal = pipe.calibrate() if self.als else pipe.use_calibration(plan.calibration)
-
         # counts and mean: the pipeline's own releases, with the exact statistics summed over partitions
-        if cfg.private:
-            k = cfg.count_sample
-            counts = pipe.release_sampled_counts(
-                lambda key, blocks=base, keys=ukeys: self.total(
-                    self.per_partition(_sampled_counts, blocks, k, key, name="counts", user_keys=keys), "counts-sum"
-                ),
-                k,
-            )
-        else:
-            counts = np.asarray(self.total(self.per_partition(_exact_counts, base, name="counts"), "counts-sum"))
-            counts = counts.astype(np.float64, copy=False)
-        mu = 0.0
-        if cfg.center and cfg.private:
-            mu = pipe.release_sampled_mean(
-                lambda key, half, mid, blocks=base, keys=ukeys: self.total(
-                    self.per_partition(
-                        _sampled_sum, blocks, cfg.count_sample, key, half, mid, name="mean", user_keys=keys
-                    ),
-                    "mean-sum",
-                ),
-                cfg.count_sample,
-                cfg.rating_bound,
-                cfg.rating_range,
-            )
-        elif cfg.center:
-            total, n = self.total(self.per_partition(_exact_sum, base, name="mean"), "mean-sum")
-            mu = total / n if n else 0.0
+        counts, mu = release_counts_and_mean(self, cfg, pipe, base, ukeys)
         head = pipe.head(counts, cfg.item_frac)
         counts_h = counts[head]
         cfg = proxy._released_ridges(cfg, counts_h, n_users)
@@ -397,38 +362,33 @@ class _Driver:
             states = self.per_partition(
                 _prepare, base, head, mu, counts_h, alloc_key, n_users, task_model, cfg, name="state", user_keys=ukeys
             )
-
         if not self.als:
             model._exposure_parts = []  # this fit's noisy weighted counts (dpals_release.collect_exposure)
+
         # 2. ridges and initial factors ------------------------------------------------------------
         reg_items, norm_i = proxy._item_regularization(cfg, counts_h, cal.train_scale)
-        norm_u = 1.0
-        if not cfg.private and cfg.user_reg_exponent:  # the global normaliser of the user ridge
-            e = cfg.user_reg_exponent
-            if trains:
-                sums = [
-                    client.submit(_user_count_sums, s, e, key=self.key("user-counts", p)) for p, s in enumerate(states)
-                ]
-            else:
-                sums = self.per_partition(_head_user_counts, base, head, e, name="user-counts")
-            c_sum, denom = self.total(sums, "user-counts-sum")
-            norm_u = c_sum / denom if denom > 0 else 1.0
-            states = [
-                client.submit(_with_user_reg, s, cfg.user_reg, e, norm_u, key=self.key("state-reg", p))
-                for p, s in enumerate(states)
-            ]
+        norm_u, states = self._user_ridge_norm(cfg, states, base, head, trains)
         del base, ukeys  # the states keep their lineage (recomputed from the blocks if a worker is lost)
         if self.als:
             V = model._init_item_factors(head.size, dtype)
         else:
             V = (init_rng.standard_normal((head.size, d)) * cfg.init_scale).astype(dtype)
         b_items = np.zeros(head.size, dtype=dtype) if cfg.biases else None
-        c = dtype.type(cfg.bias_feature)
-        m = head.size
-        reg_dtype = as_task_array(reg_items, m, "reg", dtype)
-        reg_future = _share(client, reg_dtype, self.key("reg")) if trains else None
-        blocks = item_blocks(m, self.block_tasks)
-        per_block = self.block_tasks // NOISE_BLOCK
+        reg_dtype = as_task_array(reg_items, head.size, "reg", dtype)
+        sweep = Sweep(
+            cfg=cfg,
+            proxy=proxy,
+            task_model=task_model,
+            pipe=pipe,
+            rng=rng,
+            train_scale=cal.train_scale,
+            counts_h=counts_h,
+            n_users=n_users,
+            reg_items=reg_items,
+            reg_dtype=reg_dtype,
+            reg_future=self.share(reg_dtype, "reg") if trains else None,
+            states=states,
+        )
         step_times: list[float] = []
         warms: list = [None] * len(states)  # per partition: the users' previous solution (CG warm start)
         t_pre = time.perf_counter() - t_start
@@ -436,126 +396,49 @@ class _Driver:
         # 3. alternating steps ---------------------------------------------------------------------
         for t in progress_steps(cfg.iterations, show_progress, "DPALS (distributed)"):
             t_step = time.perf_counter()
-            side = _share(client, {"V": V, "b": b_items}, self.key("items", t))
-            if cfg.private:
-                public = SimpleNamespace(  # the public task information the noisy-GD step sizes use
-                    task_sizes=np.maximum(counts_h, 1.0),
-                    task_weights=proxy._task_weights(cfg, np.maximum(counts_h, 1.0), n_users),
-                    n_units=n_users,
-                    n_tasks=m,
-                )
-                solver: Any = proxy._item_solver(cfg, cal.train_scale, reg_items, V, b_items, public)
-                max_norm, gravity = solver.max_norm, ("features" if cfg.unobserved_weight > 0 else None)
-            else:
-                solver = make_solver(
-                    "exact", reg=reg_items, unobserved_weight=cfg.unobserved_weight, dtype=dtype,
-                    num_threads=model.num_threads,
-                )  # fmt: skip
-                max_norm = None
-                gravity = None if cfg.unobserved_weight == 0 else ("factors" if self.als else "features")
-            step_futs = [
-                client.submit(
-                    _user_step, s, side, task_model, cfg, max_norm, gravity, warms[p], key=self.key("user", t, p)
-                )
-                for p, s in enumerate(states)
-            ]
-            warms = [client.submit(_warm, f, key=self.key("warm", t, p)) for p, f in enumerate(step_futs)]
-            gram = None
-            if cfg.private:  # SSPSolver.solve: budget check, released global Gramian, noise seeds
-                spends = client.gather(
-                    [client.submit(_spend, f, key=self.key("spend", t, p)) for p, f in enumerate(step_futs)]
-                )
-                beta = float(max(spends)) if spends else 0.0
-                if solver.budget is not None and beta > solver.budget:
-                    raise ValueError(
-                        f"per-unit spend max sum w^2 = {beta:.6g} exceeds the declared budget {solver.budget:.6g}; "
-                        "build the weights with privrec.allocation (which enforces the budget)"
-                    )
-                if gravity:
-                    g0 = self.total(self._grams(step_futs, t), f"gram-sum-{t}")
-                    gram = solver.release_global_gramian(g0, rng)
-                seeds = solver.noise_seeds(rng, m)
-                grouped = [list(seeds[j * per_block : (j + 1) * per_block]) for j in range(len(blocks))]
-                gd = None
-                if cfg.solver == "noisy_gd":  # public start (the released V) and public step sizes
-                    steps = solver._steps(public, reg_dtype, solver.noise_std())
-                    eta = np.stack([steps(i) for i in range(1, solver.iterations + 1)]).astype(dtype)
-                    gd = _share(
-                        client, {"theta0": np.asarray(solver.init, dtype=dtype), "steps": eta}, self.key("gd", t)
-                    )
-                out = reduce_item_blocks(
-                    step_futs,
-                    _statistics,
-                    blocks,
-                    _release_blocks,
-                    seeds=grouped,
-                    args=(solver.label_bound, False, self.hook),
-                    finish_args=(
-                        dataclasses.replace(
-                            solver, reg=0.0, **({"init": None, "schedule": 1.0} if gd is not None else {})
-                        ),
-                        reg_future,
-                        gram,
-                        self.block_tasks,
-                        gd,
-                    ),
-                    offsets=self.offsets,
-                    fan_in=self.fan_in,
-                    max_in_flight=self.max_in_flight,
-                    client=client,
-                    key=self.key("reduce", t),
-                )
-                info = (
-                    {"solver": "ssp", "unit_budget": beta, "projected_tasks": int(sum(r[1] for r in out))}
-                    if gd is None
-                    else {"solver": "noisy_gd", "unit_budget": beta, "iterations": int(solver.iterations)}
-                )
-                if out and len(out[0]) > 2:  # SSP with keep_diagonal: the noisy Gramians' diagonals and rhs
-                    info["noisy_gramian_diagonal"] = np.concatenate([r[2] for r in out])
-                    info["noisy_rhs"] = np.concatenate([r[3] for r in out])
-            else:
-                if gravity:
-                    g0 = np.asarray(self.total(self._grams(step_futs, t), f"gram-sum-{t}"))
-                    if gravity == "factors":  # ALS's gravity_gramian: float64, zero bias coordinate, then cast
-                        G = np.zeros((d + (1 if cfg.biases else 0),) * 2, dtype=np.float64)
-                        G[:d, :d] = cfg.unobserved_weight * g0
-                        gram = G.astype(dtype)
-                    else:  # ExactSolver: global_gramian(x) * alpha in the fit's dtype
-                        gram = g0.astype(dtype, copy=False) * dtype.type(cfg.unobserved_weight)
-                out = reduce_item_blocks(
-                    step_futs,
-                    _statistics,
-                    blocks,
-                    _solve_exact,
-                    args=(None, True, self.hook),
-                    finish_args=(reg_future, gram, self.block_tasks),
-                    offsets=self.offsets,
-                    fan_in=self.fan_in,
-                    max_in_flight=self.max_in_flight,
-                    client=client,
-                    key=self.key("reduce", t),
-                )
-                info = {"solver": "exact"}
-            width = d + (1 if cfg.biases else 0)
-            params = np.concatenate([r[0] for r in out]) if out else np.zeros((0, width), dtype=dtype)
-            result = Release(params, solver.labelled_events(), info)
-            pipe.record(result, prefix=f"ALS step {t}: ")
-            if self.als:
-                params = np.asarray(result.params, dtype=dtype)
-                V = np.ascontiguousarray(params[:, :d])
-                if cfg.biases:
-                    b_items = np.ascontiguousarray(params[:, d] * c)
-            else:
-                V, b_items = item_side(model, cfg, result, solver)
-            del step_futs, side
+            V, b_items, warms = als_step(self, sweep, t, V, b_items, warms)
             step_times.append(time.perf_counter() - t_step)
         ledger = pipe.finish()
-        del states, warms
-        self._release(cfg, cal, ledger, head, counts, V, b_items, mu, norm_u, norm_i, n_users, n_items)
+        del states, warms, sweep
+        release_attributes(
+            model, parts, cfg, cal, ledger, head, counts, V, b_items, mu, norm_u, norm_i, n_users, n_items, als=self.als
+        )
         model.fit_timings_ = {"preprocess": t_pre, "steps": step_times, "projection": 0.0}
 
-    def _grams(self, step_futs: list, t: int) -> list:
-        return [self.client.submit(_gram, f, key=self.key("gram", t, p)) for p, f in enumerate(step_futs)]
+    def _settings(self, plan):
+        """``(proxy, cfg, task_model, plan)``: the DPALS whose stages run (ALS: its exact path), the
+        resolved settings, the estimator the tasks call and the DPALS's plan."""
+        model, (n_users, n_items) = self.model, self.parts.shape
+        proxy = _als_proxy(model) if self.als else model
+        if not self.als and plan is None:
+            plan = _plan(model, self.parts)
+        cfg = proxy._resolve_config((n_users, n_items)) if self.als else plan.config
+        if self.als:
+            cfg = dataclasses.replace(cfg, iterations=int(model.iterations))
+        threads = 1 if model.num_threads is None else int(model.num_threads)
+        from sklearn.base import clone
+
+        task_model = clone(proxy).set_params(num_threads=threads)  # what the tasks call (small, no fitted state)
+        check_memory(n_items, cfg.factors + 1, cfg.dtype.itemsize, "DPALS item factors")
+        return proxy, cfg, task_model, plan
+
+    def _user_ridge_norm(self, cfg, states: list, base: list, head, trains: bool) -> tuple[float, list]:
+        """``(norm_u, states)``: the global normaliser of the user ridge (non-private fits with a
+        user ridge exponent; 1 otherwise), set in every partition's state."""
+        if cfg.private or not cfg.user_reg_exponent:
+            return 1.0, states
+        client, e = self.client, cfg.user_reg_exponent
+        if trains:
+            sums = [client.submit(_user_count_sums, s, e, key=self.key("user-counts", p)) for p, s in enumerate(states)]
+        else:
+            sums = self.per_partition(_head_user_counts, base, head, e, name="user-counts")
+        c_sum, denom = self.total(sums, "user-counts-sum")
+        norm_u = c_sum / denom if denom > 0 else 1.0
+        states = [
+            client.submit(_with_user_reg, s, cfg.user_reg, e, norm_u, key=self.key("state-reg", p))
+            for p, s in enumerate(states)
+        ]
+        return norm_u, states
 
     def _warn_als_range(self, scans: list, nnz: int) -> None:
         from ..models import RatingRangeWarning
@@ -577,53 +460,6 @@ class _Driver:
                 RatingRangeWarning,
                 stacklevel=4,
             )
-
-    def _release(self, cfg, cal, ledger, head, counts, V, b_items, mu, norm_u, norm_i, n_users, n_items) -> None:
-        """The release attributes of the local fit (``DPALS.fit`` / ``ALS.fit``), without user factors."""
-        model = self.model
-        if self.als:  # ALS's own release attributes
-            item_factors = np.zeros((n_items, cfg.factors), dtype=cfg.dtype)
-            item_factors[head] = V
-            model.item_factors_ = item_factors
-            model.item_bias_ = None
-            if cfg.biases:
-                model.item_bias_ = np.zeros(n_items, dtype=cfg.dtype)
-                model.item_bias_[head] = b_items
-            model.global_mean_ = np.asarray(mu, dtype=np.float64)
-            model.user_reg_norm_ = np.asarray(norm_u, dtype=np.float64)
-            model.item_reg_norm_ = np.asarray(norm_i, dtype=np.float64)
-        else:  # exactly DPALS.fit's release
-            release_item_side(
-                model, cfg, head, counts, V, b_items, mu, norm_u, n_users, n_items, count_scale=cal.count_scale
-            )
-            model.ledger_ = ledger
-            model.noise_scales_ = {"count": cal.count_scale, "train": cal.train_scale}
-        model.user_factors_ = None
-        model.user_bias_ = None
-        _set_ids(model, self.parts)
-
-
-def _set_ids(model, parts: PartitionedInteractions) -> None:
-    """Id maps as FactorizationModel's fit wrapper sets them (fit_input of an Interactions)."""
-    from ..data.frames import vocabulary_fingerprint
-    from ..models._base import _is_identity_ids
-
-    n_items = parts.n_items
-    item_ids = np.asarray(parts.item_ids)
-    item_ids_or_none = None if _is_identity_ids(item_ids, n_items) else item_ids
-    info = parts.info
-    given = (
-        item_ids_or_none is not None
-        and info.get("item_vocabulary") == "given"
-        and info.get("item_vocabulary_sha256") == vocabulary_fingerprint(item_ids)
-    )
-    model.user_factors_ = None
-    model.user_bias_ = None
-    model.user_ids_ = None
-    model.item_ids_ = item_ids_or_none
-    model._item_ids_given = bool(given)
-    model._item_axis = "catalogue" if given else "data"  # a partitioned table: its items, unless given
-    model._id_lookup = {}
 
 
 __all__ = ["DEFAULT_BLOCK_TASKS", "PartitionState", "StepData", "fit"]

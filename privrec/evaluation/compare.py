@@ -25,6 +25,8 @@ initialisation) and the table shows mean ± std.
 Splits: ``random`` (80/10/10 of the ratings, Lee et al. 2013), ``temporal`` (per user by timestamp,
 :func:`privrec.data.splits.temporal_split`) and ``heldout-users`` (Liang et al. 2018; binarised,
 the protocol of Last.fm and the ML-20M-sized presets).
+
+The text table and the plot of a :class:`Comparison`: :mod:`privrec.evaluation.compare_report`.
 """
 
 from __future__ import annotations
@@ -34,13 +36,20 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from . import experiment as X
+from .compare_report import _HIGHER_IS_BETTER as _HIGHER_IS_BETTER
+from .compare_report import MARK as MARK
+from .compare_report import WIDTH as WIDTH
+from .compare_report import _cell as _cell
+from .compare_report import _metric_header as _metric_header
+from .compare_report import _split_words as _split_words
+from .compare_report import _wrap as _wrap
+from .compare_report import format_comparison, plot_comparison
 
 #: the splits :func:`compare` accepts
 SPLITS = ("random", "temporal", "heldout-users")
@@ -48,16 +57,10 @@ SPLITS = ("random", "temporal", "heldout-users")
 DEFAULT_EPSILONS = (1.0, 5.0, 20.0)
 #: the non-private yardsticks by name (``yardsticks=`` of :func:`compare`)
 YARDSTICKS = ("trivial", "popularity", "private-popularity", "als")
-#: the mark of figures computed from the exact data (as ``privrec fit``)
-MARK = "[non-private]"
 NON_PRIVATE_NOTE = (
     "every metric is computed on the exact held-out data, and the non-private models are fitted on the "
     "exact training data: the privacy guarantee of the private models does not cover these figures"
 )
-#: width of the wrapped lines of the text table (as ``privrec fit``)
-WIDTH = 100
-#: metric direction: True when higher is better
-_HIGHER_IS_BETTER = {"rmse": False}
 
 
 @dataclass
@@ -170,106 +173,12 @@ class Comparison:
 
     def format(self) -> str:
         """The comparison as printable text (exact figures marked :data:`MARK`)."""
-        head = [_metric_header(m) for m in self.metrics]
-        cells = []
-        for r in self.rows:
-            cells.append([r.name, r.privacy] + [_cell(r, m) for m in self.metrics])
-        header = ["model", "privacy of the model"] + head
-        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header)]
-        lines = [
-            f"dataset   {self.dataset}  (split {self.split}; {_split_words(self)})",
-            *_wrap(
-                f"{MARK} metrics computed on the exact held-out data: "
-                + (f"rmse on {self.n_rmse_users:,} test users, " if "rmse" in self.metrics else "")
-                + f"recall and ndcg on {self.n_test_users:,} users with a relevant held-out item"
-                + (f"; mean ± std over {self.repeats} runs" if self.repeats > 1 else "")
-            ),
-        ]
-        if self.relevance_threshold is not None:
-            lines.append(
-                f"          recall, ndcg: relevant = held-out ratings >= {self.relevance_threshold:g}, "
-                "training items excluded"
-            )
-        if self.k_note:
-            lines.append(f"          {self.k_note}")
-        lines.append("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip())
-        for c in cells:
-            lines.append("  " + "  ".join(v.ljust(w) for v, w in zip(c, widths)).rstrip())
-        unit = "interactions" if self.protocol == "heldout-users" else "ratings"
-        lines.append(
-            f"{MARK} data     {self.n_users:,} users x {self.n_items:,} items, {self.n_train:,} training {unit} "
-            "(exact counts)"
-        )
-        lines.append(f"{MARK} timings  {self.seconds:.1f} s in all")
-        lines += _wrap(
-            f"{MARK} = an exact figure computed from the data (metrics on held-out data, models fitted without "
-            "noise, sizes, times): the privacy guarantee does not cover it; do not publish it with a release."
-        )
-        return "\n".join(lines)
+        return format_comparison(self)
 
     def plot(self, path) -> str:
         """One figure, one panel per metric, one bar per model (± std); needs matplotlib (the
         ``plots`` extra). The format follows the file's extension."""
-        try:
-            from matplotlib.figure import Figure
-        except ImportError:
-            raise ImportError("the comparison plot needs matplotlib: pip install 'privrec[plots]'") from None
-        from .._io import atomic_path
-
-        metrics = [m for m in self.metrics if any(r.metrics.get(m) for r in self.rows)]
-        fig = Figure(figsize=(4.0 * max(1, len(metrics)), 0.35 * len(self.rows) + 1.6))
-        axes = np.atleast_1d(fig.subplots(1, max(1, len(metrics)), sharey=True))
-        names = [f"{r.name} [{r.privacy}]" for r in self.rows]
-        ypos = np.arange(len(self.rows))[::-1]
-        for ax, m in zip(axes, metrics):
-            means = [r.mean(m) for r in self.rows]
-            stds = [r.std(m) if len(r.metrics.get(m, [])) > 1 else 0.0 for r in self.rows]
-            colors = [("C9" if r.note else "C0") if r.private else "C7" for r in self.rows]
-            ax.barh(ypos, [0.0 if math.isnan(v) else v for v in means], xerr=stds, color=colors)
-            shown = [v for v in means if not math.isnan(v)]
-            if m == "rmse" and shown:  # errors differ in the second decimal: start the axis near them
-                ax.set_xlim(0.9 * min(shown), 1.02 * max(shown))
-            ax.set_title(_metric_header(m), fontsize=9)
-            ax.tick_params(labelsize=7)
-        axes[0].set_yticks(ypos)
-        axes[0].set_yticklabels(names, fontsize=7)
-        fig.suptitle(
-            f"{self.dataset}, {self.split} split: private models (blue) and non-private yardsticks (grey); "
-            f"{MARK} metrics on exact held-out data",
-            fontsize=8,
-        )
-        fig.tight_layout()
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=Path(path).suffix.lower().lstrip(".") or "png")
-        return str(path)
-
-
-def _wrap(text: str) -> list[str]:
-    import textwrap
-
-    return textwrap.wrap(text, WIDTH, subsequent_indent="  ", break_on_hyphens=False)
-
-
-def _metric_header(metric: str) -> str:
-    return f"{metric} {'↑' if _HIGHER_IS_BETTER.get(metric.split('@')[0], True) else '↓'}"
-
-
-def _cell(row: Row, metric: str) -> str:
-    if not row.metrics.get(metric):
-        return ""
-    mean = row.mean(metric)
-    if math.isnan(mean):
-        return "nan"
-    runs = len(row.metrics[metric])  # 1 for a yardstick computed once (deterministic)
-    return f"{mean:.4f}" + (f" ± {row.std(metric):.4f}" if runs > 1 else "")
-
-
-def _split_words(c: Comparison) -> str:
-    if c.split == "temporal":
-        return "per user by timestamp: the latest 10% of each user's ratings tested"
-    if c.split == "random":
-        return f"80/10/10 of the ratings, seed {c.info.get('split_seed', 0)}"
-    return f"{c.info.get('n_heldout', '?')} held-out test users, binarised"
+        return plot_comparison(self, path)
 
 
 # ---------------------------------------------------------------------------------------- splitting

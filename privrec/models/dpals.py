@@ -28,17 +28,21 @@ factors, and so do items with no training data when ``epsilon = inf``. In a priv
 an item has any data is itself private, so every trained item gets a factor from its noisy
 statistics (an unseen item's factor is pure noise, shrunk by the ridge). Noise defaults to OS entropy; a fixed ``random_state`` makes runs reproducible but
 voids the guarantee for anyone who knows the seed.
+
+This module holds the estimator: its parameters, ``plan`` (:mod:`privrec.models.dpals_plan`) and
+``fit`` (input, plan, run: :mod:`privrec.models.dpals_fit`). Its other concerns are mixed in from
+their own modules: the stages every backend calls (:mod:`privrec.models.dpals_stages`), scoring and
+projection (:mod:`privrec.models.dpals_scoring`), the privacy report and the file metadata
+(:mod:`privrec.models.dpals_file`); names they took from here are still importable from here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from numbers import Real
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from .._constraints import (
     DELTA,
@@ -53,33 +57,31 @@ from .._constraints import (
     Interval,
     StrOptions,
 )
-from .._io import json_safe
+from .._io import json_safe  # noqa: F401 (re-exported)
 from .._params import Hyperparameters, param
-from .._validation import check_delta, check_epsilon
-from ..pipeline import Plan, PrivatePipeline
-from ..privacy import clip_rows, make_rng
-from ..solvers import PrivateSolver, TaskBatch, make_solver
-from ..solvers.ridge import frequency_regularization, scaled_regularization
+from .._validation import check_delta, check_epsilon  # noqa: F401 (re-exported)
+from ..pipeline import Plan, PrivatePipeline  # noqa: F401 (re-exported)
+from ..privacy import clip_rows, make_rng  # noqa: F401 (re-exported)
+from ..solvers import PrivateSolver, TaskBatch, make_solver  # noqa: F401 (re-exported)
+from ..solvers.ridge import frequency_regularization, scaled_regularization  # noqa: F401 (re-exported)
 from ..tuning.auto import selects_rank
-from ..tuning.rule import empirical_bayes_item_ridge, spectral_ridge
+from ..tuning.rule import empirical_bayes_item_ridge, spectral_ridge  # noqa: F401 (re-exported)
 from ._base import FactorizationModel, check_fit_matrix
-from .als import half_step
-from .billboard import shrunk_projection
-from .dpals_config import (
-    METHODS,
-    DPALSConfig,
-    check_rating_span,
-    release_statement,
-    resolve_config,
-)
-from .dpals_config import binarised as _binarised
+from .als import half_step  # noqa: F401 (re-exported)
+from .billboard import shrunk_projection  # noqa: F401 (re-exported)
+from .dpals_config import METHODS, DPALSConfig, check_rating_span, release_statement, resolve_config  # noqa: F401 (re-exported)
+from .dpals_config import binarised as _binarised  # noqa: F401 (re-exported)
+from .dpals_file import DPALSFileMixin
 from .dpals_fit import run_fit
-from .dpals_release import task_weights
-from .exposure import exposure_scores
-from .inputs import check_rating_range
+from .dpals_plan import plan_of
+from .dpals_release import task_weights  # noqa: F401 (re-exported)
+from .dpals_scoring import DPALSScoringMixin
+from .dpals_stages import DPALSStagesMixin
+from .exposure import exposure_scores  # noqa: F401 (re-exported)
+from .inputs import check_rating_range  # noqa: F401 (re-exported)
 
 
-class DPALS(Hyperparameters, FactorizationModel):
+class DPALS(Hyperparameters, DPALSStagesMixin, DPALSScoringMixin, DPALSFileMixin, FactorizationModel):
     """User-level DP alternating least squares (AdaDPALS / DPALS / AM-DPSGD; Krichene et al., ICML 2023, Alg. 3).
 
     Parameters
@@ -259,102 +261,7 @@ class DPALS(Hyperparameters, FactorizationModel):
         fit is calibrated to when it is not the model's own (what is left after the axes' releases)."""
         return resolve_config(self, shape, bias_model, target, selected_items)
 
-    def _rating_range(self) -> tuple[float, float] | None:
-        return check_rating_range(self.rating_range)
-
-    def _check_ratings(self, R: sp.csr_matrix, cfg: DPALSConfig) -> None:
-        """Ratings outside the declared range are an error; beyond ``rating_bound`` (no range
-        declared) they are clipped by the mechanisms, which is said once as a warning."""
-        if R.nnz:
-            self._check_rating_span(float(R.data.min()), float(R.data.max()), cfg)
-
-    @staticmethod
-    def _check_rating_span(lo_v: float, hi_v: float, cfg: DPALSConfig) -> None:
-        """The rule of :meth:`_check_ratings` from the data's smallest and largest rating (a backend that
-        holds the data in blocks reduces the two numbers first)."""
-        check_rating_span(lo_v, hi_v, cfg.rating_range, cfg.rating_bound, stacklevel=5)
-
-    # ------------------------------------------------------------------ plan
-    def _make_solver(self, cfg: DPALSConfig, z: float, reg_items=0.0, init=None, schedule=1.0) -> PrivateSolver:
-        """The item-step solver at training noise multiplier ``z`` (shared by calibration and fit)."""
-        gx = cfg.feature_norm
-        common = dict(
-            noise_multiplier=z,
-            budget=cfg.budget,
-            max_norm=gx,
-            label_bound=cfg.label_bound,
-            reg=reg_items,
-            unobserved_weight=cfg.unobserved_weight,
-            global_ratio=cfg.global_ratio,
-            dtype=cfg.dtype,
-        )
-        if cfg.solver == "ssp":
-            return make_solver("ssp", gramian_ratio=cfg.gramian_ratio, projection=cfg.item_projection, **common)
-        return make_solver(
-            "noisy_gd",
-            iterations=cfg.gd_iterations,
-            radius=cfg.label_bound / gx,
-            schedule=schedule,
-            init=init,
-            **common,
-        )
-
-    def planned_events(self, count_scale: float, train_scale: float, cfg: DPALSConfig | None = None) -> Plan:
-        """[(label, DpEvent)] that a private fit records, from the two noise scales alone.
-
-        Used by calibration (so epsilon is computed over exactly this structure) and by ``fit``
-        (which checks the recorded events against it). Without ``cfg``: the settings of the fitted
-        shape (the public roster and catalogue sizes), or of the default shape before a fit.
-        """
-        if cfg is None:
-            fitted = getattr(self, "config_", None) or {}
-            shape = (int(fitted["n_users"]), int(fitted["n_items"])) if "n_users" in fitted else None
-            cfg = self._resolve_config(shape)
-        return self._pipeline(cfg, None).planned_events(count_scale, train_scale)
-
-    def _train_plan(self, cfg: DPALSConfig, s: float) -> Plan:
-        """Training events at scale ``s``: the item solver's events at every ALS step."""
-        if not cfg.iterations:
-            return []
-        events = self._make_solver(cfg, s).labelled_events()
-        return [(f"ALS step {t}: {label}", ev) for t in range(1, cfg.iterations + 1) for label, ev, _ in events]
-
-    def _pipeline(self, cfg: DPALSConfig, rng) -> PrivatePipeline:
-        return PrivatePipeline(
-            epsilon=cfg.epsilon,
-            delta=cfg.delta,
-            pre_labels=cfg.pre_labels,
-            train_plan=lambda s: self._train_plan(cfg, s),
-            count_fraction=cfg.count_fraction,
-            accountant=cfg.accountant,
-            rng=rng,
-            mean_ratio=cfg.mean_ratio,
-        )
-
-    # ------------------------------------------------------------------ stages
-    def _allocate(self, cfg: DPALSConfig, R: sp.csr_matrix, counts: np.ndarray, rng) -> sp.csr_matrix:
-        """Per-user weights aligned with ``R`` (via the pipeline's allocation); all ones when non-private."""
-        pipe = self._pipeline(cfg, make_rng(rng))
-        kind = cfg.allocation if cfg.private else "full"
-        return pipe.allocate(R, counts, kind, cfg.budget, cfg.mu, dtype=cfg.dtype)
-
-    @staticmethod
-    def _task_weights(cfg: DPALSConfig, counts: np.ndarray, n_users: int) -> np.ndarray:
-        """Public estimate of each task's typical weight omega_i (:func:`.dpals_release.task_weights`)."""
-        return task_weights(cfg, counts, n_users)
-
-    def item_batch(
-        self, cfg: DPALSConfig, R: sp.csr_matrix, W: sp.csr_matrix, user_factors: np.ndarray, counts, n_users: int
-    ) -> TaskBatch:
-        """The item step's multi-task batch: task = item, units = users (Krichene et al., Alg. 3, line 5)."""
-        if not cfg.private:
-            return TaskBatch.from_csr(R, W, user_factors, transpose=True)
-        counts = np.maximum(np.asarray(counts, dtype=np.float64), 1.0)
-        return TaskBatch.from_csr(
-            R, W, user_factors, transpose=True, task_sizes=counts, task_weights=self._task_weights(cfg, counts, n_users)
-        )
-
-    # ------------------------------------------------------------------ fit
+    # ------------------------------------------------------------------ plan / fit
     def plan(self, X=None, *, shape: tuple[int, int] | None = None, users=None, items=None):
         """What :meth:`fit` will do on ``X`` -- a :class:`privrec.tuning.plan.FitPlan`: the resolved
         settings, whether the automatic selection runs (its candidates, shares and holdout), the
@@ -364,34 +271,7 @@ class DPALS(Hyperparameters, FactorizationModel):
         ``X``: any ``fit`` input (its shape is used, never its ratings), with the same ``users=`` /
         ``items=`` declarations the fit will get; or ``shape=(n_users, n_items)``.
         """
-        from ..tuning.plan import plan_fit
-
-        keys = "row positions"
-        if X is not None:
-            if shape is not None:
-                raise ValueError("give X or shape, not both")
-            from .inputs import fit_input, with_item_catalogue, with_user_roster
-
-            if users is not None:
-                X = with_user_roster(X, users)
-            if items is not None:
-                X = with_item_catalogue(X, items)
-            R, user_ids, _, _ = fit_input(X)
-            shape = (int(R.shape[0]), int(R.shape[1]))
-            keys = "user ids" if user_ids is not None else keys
-            from ..tuning.plan import plan_axes, two_stage_plan
-            from .inputs import item_axis_source, user_axis_source
-
-            axes = plan_axes(self, roster=user_axis_source(X) != "data", catalogue=item_axis_source(X) != "data")
-            if (
-                axes is not None and self._releases_axes
-            ):  # the fit's own plan follows the axes' releases: a bound until then
-                return two_stage_plan(self, axes, keys)
-        elif shape is not None:
-            if len(tuple(shape)) != 2 or any(isinstance(v, bool) or int(v) != v or v < 1 for v in shape):
-                raise ValueError(f"shape must be (n_users, n_items) of positive integers, got {shape!r}")
-            shape = (int(shape[0]), int(shape[1]))
-        return plan_fit(self, shape, keys=keys)
+        return plan_of(self, X, shape=shape, users=users, items=items)
 
     def fit(
         self,
@@ -485,226 +365,3 @@ class DPALS(Hyperparameters, FactorizationModel):
     def _selects_rank(self, cfg: DPALSConfig) -> bool:
         """Whether the rank is decided by accounted private selection (:func:`privrec.tuning.auto.selects_rank`)."""
         return selects_rank(self, cfg)
-
-    @staticmethod
-    def _released_ridges(cfg: DPALSConfig, counts_h, n_users: int) -> DPALSConfig:
-        """``cfg`` with the ridges its rule sets from released values: under ``reg_rule ==
-        "spectral"`` both sides get :func:`privrec.tuning.spectral_ridge` of the trained items'
-        noisy counts and the public roster (post-processing; every backend calls this once the
-        head is chosen, before the first user step)."""
-        if cfg.reg_rule != "spectral":
-            return cfg
-        ridge = spectral_ridge(counts_h, n_users)
-        return dataclasses.replace(cfg, reg=ridge, user_reg=ridge)
-
-    @staticmethod
-    def _item_regularization(cfg: DPALSConfig, counts, train_scale: float) -> tuple[np.ndarray, float]:
-        """Per-item ridge of the item step and its normaliser (public: released counts and the
-        calibrated noise scale only): ``reg * (n + 1)^e`` normalised as in :class:`ALS`
-        (``reg_rule == "constant"``), or the empirical-Bayes ridge of a private bias model
-        (:func:`privrec.tuning.empirical_bayes_item_ridge`, which gives its derivation)."""
-        if cfg.reg_rule != "empirical-bayes":
-            return frequency_regularization(counts, cfg.reg, cfg.reg_exponent)
-        return empirical_bayes_item_ridge(counts, float(train_scale) * math.sqrt(cfg.budget), cfg.bias_feature), 1.0
-
-    @staticmethod
-    def _user_regularization(cfg: DPALSConfig, user_counts) -> tuple[np.ndarray, float]:
-        """Per-user ridge of the user step and its normaliser.
-
-        In a private fit a user's ridge may depend only on public values and that user's own
-        count: the usual normaliser sum(n) / sum(n (n+1)^e) is a statistic of *every* user's
-        count, so removing one user would move every other user's embedding (and with it the
-        item step's statistics) beyond the declared sensitivity. Private fits therefore use the
-        unnormalised ``user_reg * (n + 1)^e`` (normaliser 1, which is also what the billboard
-        projection uses after loading); ``epsilon = inf`` keeps the normalisation of :class:`ALS`.
-        """
-        names = ("user_regularization", "user_reg_exponent")
-        if cfg.private:
-            return scaled_regularization(user_counts, cfg.user_reg, cfg.user_reg_exponent, names=names), 1.0
-        return frequency_regularization(user_counts, cfg.user_reg, cfg.user_reg_exponent, names=names)
-
-    def _user_step(self, cfg: DPALSConfig, centered: sp.csr_matrix, V: np.ndarray, b_items, reg_users, warm=None):
-        """Non-private user step on the current item side: ``(U, b_users, solution)``; rows of U
-        clipped when private, ``solution`` the unclipped (users, d [+ 1 bias]) solve to pass back
-        as ``warm`` at the next step.
-
-        ``cfg.user_solver == "cg"`` with a ``warm`` start: ``cfg.cg_steps`` conjugate-gradient
-        steps from it; otherwise exact (Cholesky). Row j depends only on user j's ratings,
-        ``reg_users[j]``, the (released) item side and row j of ``warm`` (user j's own previous
-        solution), so removing a user leaves every other row unchanged (the coupling the
-        item-step sensitivity assumes). The user bias enters the item step only through the
-        (clipped) labels.
-        """
-        cg = cfg.user_solver == "cg" and warm is not None
-        U, b_users = half_step(
-            centered,
-            V,
-            fixed_bias=b_items,
-            global_mean=0.0,
-            reg_rows=reg_users,
-            unobserved_weight=cfg.unobserved_weight,
-            with_bias=cfg.biases,
-            solver="cg" if cg else "cholesky",
-            x0=warm if cg else None,
-            cg_steps=cfg.cg_steps,
-            num_threads=self.num_threads,
-        )
-        solution = U if b_users is None else np.hstack([U, b_users[:, None]])
-        if cfg.private and U.shape[1]:
-            U = clip_rows(U, cfg.max_norm).astype(cfg.dtype, copy=False)
-        return U, b_users, solution
-
-    def _item_solver(self, cfg: DPALSConfig, z, reg_items, V, b_items, batch) -> PrivateSolver:
-        if cfg.solver == "ssp":  # the bias feature's noisy Gramian entries feed the exposure term
-            ssp: Any = self._make_solver(cfg, z, reg_items)
-            return dataclasses.replace(ssp, keep_diagonal=bool(cfg.biases))
-        # noisy GD: constant per-task step 1 / L_i with L_i = Gamma_x^2 * (public estimate of
-        # sum_j w_ij, from noisy counts and task weights) + reg_i + alpha_0 Gamma_x^2 n: an estimate
-        # of the task Hessian's largest eigenvalue built from public values only (so the step
-        # sizes cost no privacy); iterates stay in the solver's ball whatever the step.
-        gx2 = cfg.feature_norm**2
-        if b_items is not None:
-            V = np.hstack([V, (b_items / cfg.bias_feature)[:, None].astype(V.dtype)])
-        L = gx2 * batch.task_sizes * batch.task_weights + reg_items + cfg.unobserved_weight * gx2 * batch.n_units
-        step = 1.0 / np.maximum(L, 1e-12)
-        return self._make_solver(cfg, z, reg_items, init=V, schedule=lambda t, s=step: s)
-
-    # ------------------------------------------------------------------ release / report
-    def privacy_report(self) -> dict:
-        """JSON record of every DpEvent; ``epsilon`` from the calibrating accountant (PLD by default),
-        ``epsilon_rdp`` / ``epsilon_pld`` both given; recompute with ``epsilon_from_report``."""
-        ledger = getattr(self, "ledger_", None)
-        if ledger is None:
-            report = getattr(self, "privacy_report_", None)
-            if report is None:
-                from sklearn.exceptions import NotFittedError
-
-                raise NotFittedError("this DPALS is not fitted yet; call fit(user_items) first")
-            return report
-        report = ledger.report(check_delta(self.delta), accountant=self.accountant)
-        # one relation per report (RELEASE_STATEMENT's); the accountant's composition mode under its own name
-        report["accountant_neighboring"] = report.pop("neighboring")
-        report["method"] = self.method
-        axes = getattr(self, "axes_", None) or {}
-        report.update(
-            release_statement(axes.get("roster") != "noisy count", axes.get("catalogue") != "private selection")
-        )
-        target = check_epsilon(self.epsilon)
-        report["target_epsilon"] = target if math.isfinite(target) else "inf"
-        return report
-
-    def score(self, X, y=None) -> float:
-        """The base class's negative RMSE of held-out ratings (:meth:`FactorizationModel.score`).
-
-        A private model (finite ``epsilon``) scored by scikit-learn's model selection
-        (``GridSearchCV``, ``cross_val_score``, ...) warns once with
-        :class:`~privrec.models._base.PrivateSelectionWarning`: the scores and the choice among
-        candidates spend privacy that no ledger counts (use :func:`privrec.tuning.select_private`).
-        """
-        from ._base import warn_private_selection
-
-        warn_private_selection(self)
-        return super().score(X, y)
-
-    def _personal_mode(self) -> str:
-        """``"loo"`` or ``"fixed"`` (see the ``personal`` parameter)."""
-        if self.personal != "auto":
-            return str(self.personal)
-        private = not math.isinf(check_epsilon(self.epsilon))
-        return "loo" if private and self.feedback != "implicit" else "fixed"
-
-    def _ranking_mode(self) -> str:
-        """``"exposure"`` or ``"rating"`` (see the ``ranking`` parameter)."""
-        if self.feedback == "implicit":
-            return "rating"
-        if self.ranking != "auto":
-            return str(self.ranking)
-        return "exposure" if getattr(self, "item_counts_", None) is not None else "rating"
-
-    def _score_all(self, uvec, ubias):
-        """Ranking scores of :meth:`recommend` (see the ``ranking`` parameter)."""
-        scores = super()._score_all(uvec, ubias)
-        if self._ranking_mode() != "exposure":
-            return scores
-        # the rating noise sigma_y = label_bound / 2 of the bias model's empirical-Bayes prior
-        noise = 0.5 * float((getattr(self, "config_", None) or {}).get("label_bound") or 2.0)
-        exposure, counts = getattr(self, "item_exposure_", None), getattr(self, "item_counts_", None)
-        return exposure_scores(scores, self._global(), noise, exposure, counts)
-
-    def _project_users(self, rows: sp.csr_matrix):
-        """Billboard projection (Krichene et al., ICML 2023, Remark D.1): a ridge fit of a user's own
-        ratings on the released item side (factors and biases); returns ``(user_factors, user_bias)``.
-        With ``personal="loo"`` the user's ridge on the personal part is their own leave-one-out
-        choice (:func:`privrec.models.billboard.shrunk_projection`)."""
-        if self.feedback == "implicit":
-            rows = _binarised(rows)
-        e = float(self.config_["user_reg_exponent"])
-        norm = float(getattr(self, "user_reg_norm_", 1.0))
-        reg = scaled_regularization(np.diff(rows.indptr), float(self.user_regularization_), e, norm)
-        with_bias = self._item_bias() is not None and self.feedback != "implicit"
-        if not with_bias and self.item_factors_.shape[1] == 0:  # popularity prior only: nothing per user
-            return np.zeros((rows.shape[0], 0), dtype=self.item_factors_.dtype), None
-        if with_bias and self._personal_mode() == "loo" and not float(self.unobserved_weight):
-            U, b, _ = shrunk_projection(rows, self.item_factors_, self._item_bias(), self._global(), reg)
-            return U, b
-        return half_step(
-            rows,
-            self.item_factors_,
-            self._item_bias() if with_bias else None,
-            self._global(),
-            reg,
-            float(self.unobserved_weight),
-            with_bias,
-            "cholesky",
-            num_threads=self.num_threads,
-        )
-
-    def _metadata(self) -> dict:
-        return {
-            "privacy_report": self.privacy_report(),
-            "user_reg_norm": float(self.user_reg_norm_),
-            "user_regularization": float(self.user_regularization_),
-            "user_reg_exponent": float(self.config_["user_reg_exponent"]),
-            "label_bound": float(self.config_["label_bound"]),
-            "config": json_safe(self.config_),  # the resolved settings, for describe() / model_card()
-        }
-
-    def _saved_params(self) -> dict:
-        """Parameters written with the release. A private model never carries its noise seed:
-        anyone holding the file could regenerate the noise (SSP's per-chunk streams are spawned
-        from the seed alone) and subtract it."""
-        params = super()._saved_params()
-        if not math.isinf(check_epsilon(self.epsilon)):
-            params["random_state"] = None
-        return params
-
-    def _restore_metadata(self, meta: dict) -> None:
-        if "privacy_report" not in meta:
-            raise ValueError("DPALS model file lacks its privacy report")
-        self.privacy_report_ = meta["privacy_report"]
-        self.user_reg_norm_ = float(meta.get("user_reg_norm", 1.0))
-        if "user_regularization" not in meta:
-            raise ValueError("DPALS model file lacks its user regularization")
-        self.user_regularization_ = float(meta["user_regularization"])
-        saved = meta.get("config", {})  # absent from files written before describe() (issue 27)
-        if not isinstance(saved, dict):
-            raise ValueError("DPALS metadata 'config' must be an object of setting -> value")
-        self.config_ = {
-            **saved,
-            "user_reg_exponent": float(meta.get("user_reg_exponent", 0.0)),
-            "label_bound": float(meta.get("label_bound", 1.0)),
-        }
-        counts = getattr(self, "item_counts_", None)
-        if counts is not None and np.shape(counts) != (self.item_factors_.shape[0],):
-            raise ValueError(f"item_counts_ has shape {np.shape(counts)}, expected ({self.item_factors_.shape[0]},)")
-        exposure = getattr(self, "item_exposure_", None)
-        if exposure is not None and (
-            np.shape(exposure) != (self.item_factors_.shape[0],) or not np.all(np.asarray(exposure) > 0)
-        ):
-            raise ValueError("item_exposure_ must hold one positive value per item")
-        self.item_exposure_ = exposure
-        self.item_counts_ = counts  # None: a file saved before counts were kept
-        if getattr(self, "item_bias_", None) is None:
-            self.item_bias_ = None
-        self.user_bias_ = None
-        self.user_factors_ = None

@@ -27,48 +27,57 @@ protect the file like any other record of consequence (permissions, backups).
 The per-fit delta is not added up: the lifetime guarantee is the single ``(epsilon, delta)`` of
 the composition of every recorded event, at the lifetime delta. A failed fit (an exception inside
 :meth:`Budget.charge`) records nothing: it released nothing.
+
+:class:`Budget` is this module; its parts live beside it: the file format and the checks of every
+read (:mod:`privrec.privacy.budget_file`), the lock (:mod:`privrec.privacy.budget_lock`) and the
+composition of the events (:mod:`privrec.privacy.budget_accounting`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import hashlib
-import json
 import math
 import os
 import threading
-import time
 import warnings
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import dp_accounting
 
-from .._io import atomic_write_json, json_safe
-from .._validation import check_epsilon
-from .ledger import (
-    PrivacyLedger,
-    check_pld_delta,
-    epsilon_from_report,
-    epsilon_of_event,
-    event_to_dict,
-    report_neighboring,
+from .._io import json_safe
+from .budget_accounting import (  # noqa: F401 (re-exported: importable from here, as before the split)
+    _RTOL,
+    ACCOUNTANT,
+    BudgetRelease,
+    Events,
+    _all_events,
+    _all_terms,
+    _as_events,
+    _as_terms,
+    _close,
+    _compose,
+    _float,
+    _fmt,
+    _report_events,
 )
-
-FORMAT = "privrec-budget"
-VERSION = 1
-#: the accountant of every lifetime epsilon (the tightest dp_accounting offers for these events)
-ACCOUNTANT = "pld"
-#: relative tolerance between a stored epsilon and its recomputation (dp_accounting versions may differ
-#: in the last digits; a forged spend is far outside it)
-_RTOL = 1e-4
-
-#: planned or recorded events: ``[(label, DpEvent)]``
-Events = list[tuple[str, dp_accounting.DpEvent]]
+from .budget_file import (  # noqa: F401 (re-exported: importable from here, as before the split)
+    FORMAT,
+    VERSION,
+    BudgetFileError,
+    _BudgetFile,
+    _content,
+    _digest,
+    _new_state,
+    _now,
+    _parse,
+    _State,
+    _valid_event,
+)
+from .budget_lock import _BudgetLock, _check_lock_timeout, _lock_path
+from .ledger import event_to_dict, report_neighboring
 
 
 class BudgetExceededError(RuntimeError):
@@ -88,24 +97,6 @@ class BudgetExceededError(RuntimeError):
         self.n_releases = int(n_releases)
 
 
-class BudgetFileError(ValueError):
-    """A budget file that cannot be trusted: unreadable, malformed, or changed outside privrec."""
-
-
-@dataclass(frozen=True)
-class BudgetRelease:
-    """One recorded release: its label, time (UTC, ISO 8601), events, summary of its own report
-    (method, epsilon, delta, accountant) and the lifetime epsilon spent after it."""
-
-    label: str
-    recorded: str
-    events: Events
-    summary: dict[str, Any] = field(default_factory=dict)
-    spent_after: float = math.nan
-    #: ``(label, delta)`` the release spent outside its events (a partition selection's threshold)
-    delta_terms: tuple = ()
-
-
 @dataclass
 class Charge:
     """What :meth:`Budget.charge` yields: the checked ``plan`` (labelled events), the lifetime epsilon
@@ -119,19 +110,7 @@ class Charge:
     release: BudgetRelease | None = None
 
 
-@dataclass(frozen=True)
-class _State:
-    epsilon: float
-    delta: float
-    neighboring: str
-    description: str
-    created: str
-    releases: tuple[BudgetRelease, ...]
-    spent: float
-    digest: str
-
-
-class Budget:
+class Budget(_BudgetFile, _BudgetLock):
     """A file-backed lifetime privacy budget for one user population (module docstring).
 
     Use :meth:`create`, :meth:`open` or :meth:`open_or_create`; the object holds only the path and
@@ -150,13 +129,11 @@ class Budget:
         if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"a budget path must be a str or os.PathLike, got {type(path).__name__}")
         self.path = Path(path)
-        # one lock per budget file however it is reached (symlinks, relative paths, other folders)
-        real = Path(os.path.realpath(self.path))
-        self.lock_path = real.with_name(real.name + ".lock")
+        self.lock_path = _lock_path(self.path)  # one lock per budget file however it is reached
         self.lock_timeout = _check_lock_timeout(lock_timeout)
         self._thread_lock = threading.RLock()
         self._depth = 0
-        self._cache: tuple[str, _State] | None = None
+        self._cache = None
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -420,87 +397,8 @@ class Budget:
     def lock(self) -> Iterator[Budget]:
         """Exclusive lock on the budget (``flock`` on ``<path>.lock``): re-entrant within this object
         and thread; other processes -- and other ``Budget`` objects on the same file -- wait."""
-        with self._thread_lock:
-            if self._depth:
-                self._depth += 1
-                try:
-                    yield self
-                finally:
-                    self._depth -= 1
-                return
-            try:
-                import fcntl
-            except ImportError:  # pragma: no cover - Windows
-                raise OSError("privacy budget files need POSIX file locking (fcntl), not available here") from None
-            self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                self._acquire(fd, fcntl)
-                self._depth = 1
-                try:
-                    yield self
-                finally:
-                    self._depth = 0
-                    fcntl.flock(fd, fcntl.LOCK_UN)
-            finally:
-                os.close(fd)
-
-    def _acquire(self, fd: int, fcntl) -> None:
-        if self.lock_timeout is None:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            return
-        deadline = time.monotonic() + float(self.lock_timeout)
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(
-                        f"privacy budget {self.path} is locked by another process (waited {self.lock_timeout:g} s)"
-                    ) from None
-                time.sleep(0.05)
-
-    # ------------------------------------------------------------------ file format
-    def _write(self, state: _State) -> None:
-        content = _content(state)
-        content["digest"] = _digest(content)
-        atomic_write_json(self.path, content)
-        self._cache = (content["digest"], dataclasses.replace(state, digest=content["digest"]))
-
-    def _read(self) -> _State:
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise FileNotFoundError(f"budget file {self.path} not found") from None
-        except UnicodeDecodeError:
-            raise BudgetFileError(f"budget file {self.path} is not UTF-8 text: not a privrec budget") from None
-        except IsADirectoryError:
-            raise BudgetFileError(f"budget file {self.path} is a directory, not a privrec budget") from None
-        try:
-            content = json.loads(text)
-        except RecursionError:
-            raise BudgetFileError(
-                f"budget file {self.path} nests its JSON too deeply to be a privrec budget; restore it from a backup"
-            ) from None
-        except json.JSONDecodeError as exc:
-            raise BudgetFileError(
-                f"budget file {self.path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
-                "it may be truncated or corrupted: restore it from a backup"
-            ) from None
-        if not isinstance(content, dict) or content.get("format") != FORMAT:
-            raise BudgetFileError(f'{self.path} is not a privrec budget file (no "format": "{FORMAT}")')
-        digest = content.get("digest")
-        if not isinstance(digest, str) or digest != _digest(content):
-            raise BudgetFileError(
-                f"budget file {self.path}: its content does not match its digest: the file was changed outside "
-                "privrec (a budget file must only be written by privrec); restore it from a backup"
-            )
-        if self._cache is not None and digest == self._cache[0]:
-            return self._cache[1]
-        state = _parse(content, self.path)
-        self._cache = (state.digest, state)
-        return state
+        with self._locked():
+            yield self
 
 
 # ---------------------------------------------------------------------------------------------
@@ -572,244 +470,3 @@ def _shape(X) -> tuple[int, int]:
     raise TypeError(
         f"cannot plan a fit on a {type(X).__name__}: pass a sparse matrix or an Interactions, or the planned events"
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# accounting
-# ---------------------------------------------------------------------------------------------
-
-
-def _as_terms(planned) -> list:
-    """The ``(label, delta)`` terms of a plan object (none for a list of events)."""
-    return [(str(label), float(d)) for label, d in (getattr(planned, "delta_terms", None) or ())]
-
-
-def _all_terms(releases: Iterable[BudgetRelease]) -> list:
-    return [term for r in releases for term in r.delta_terms]
-
-
-def _as_events(planned) -> Events:
-    if not isinstance(planned, (list, tuple)) and hasattr(planned, "events"):  # a plan object (FitPlan)
-        planned = list(planned.events)
-    if isinstance(planned, dp_accounting.DpEvent):
-        return [("planned release", planned)]
-    if isinstance(planned, (str, bytes)) or not isinstance(planned, Iterable):
-        raise TypeError(
-            f"planned events must be a DpEvent or a list of (label, DpEvent) pairs, got {type(planned).__name__}"
-        )
-    out: Events = []
-    for item in planned:
-        if isinstance(item, dp_accounting.DpEvent):
-            out.append(("planned release", item))
-            continue
-        if not isinstance(item, (tuple, list)) or len(item) != 2:
-            raise TypeError(
-                f"planned events are (label, DpEvent) pairs or DpEvents, got {type(item).__name__} {item!r}"
-            )
-        label, event = item
-        if not isinstance(event, dp_accounting.DpEvent):
-            raise TypeError(f"planned events are (label, DpEvent) pairs, got {type(event).__name__} for {label!r}")
-        out.append((str(label), event))
-    return out
-
-
-def _all_events(releases: Iterable[BudgetRelease]) -> Events:
-    return [pair for r in releases for pair in r.events]
-
-
-def _compose(events: Events, delta: float, neighboring: str, terms=()) -> float:
-    """PLD epsilon at ``delta`` of all ``events`` (0 for none), through the ledger's one accounting
-    function (:func:`privrec.privacy.ledger.epsilon_of_event`: canonical form, then PLD); ``terms``:
-    ``(label, delta)`` spent outside the events, paid from ``delta`` first (inf when they exhaust it)."""
-    if not events:
-        return 0.0
-    delta = float(delta) - float(sum(d for _, d in terms))
-    if not delta > 0:
-        return math.inf
-    composed = dp_accounting.ComposedDpEvent([ev for _, ev in events])
-    return epsilon_of_event(composed, delta, ACCOUNTANT, neighboring=neighboring)
-
-
-def _report_events(report) -> tuple[Events, dict[str, Any], list]:
-    """``(events, summary)`` of a privacy report, checked: parseable events, a stated epsilon that
-    its events give (a report whose epsilon was edited is refused)."""
-    if not isinstance(report, dict) or not isinstance(report.get("events"), list):
-        raise ValueError("expected a privacy report (a dict with an 'events' list, e.g. model.privacy_report())")
-    if not report["events"]:
-        raise ValueError("the privacy report has no events: nothing was released privately (a non-private model?)")
-    try:
-        ledger = PrivacyLedger.from_report(report)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"malformed privacy report: {type(exc).__name__}: {exc}") from None
-    summary: dict[str, Any] = {"n_events": len(ledger)}
-    for key in ("method", "epsilon", "delta", "accountant", "target_epsilon"):
-        if key in report:
-            summary[key] = report[key]
-    claimed, delta = report.get("epsilon"), report.get("delta")
-    if claimed is not None and delta is not None:
-        accountant = str(report.get("accountant", "rdp"))
-        actual = epsilon_from_report(report, None)  # the report's own accountant
-        if not _close(_float(claimed), actual):
-            raise ValueError(
-                f"the privacy report states epsilon {claimed} but its events give {_fmt(actual)} "
-                f"({accountant.upper()} at delta {delta}): the report was altered"
-            )
-    return [(e.label, e.event) for e in ledger.entries], summary, list(ledger.delta_terms)
-
-
-# ---------------------------------------------------------------------------------------------
-# (de)serialisation
-# ---------------------------------------------------------------------------------------------
-
-
-def _content(state: _State) -> dict[str, Any]:
-    return json_safe(
-        {
-            "format": FORMAT,
-            "version": VERSION,
-            "description": state.description,
-            "created": state.created,
-            "lifetime": {"epsilon": state.epsilon, "delta": state.delta},
-            "neighboring": state.neighboring,
-            "accountant": ACCOUNTANT,
-            "spent_epsilon": state.spent,
-            "releases": [
-                {
-                    "label": r.label,
-                    "recorded": r.recorded,
-                    "summary": r.summary,
-                    "spent_after": r.spent_after,
-                    "events": [{"label": lab, "event": event_to_dict(ev)} for lab, ev in r.events],
-                    **(
-                        {"delta_terms": [{"label": lab, "delta": d} for lab, d in r.delta_terms]}
-                        if r.delta_terms
-                        else {}
-                    ),
-                }
-                for r in state.releases
-            ],
-        }
-    )
-
-
-def _digest(content: dict[str, Any]) -> str:
-    body = {k: v for k, v in content.items() if k != "digest"}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _parse(content: dict[str, Any], path: Path) -> _State:
-    """Validate a budget file's content (module docstring) and return its state."""
-
-    def bad(what: str) -> BudgetFileError:
-        return BudgetFileError(f"budget file {path}: {what}")
-
-    if content.get("version") != VERSION:
-        raise bad(f"unsupported version {content.get('version')!r} (this privrec reads version {VERSION})")
-    digest = str(content.get("digest"))
-    lifetime = content.get("lifetime")
-    if not isinstance(lifetime, dict):
-        raise bad("no 'lifetime' {epsilon, delta}")
-    try:
-        eps = check_epsilon(lifetime.get("epsilon"), "lifetime epsilon", allow_inf=False)
-        delta = check_pld_delta(lifetime["delta"], "lifetime delta")
-        neighboring = str(content.get("neighboring"))
-        PrivacyLedger(neighboring=neighboring)
-    except KeyError:
-        raise bad("its lifetime has no delta") from None
-    except ValueError as exc:
-        raise bad(str(exc)) from None
-    if content.get("accountant") != ACCOUNTANT:
-        raise bad(f"accountant must be {ACCOUNTANT!r}, got {content.get('accountant')!r}")
-    raw = content.get("releases")
-    if not isinstance(raw, list):
-        raise bad("'releases' must be a list")
-    releases = []
-    for i, r in enumerate(raw, 1):
-        try:
-            ledger = PrivacyLedger.from_report(
-                {"events": r["events"], "neighboring": neighboring, "delta_terms": r.get("delta_terms") or []}
-            )
-            release = BudgetRelease(
-                str(r["label"]),
-                str(r["recorded"]),
-                [(e.label, e.event) for e in ledger.entries],
-                dict(r.get("summary") or {}),
-                _float(r.get("spent_after")),
-                tuple(ledger.delta_terms),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise bad(f"release {i} is malformed ({type(exc).__name__}: {exc})") from None
-        bad_event = next((lab for lab, ev in release.events if not _valid_event(ev)), None)
-        if bad_event is not None:
-            raise bad(f"release {i} has an event with a zero, negative or non-finite noise multiplier ({bad_event!r})")
-        releases.append(release)
-    try:
-        spent = _compose(_all_events(releases), delta, neighboring, _all_terms(releases))
-    except (ArithmeticError, RecursionError, ValueError, TypeError) as exc:
-        raise bad(f"its releases cannot be composed ({type(exc).__name__}: {exc})") from None
-    stored = _float(content.get("spent_epsilon"))
-    if not _close(stored, spent):
-        raise bad(
-            f"it states a spend of epsilon {content.get('spent_epsilon')} but its {len(releases)} releases give "
-            f"{_fmt(spent)}: the file is inconsistent; restore it from a backup"
-        )
-    description, created = str(content.get("description", "")), str(content.get("created", ""))
-    return _State(eps, delta, neighboring, description, created, tuple(releases), spent, digest)
-
-
-def _new_state(epsilon, delta, neighboring: str, description: str) -> _State:
-    """The state of a new budget (lifetime and relation checked), with no release."""
-    eps = check_epsilon(epsilon, "lifetime epsilon", allow_inf=False)
-    d = check_pld_delta(delta, "lifetime delta")
-    PrivacyLedger(neighboring=neighboring)  # validates the relation
-    return _State(eps, d, neighboring, str(description), _now(), (), 0.0, "")
-
-
-def _valid_event(event) -> bool:
-    """A recorded event privrec could have written: Gaussian / Laplace parameters finite and > 0,
-    nested events valid (``NonPrivateDpEvent`` is valid: it makes the spend infinite)."""
-    for name in ("noise_multiplier", "parameter"):
-        value = getattr(event, name, None)
-        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-            return False
-    inner = getattr(event, "events", None)
-    if inner is not None:
-        return all(_valid_event(e) for e in inner)
-    nested = getattr(event, "event", None)
-    if isinstance(nested, dp_accounting.DpEvent):
-        return _valid_event(nested)
-    return True
-
-
-def _check_lock_timeout(value) -> float | None:
-    """``lock_timeout``: ``None`` or a finite number of seconds >= 0 (one-line ``ValueError`` /
-    ``TypeError`` naming it otherwise: a NaN would wait forever)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"lock_timeout must be a number of seconds or None, got {type(value).__name__} {value!r}")
-    if not math.isfinite(float(value)) or value < 0:
-        raise ValueError(f"lock_timeout must be a finite number of seconds >= 0 or None, got {value!r}")
-    return float(value)
-
-
-def _float(v) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def _close(a: float, b: float) -> bool:
-    if math.isinf(a) or math.isinf(b):
-        return a == b
-    return math.isclose(a, b, rel_tol=_RTOL, abs_tol=1e-9)
-
-
-def _fmt(eps: float) -> str:
-    return "inf" if math.isinf(eps) else f"{eps:.4g}"
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")

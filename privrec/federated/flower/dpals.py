@@ -48,7 +48,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -58,8 +58,8 @@ from flwr.app import Array, ArrayRecord, Context, Message
 
 from ..._params import _param_fingerprint
 from ...allocation import stable_user_keys
+from ...distributed.driver_stages import release_attributes
 from ...distributed.fit import (
-    _Driver,
     _prepare,
     _release_blocks,
     _sampled_counts,
@@ -76,6 +76,8 @@ from ...solvers._linalg import as_task_array
 from ...tuning.auto import run_automatic_selection
 from ...tuning.plan import plan_fit
 from ._common import DEFAULT_WAIT, Fault, Federation, check_fault, config_of, content, read_arrays, summed
+from .dpals_messages import _RELEASE_ARRAYS as _RELEASE_ARRAYS
+from .dpals_messages import _config_from_json, _config_json, _opt_int, _release_message, _release_model
 
 APP = "dpals"
 
@@ -135,29 +137,6 @@ def load_shard(path) -> Shard:
         return Shard(int(f["index"]), f["user_ids"], m)
 
 
-# ---------------------------------------------------------------------- configuration on the wire
-
-
-def _config_json(cfg) -> str:
-    out = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
-    out["dtype"] = np.dtype(cfg.dtype).name
-    return json.dumps(out)
-
-
-def _config_from_json(text: str):
-    from ...models.dpals import DPALSConfig
-
-    raw = json.loads(text)
-    raw["dtype"] = np.dtype(raw["dtype"])
-    if raw.get("rating_range") is not None:
-        raw["rating_range"] = tuple(raw["rating_range"])
-    return DPALSConfig(**raw)
-
-
-def _opt_int(text: str) -> int | None:
-    return None if text == "" else int(text)
-
-
 # ---------------------------------------------------------------------- the client
 
 
@@ -214,48 +193,6 @@ def _holdout(shard: Shard, R: sp.csr_matrix, config: dict[str, Any]) -> tuple[sp
         stable_user_keys(shard.user_ids),
     )
     return train.astype(np.float32), held
-
-
-#: the release arrays a client needs to project its users (the billboard projection)
-_RELEASE_ARRAYS = ("item_factors_", "item_bias_")
-
-
-def _release_model(config: dict[str, Any], values: dict):
-    """A DPALS holding a candidate's release, for the clients' own projections (post-processing)."""
-    from ...models.dpals import DPALS
-
-    meta = json.loads(str(config["release"]))
-    model = DPALS(
-        epsilon=float(meta["epsilon"]),
-        feedback=str(meta["feedback"]),
-        personal=str(meta["personal"]),
-        unobserved_weight=float(meta["unobserved_weight"]),
-        num_threads=1,
-    )
-    model.item_factors_ = np.asarray(values["item_factors_"])
-    model.item_bias_ = np.asarray(values["item_bias_"]) if "item_bias_" in values else None
-    model.global_mean_ = np.asarray(float(meta["global_mean"]))
-    model.user_reg_norm_ = float(meta["user_reg_norm"])
-    model.user_regularization_ = float(meta["user_regularization"])
-    model.config_ = {"user_reg_exponent": float(meta["user_reg_exponent"]), "label_bound": float(meta["label_bound"])}
-    return model
-
-
-def _release_message(model) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """``(config, arrays)`` sending ``model``'s release to the clients (:func:`_release_model`)."""
-    meta = {
-        "epsilon": float(model.epsilon),
-        "feedback": str(model.feedback),
-        "personal": str(model.personal),
-        "unobserved_weight": float(model.unobserved_weight),
-        "global_mean": float(model.global_mean_),
-        "user_reg_norm": float(model.user_reg_norm_),
-        "user_regularization": float(model.user_regularization_),
-        "user_reg_exponent": float(model.config_["user_reg_exponent"]),
-        "label_bound": float(model.config_["label_bound"]),
-    }
-    arrays = {name: np.asarray(getattr(model, name)) for name in _RELEASE_ARRAYS if getattr(model, name) is not None}
-    return {"release": json.dumps(meta)}, arrays
 
 
 def client_answer(shard: Shard, config: dict[str, Any], values: dict, state) -> tuple[dict, dict]:
@@ -548,8 +485,9 @@ def _fit_plan(model, fed: Federation, plan, shape: tuple[int, int], part: dict[s
     # 4. ledger check and the Dask fit's release (the local fit's, without user factors) --------
     ledger = pipe.finish()
     catalogue = SimpleNamespace(item_ids=np.arange(n_items), info={}, n_items=n_items)  # the clients' columns, no ids
-    driver = SimpleNamespace(model=model, als=False, parts=catalogue)
-    _Driver._release(cast(Any, driver), cfg, cal, ledger, head, counts, V, b_items, mu, 1.0, 1.0, n_users, n_items)
+    release_attributes(
+        model, catalogue, cfg, cal, ledger, head, counts, V, b_items, mu, 1.0, 1.0, n_users, n_items, als=False
+    )
     model.fit_timings_ = {"preprocess": t_pre, "steps": step_times, "projection": 0.0}
     return model
 
