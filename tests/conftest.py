@@ -1,4 +1,7 @@
-"""Test-wide settings: parsed-data caches go to a temporary folder, never into the checkout."""
+"""Test-wide settings: parsed-data caches go to a temporary folder, never into the checkout; under
+pytest-xdist (README: ``-n 2``) whole modules go to a worker, those with a ``slow`` test first."""
+
+import os
 
 import pytest
 
@@ -28,7 +31,9 @@ _ORDER = pytest.StashKey[int]()
 _SPAN: dict = {}
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the order the scheduler hands out
+        items[:] = _slow_modules_first(items)
     uses = [i for i, item in enumerate(items) if "client" in getattr(item, "fixturenames", ())]
     _SPAN["first"], _SPAN["last"] = (uses[0], uses[-1]) if uses else (0, -1)
     for i, item in enumerate(items):
@@ -70,3 +75,43 @@ def client():
     with distributed.Client(_CLUSTER["cluster"]) as c:
         c.wait_for_workers(2, timeout=120)
         yield c
+
+
+# ---------------------------------------------------------------- pytest-xdist: whole modules, slow ones first
+def _uses_client(item) -> bool:
+    return "client" in getattr(item, "fixturenames", ())
+
+
+def _slow_modules_first(items):
+    """``items`` by module: modules holding a ``slow`` test first, then by number of tests (most
+    first, xdist's own order), the modules that share the Dask cluster next to each other; the
+    order inside a module is kept. The longest runs start first and the short modules fill the end."""
+    modules: dict = {}
+    for item in items:
+        modules.setdefault(item.path, []).append(item)
+    rank = {m: (not any(t.get_closest_marker("slow") for t in ts), -len(ts), 1) for m, ts in modules.items()}
+    cluster = [m for m, ts in modules.items() if any(_uses_client(t) for t in ts)]
+    if cluster:  # one block at the rank of the first of them
+        first = min(rank[m] for m in cluster)
+        rank.update(dict.fromkeys(cluster, (*first[:2], 0)))
+    order = sorted(modules, key=rank.__getitem__)  # stable: ties keep the collection order
+    return [item for m in order for item in modules[m]]
+
+
+def _dist_given(config) -> bool:
+    words = [*map(str, config.invocation_params.args), *config.getini("addopts")]
+    words += os.environ.get("PYTEST_ADDOPTS", "").split()
+    return any(w.split("=")[0] == "--dist" for w in words)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: unknown (and unused) without it
+def pytest_xdist_make_scheduler(config, log):
+    """``-n N`` without ``--dist``: one module at a time per worker (``--dist loadfile``), so a module's
+    fixtures (a Ray simulation, the Dask cluster, a benchmark run) start once, in the order of
+    :func:`_slow_modules_first` (xdist's own reordering by size is off). An explicit ``--dist`` wins."""
+    if _dist_given(config):
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    config.option.loadscopereorder = False
+    return LoadFileScheduling(config, log)

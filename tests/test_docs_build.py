@@ -28,6 +28,7 @@ PAGES = [
 ]
 
 
+@pytest.mark.slow  # a Sphinx build of the whole site
 def test_docs_build_with_warnings_as_errors(tmp_path):
     pytest.importorskip("sphinx")
     pytest.importorskip("myst_parser")

@@ -107,6 +107,7 @@ def assert_same_release(fed, local, tol=1e-4):
 # ---------------------------------------------------------------------- simulation runtime (Ray)
 
 
+@pytest.mark.slow  # the module's one run of the simulation runtime (Ray)
 def test_simulated_dpals_equals_local_fit(simulated):
     results, R, _, _ = simulated
     local = DPALS(**SETTINGS).fit(R, show_progress=False)
@@ -123,6 +124,7 @@ def test_simulated_dpals_equals_local_fit(simulated):
     assert fed.recommend(0, R[0], N=5)[0].tolist() == local.recommend(0, R[0], N=5)[0].tolist()
 
 
+@pytest.mark.slow  # the module's one run of the simulation runtime (Ray)
 def test_simulated_dpals_retried_client_gives_the_same_answer(simulated):
     results, R, _, _ = simulated
     retry, plain = results["dpals-retry"], results["dpals"]
@@ -134,6 +136,7 @@ def test_simulated_dpals_retried_client_gives_the_same_answer(simulated):
     assert retry.federation_["short_rounds"] == []
 
 
+@pytest.mark.slow  # the module's one run of the simulation runtime (Ray)
 def test_simulated_dpals_dropped_client_leaves_its_users_out(simulated):
     """Client 7 answers the roster and then nothing: every release runs without its users, which is
     the local fit on the same roster with those users' ratings removed (the zero-out neighbour);
@@ -153,6 +156,7 @@ def test_simulated_dpals_dropped_client_leaves_its_users_out(simulated):
     assert drop.privacy_report()["epsilon"] == results["dpals"].privacy_report()["epsilon"]
 
 
+@pytest.mark.slow  # the module's one run of the simulation runtime (Ray)
 def test_simulated_mb_sgd_equals_local_bit_for_bit(simulated):
     results, _, silos, _ = simulated
     local = mb_sgd(silos, LOSS, n_available=4, silo_streams=True, **MB)
@@ -165,6 +169,7 @@ def test_simulated_mb_sgd_equals_local_bit_for_bit(simulated):
     assert rounds["round 3"]["retries"] == 1
 
 
+@pytest.mark.slow  # the module's one run of the simulation runtime (Ray)
 def test_simulated_mb_sgd_dropped_silo(simulated):
     """Silo 5 is silent in round 2: the server averages the other nine there; silo 5 sent one message
     fewer, which its own ledger records (its epsilon is below its budget)."""

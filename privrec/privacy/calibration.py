@@ -17,18 +17,29 @@ reported epsilon of a calibrated fit is never above its target. Targets below
 (private counts, centering) and the rest on training. "Fraction of the budget" is measured as
 in Krichene et al. (App. D.1): the share of the *RDP budget*, i.e. of the total zCDP rho = sum of
 1 / (2 z_k^2) over the Gaussian releases, so the split holds at every RDP order at once.
+
+The accountant's epsilon of each event a calibration tries is memoised for the process
+(:func:`memoised_epsilon`, :data:`EPSILON_MEMO`): a refit, a grid search or a test suite that
+calibrates the same events again reads the same numbers instead of recomputing them. The memo
+key is the event's exact structure (every field of every nested event, floats by their bits)
+with every other input of the accountant, so a memoised value is the value the accountant
+returns for those inputs; ``clear_calibration_cache()`` empties it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
+import attr
 import dp_accounting
 import numpy as np
 
 from .._validation import check_delta, check_epsilon, check_fraction
+from . import ledger
 from .ledger import DEFAULT_RDP_ORDERS, check_pld_delta, epsilon_of_event
 from .mechanisms import compose
 
@@ -107,7 +118,7 @@ def calibrate_noise_multiplier(
     def eps(z: float) -> float:
         if epsilon_fn is not None:
             return float(epsilon_fn(build_event(z)))
-        return epsilon_of_event(build_event(z), delta, accountant, orders, neighboring)
+        return memoised_epsilon(build_event(z), delta, accountant, orders, neighboring)
 
     hi = 1.0
     if accountant == "pld" and epsilon_fn is None:
@@ -231,7 +242,7 @@ def calibrate_with_split(
             return build_train_event(s)
 
     s = calibrate_noise_multiplier(target, delta, build, accountant, orders, rtol=rtol)
-    eps = epsilon_of_event(build(s), delta, accountant, orders)
+    eps = memoised_epsilon(build(s), delta, accountant, orders)
     return SplitCalibration(ratio * s, s, f, eps, delta)
 
 
@@ -242,3 +253,126 @@ def suggested_delta(n_users: int) -> float:
     """
     n = max(1, int(n_users))
     return 10.0 ** math.floor(math.log10(0.01 / n))
+
+
+# ------------------------------------------------------------------------------------------
+# The process-wide memo of the accountant's epsilon.
+# ------------------------------------------------------------------------------------------
+
+
+class _Unkeyable(TypeError):
+    """A value without an exact structural key (an array, a foreign object): never memoised."""
+
+
+def _value_key(value) -> Hashable:
+    t = type(value)
+    if attr.has(t):  # a DpEvent: its type and every field, in declaration order
+        return (
+            t.__module__,
+            t.__qualname__,
+            tuple((f.name, _value_key(getattr(value, f.name))) for f in attr.fields(t)),
+        )
+    if t in (float, np.float64, np.float32, np.float16):
+        return (t.__name__, float(value).hex())  # the bits: -0.0 and 0.0 differ
+    if value is None or t in (bool, int, str) or isinstance(value, np.integer):
+        return (t.__name__, value)
+    if t in (list, tuple):
+        return (t.__name__, tuple(_value_key(v) for v in value))
+    raise _Unkeyable(t.__name__)
+
+
+def event_key(event) -> Hashable | None:
+    """An exact, hashable key of a (possibly nested) DpEvent, or ``None`` if it has none.
+
+    Two events have the same key only if they are of the same types with equal fields all the
+    way down: floats compared by their bits (``float.hex``), ints, bools and strings with their
+    type, lists and tuples element by element. An event holding anything else (an array, an
+    object that is not a DpEvent) has no key and is never memoised.
+    """
+    try:
+        return _value_key(event)
+    except _Unkeyable:
+        return None
+
+
+class EpsilonMemo:
+    """A bounded (least recently used first out), thread-safe memo of pure epsilon functions.
+
+    ``get(key, compute)`` returns the value stored under ``key``, else ``compute()``, stored;
+    ``key=None`` always computes. Exceptions are not stored.
+    """
+
+    def __init__(self, maxsize: int = 16384):
+        self.maxsize = int(maxsize)
+        self._values: OrderedDict[Hashable, float] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: Hashable | None, compute: Callable[[], float]) -> float:
+        if key is None:
+            return compute()
+        with self._lock:
+            if key in self._values:
+                self._values.move_to_end(key)
+                self.hits += 1
+                return self._values[key]
+        value = compute()
+        with self._lock:
+            self.misses += 1
+            self._values[key] = value
+            if len(self._values) > self.maxsize:
+                self._values.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._values.clear()
+            self.hits = self.misses = 0
+
+    def info(self) -> dict[str, int]:
+        """``{"hits", "misses", "size", "maxsize"}``."""
+        with self._lock:
+            return {"hits": self.hits, "misses": self.misses, "size": len(self._values), "maxsize": self.maxsize}
+
+
+#: The process's memo of calibration epsilons (this module's and the federated calibration's).
+EPSILON_MEMO = EpsilonMemo()
+
+
+def clear_calibration_cache() -> None:
+    """Empty :data:`EPSILON_MEMO` (and its counters)."""
+    EPSILON_MEMO.clear()
+
+
+def _ledger_settings() -> tuple:
+    """The ledger's numeric settings (``PLD_MAX_EPSILON``, ``PLD_RELATIVE_INTERVAL``, ...) as they
+    are now: part of every key, since :func:`epsilon_of_event` reads them."""
+    return tuple(
+        (name, value)
+        for name, value in vars(ledger).items()
+        if name.lstrip("_").isupper() and type(value) in (int, float, tuple)
+    )
+
+
+def memoised_epsilon(
+    event: dp_accounting.DpEvent,
+    delta: float,
+    accountant: str = "rdp",
+    orders=DEFAULT_RDP_ORDERS,
+    neighboring: str = "add_or_remove_one",
+) -> float:
+    """:func:`privrec.privacy.ledger.epsilon_of_event` of these arguments, memoised in :data:`EPSILON_MEMO`.
+
+    The key holds every input of that pure function: the event's exact structure
+    (:func:`event_key`), delta, the accountant, the RDP orders, the neighbouring relation, the
+    ledger's numeric settings and the function itself; an input without an exact key (an event
+    holding an array) is computed afresh.
+    """
+    key = event_key(event)
+    try:
+        args = _value_key((delta, accountant, tuple(orders), neighboring))
+    except TypeError:  # orders that are not a sequence of plain numbers: no exact key
+        key = None
+    memo_key = None if key is None else ("epsilon_of_event", epsilon_of_event, key, args, _ledger_settings())
+    return EPSILON_MEMO.get(memo_key, lambda: epsilon_of_event(event, delta, accountant, orders, neighboring))

@@ -61,6 +61,7 @@ from ...privacy import (
     gaussian_event,
     poisson_subsampled_gaussian_event,
 )
+from ...privacy.calibration import EPSILON_MEMO, event_key
 
 # Calibration runs the accountant at a subset of the ledger's RDP orders: the integers 2..63,
 # where dp_accounting's subsampled-Gaussian RDP is fast (fractional orders need a slow series).
@@ -110,13 +111,21 @@ def pld_replace_one_epsilon(event: dp_accounting.DpEvent, delta: float, interval
 
     Called directly (not through :func:`privrec.privacy.epsilon_of_event`) so that no RDP
     evaluation is attempted first: RDP cannot compose Poisson-sampled events under replace-one.
+    Memoised for the process on all three inputs (the event's exact structure, delta, interval) in
+    :data:`privrec.privacy.calibration.EPSILON_MEMO`.
     """
     delta = check_delta(delta)
-    acc = pld.PLDAccountant(
-        neighboring_relation=NeighboringRelation.REPLACE_ONE, value_discretization_interval=float(interval)
-    )
-    acc.compose(event)
-    return float(acc.get_epsilon(delta))
+    interval = float(interval)
+
+    def compute() -> float:
+        acc = pld.PLDAccountant(
+            neighboring_relation=NeighboringRelation.REPLACE_ONE, value_discretization_interval=interval
+        )
+        acc.compose(event)
+        return float(acc.get_epsilon(delta))
+
+    key = event_key(event)
+    return EPSILON_MEMO.get(None if key is None else ("pld_replace_one", key, delta.hex(), interval.hex()), compute)
 
 
 def _calibrate_pld(epsilon: float, delta: float, build, rtol: float = 0.005) -> float:
