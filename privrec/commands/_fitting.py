@@ -60,8 +60,25 @@ def on_split_axis(model, split):
     return on_item_axis(model, columns_of(model.item_ids_, ids), n_items)
 
 
+def command_model(split, method, epsilon, delta, params, seed):
+    """The (unfitted) model a command fits on ``split``: ``method="als"`` is the non-private yardstick
+    (implicit-feedback ALS on held-out users: ``X.make_yardstick``), any other a private model."""
+    if method == "als":
+        return X.make_yardstick(split.train.shape, split.protocol, params, seed)
+    return X.make_model(method, epsilon, delta, params, seed, split.protocol)
+
+
 def _fit_model(
-    split, method, epsilon, delta, params, seed, show_progress: bool, charged: dict | None = None, after_fit=None
+    split,
+    method,
+    epsilon,
+    delta,
+    params,
+    seed,
+    show_progress: bool,
+    charged: dict | None = None,
+    after_fit=None,
+    model=None,
 ):
     """``(model, fit seconds)`` for ``run_experiment(fitted=...)``: progress bars only when asked
     (models whose ``fit`` shows progress by default, as implicit's, stay quiet under --json / -q).
@@ -74,10 +91,8 @@ def _fit_model(
     import inspect
     import time
 
-    if method == "als":  # the non-private yardstick: implicit-feedback ALS on held-out users (X.make_yardstick)
-        model = X.make_yardstick(split.train.shape, split.protocol, params, seed)
-    else:
-        model = X.make_model(method, epsilon, delta, params, seed, split.protocol)
+    if model is None:  # else the caller's command_model(...) of the same arguments (checked for memory first)
+        model = command_model(split, method, epsilon, delta, params, seed)
     kwargs = (
         {"show_progress": bool(show_progress)} if "show_progress" in inspect.signature(model.fit).parameters else {}
     )

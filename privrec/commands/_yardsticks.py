@@ -301,6 +301,17 @@ def _ranking_yardstick(split, threshold: float | None, overrides: dict, seed: in
     }
 
 
+def yardstick_als_params(params: dict, model, explicit: bool) -> dict:
+    """The non-private ALS yardstick's parameters: the private model's factors / iterations when given
+    (a bias-only model's factors = 0 has no ALS twin) and, for explicit ratings, its declared rating
+    range (the explicit ALS's rating scale: :mod:`privrec.models.als`)."""
+    als_params = {k: params[k] for k in ("factors", "iterations") if params.get(k)}
+    declared = getattr(model, "rating_range", None)
+    if explicit and declared is not None:
+        als_params = {**als_params, "rating_range": tuple(float(v) for v in declared)}
+    return als_params
+
+
 def _want_als(args, method: str | None, nnz: int) -> bool:
     if method == "als":
         return False
@@ -340,12 +351,8 @@ def _baselines(
         }
     out["als"] = None
     if _want_als(args, method, split.train.nnz):
-        # the private model's factors / iterations when given (a bias-only model's factors = 0 has no ALS twin)
-        als_params = {k: params[k] for k in ("factors", "iterations") if params.get(k)}
-        same = " (same factors, iterations)" if als_params else ""
-        declared = getattr(model, "rating_range", None)
-        if explicit and declared is not None:  # the explicit ALS's rating scale (models/als.py)
-            als_params = {**als_params, "rating_range": tuple(float(v) for v in declared)}
+        als_params = yardstick_als_params(params, model, explicit)
+        same = " (same factors, iterations)" if any(k in als_params for k in ("factors", "iterations")) else ""
         seed = _yardstick_seed(args)
         fitted = _fit_model(split, "als", None, None, als_params, seed, False)
         given = getattr(args, "yardstick_users", None)

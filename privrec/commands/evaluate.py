@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..evaluation import experiment as X
 from ._data import _check_data_args, _data_args, _load, _load_model, _split
+from ._memory import check_command_memory, run_stages
 from ._parsers import _out_args, add_command
 from ._running import CommandError, _run
 from ._yardsticks import _add_ranking, _baselines, _compare_args
@@ -58,8 +59,10 @@ def _evaluate(args) -> int:
             f"model has {model.item_factors_.shape[0]} items but dataset {name} has "
             f"{split.train.shape[1]}; evaluate on the dataset it was fitted on"
         )
-    ev = X.evaluate_split(model, split)
     method = getattr(model, "method", None) if hasattr(model, "privacy_report") else "als"
+    stages = run_stages(args, split, model, {}, method or type(model).__name__.lower(), True, fit=False)
+    estimate = check_command_memory(stages, "privrec evaluate")  # before any ranking or yardstick fit
+    ev = X.evaluate_split(model, split)
     res = {
         "dataset": name,
         "model": str(args.model),
@@ -75,6 +78,7 @@ def _evaluate(args) -> int:
     res["baselines"] = _baselines(args, split, name, res["method"], {}, model, _is_private_release(res), threshold)
     report = res["privacy_events"] if res["privacy_events"].get("events") else None
     res["privacy_summary"] = privacy_paragraph(report, getattr(model, "feedback", "explicit"), width=None)
+    res["memory_estimate_mb"] = estimate["peak_mb"]
     res["warnings"] = list(args._warnings)
     _add_description(res, model)
     res = separate_non_private(res)

@@ -21,10 +21,12 @@ from pathlib import Path
 import numpy as np
 
 from ..evaluation import experiment as X
+from ..evaluation.memory import run_memory
 from ..privacy.budget import Budget, BudgetExceededError
 from ..privacy.ledger import check_pld_delta
 from ._data import _check_data_args, _data_args, _load, _split
-from ._fitting import _fit_model
+from ._fitting import _fit_model, command_model
+from ._memory import check_command_memory, run_stages
 from ._parsers import _out_args, add_command
 from ._paths import _check_output_path
 from ._running import CommandError, _progress_enabled, _run, _Stages, _warn
@@ -356,7 +358,7 @@ def _save_model(args, split, model) -> None:
         ) from None
 
 
-def _dry_run(args, split, epsilon, delta, params) -> int:
+def _dry_run(args, split, epsilon, delta, params, memory) -> int:
     """``--dry-run``: the plan of the fit (public inputs: settings and the training shape), and with
     ``--budget-file`` the lifetime spend it would bring; nothing is fitted, released or charged."""
     from .._io import json_safe
@@ -379,6 +381,14 @@ def _dry_run(args, split, epsilon, delta, params) -> int:
                 "spent": budget.spent(),
                 "after_this_fit": budget.total_with(plan),
             }
+    est = run_memory(memory)
+    out["memory"] = {
+        "estimated_peak_mb": round(est["peak_bytes"] / (1 << 20), 1),
+        "peak_stage": est["peak_stage"],
+        "limit_mb": round(est["limit_bytes"] / (1 << 20), 1),
+        "within_limit": est["peak_bytes"] <= est["limit_bytes"],
+        "stages_mb": {k: round(v / (1 << 20), 1) for k, v in est["stages"].items()},
+    }
     if args.json:
         _print_json(json_safe(out))
         return 0
@@ -410,6 +420,12 @@ def _dry_run(args, split, epsilon, delta, params) -> int:
             f"budget    {b['file']}: spent {b['spent']:.4g} of {b['lifetime_epsilon']:.4g}; after this fit "
             f"{b['after_this_fit']:.4g}"
         )
+    mem = out["memory"]
+    print(
+        f"memory    about {mem['estimated_peak_mb'] / 1024:.3g} GB at its peak, in {mem['peak_stage']} (limit "
+        f"{mem['limit_mb'] / 1024:.3g} GB{'' if mem['within_limit'] else ': the run would be refused'}; estimated "
+        "from the exact data sizes)"
+    )
     print("dry run   nothing was fitted, released or charged")
     return 0
 
@@ -454,9 +470,14 @@ def _fit(args) -> int:
                 _warn(args, msg)
         if args.ratings is not None:  # undeclared axes are released privately (add/remove DP; _fitting.fit_input)
             split.info["axes"] = {"roster": args.users is not None, "catalogue": args.items is not None}
+        model_delta = delta if private else None
+        unfitted = command_model(split, args.method, epsilon, model_delta, params, _noise_seed(args))
+        memory = run_stages(args, split, unfitted, params, args.method, evaluate)
         if getattr(args, "dry_run", False):
             stages.close()
-            return _dry_run(args, split, epsilon, delta if private else None, params)
+            return _dry_run(args, split, epsilon, model_delta, params, memory)
+        what = "privrec fit" + (" --evaluate" if evaluate else "")
+        estimate = check_command_memory(memory, what)  # before the fit: a refused run spends and writes nothing
         charged = None
         if args.budget_file is not None:
             label = args.budget_label or f"privrec fit --method {args.method} --epsilon {epsilon:g} on {name}"
@@ -474,6 +495,7 @@ def _fit(args) -> int:
             _progress_enabled(args),
             charged,
             after_fit=(lambda m: _save_model(args, split, m)) if args.output else None,
+            model=unfitted,
         )
         from ._fitting import on_split_axis
 
@@ -504,6 +526,7 @@ def _fit(args) -> int:
         res["budget"] = _budget_result(charged)
     res["seed"] = args.seed
     res["noise_seed"] = _noise_seed(args)
+    res["memory_estimate_mb"] = estimate["peak_mb"]
     feedback = getattr(model, "feedback", "explicit")
     report = res["privacy_events"] if private else None
     res["privacy_summary"] = privacy_paragraph(report, feedback, _noise_seed(args) if private else None, width=None)

@@ -43,6 +43,7 @@ NON_PRIVATE_KEYS = (
     "bucket_items",
     "baselines",
     "peak_memory_mb",
+    "memory_estimate_mb",
 )
 NON_PRIVATE_NOTE = (
     "exact figures computed from the data (sizes, evaluation on the held-out data, per-bucket tables "
@@ -357,7 +358,9 @@ def _print_non_private(res: dict) -> None:
     if peak is None:
         peak = peak_memory_mb()
     if math.isfinite(_as_float(peak)):
-        times.append(f"peak memory {_as_float(peak) / 1024:.2f} GB")
+        estimated = ev.get("memory_estimate_mb")
+        about = f" (estimated beforehand: {_as_float(estimated) / 1024:.2f} GB)" if estimated is not None else ""
+        times.append(f"peak memory {_as_float(peak) / 1024:.2f} GB{about}")
     if times:
         print(f"{MARK} timings  " + ", ".join(times))
     print(

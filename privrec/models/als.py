@@ -42,6 +42,7 @@ from ..privacy import make_rng
 from ..solvers.memory import check_fit_memory
 from ..solvers.ridge import _blas_single_thread, frequency_regularization, scaled_regularization, solve_rows
 from ._base import FactorizationModel, check_fit_matrix, check_rating_range
+from .fit_memory import als_memory_options
 
 _SOLVERS = ("cholesky", "cg")
 
@@ -379,9 +380,7 @@ class ALS(Hyperparameters, FactorizationModel):
             self.factors,
             dtype.itemsize,
             "ALS",
-            gravity=implicit or self.unobserved_weight > 0,
-            ridge_positive=self.regularization > 0,
-            num_threads=self.num_threads,
+            **als_memory_options(self),
         )
         scale = self._rating_scale(R)  # the resolved value is rating_scale_ (config_ keeps the parameter)
         if scale != 1.0:  # fit on the reference scale (module docstring); scaled back below

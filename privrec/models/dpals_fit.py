@@ -18,6 +18,7 @@ from ..solvers import make_solver
 from ..solvers.memory import check_fit_memory
 from .dpals_config import binarised, check_overflow
 from .dpals_release import item_side, release_item_side
+from .fit_memory import dpals_memory_options
 
 __all__ = ["run_fit"]
 
@@ -39,10 +40,7 @@ def run_fit(model, R_full: sp.csr_matrix, user_keys, plan, show_progress: bool =
         cfg.factors,
         cfg.dtype.itemsize,
         "DPALS",
-        item_step=cfg.solver if cfg.private else "ridge",
-        gravity=cfg.unobserved_weight > 0,
-        ridge_positive=cfg.user_reg > 0 and (cfg.private or cfg.reg > 0),
-        num_threads=model.num_threads,
+        **dpals_memory_options(cfg, model.num_threads),
     )
     if cfg.implicit:
         R_full = binarised(R_full)
