@@ -8,7 +8,10 @@ in the local fit's order (see :mod:`privrec.distributed.fit` for what runs where
   :func:`~privrec.distributed.reduce_item_blocks`, or the exact solve at epsilon = inf) and the
   ledger record, with what every step reads in a :class:`Sweep`;
 * :func:`release_attributes` and :func:`set_ids` -- the local fit's release attributes, without
-  user factors (the Flower server releases through them too).
+  user factors (the Flower server releases through them too);
+* :func:`public_users` -- the user count the rules of a fit read (the declared roster's size, or
+  the noisy count of an undeclared one), and :func:`catalogue_declared` -- whether a partitioned
+  table's item axis is a declared catalogue.
 
 ``driver`` is the :class:`~privrec.distributed.fit._Driver` of the fit: its client, task keys,
 per-partition submission, tree sums and shared values (``driver.share``).
@@ -276,20 +279,36 @@ def release_attributes(
     set_ids(model, parts)
 
 
+def public_users(plan, n_users: int) -> tuple[Any, int]:
+    """``(users, rule_users)``: the user count the rules of ``plan``'s fit read on ``n_users``
+    users -- the declared roster's size (``n_users`` itself, as before the axes' releases existed),
+    or, as the local fit (:func:`privrec.models.dpals_fit.run_fit`), the noisy count of an
+    undeclared roster (``plan.public_users``; rounded, at least 1, where a rule needs an integer)."""
+    if plan is None or (plan.users_released is None and int(plan.n_users) == int(n_users)):
+        return n_users, n_users
+    users = plan.public_users if plan.n_users > 0 else float(n_users)
+    return users, max(1, int(round(users)))
+
+
+def catalogue_declared(parts) -> bool:
+    """Whether the item axis of ``parts`` is the declared public catalogue it was built with (given
+    ids, unchanged by fingerprint), as the local fit reads an ``Interactions``."""
+    from ..data.frames import vocabulary_fingerprint
+
+    info = parts.info
+    return info.get("item_vocabulary") == "given" and info.get("item_vocabulary_sha256") == vocabulary_fingerprint(
+        np.asarray(parts.item_ids)
+    )
+
+
 def set_ids(model, parts: PartitionedInteractions) -> None:
     """Id maps as FactorizationModel's fit wrapper sets them (fit_input of an Interactions)."""
-    from ..data.frames import vocabulary_fingerprint
     from ..models._base import _is_identity_ids
 
     n_items = parts.n_items
     item_ids = np.asarray(parts.item_ids)
     item_ids_or_none = None if _is_identity_ids(item_ids, n_items) else item_ids
-    info = parts.info
-    given = (
-        item_ids_or_none is not None
-        and info.get("item_vocabulary") == "given"
-        and info.get("item_vocabulary_sha256") == vocabulary_fingerprint(item_ids)
-    )
+    given = item_ids_or_none is not None and catalogue_declared(parts)
     model.user_factors_ = None
     model.user_bias_ = None
     model.user_ids_ = None

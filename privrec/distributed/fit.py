@@ -33,6 +33,14 @@ ledger, the noise scales and the privacy report are identical. For a fixed ``(n_
 distributed run is bit-identical across schedules, retries and lost workers (every task is pure
 and every random draw is an argument).
 
+Undeclared axes (``DPALS(axes="release")``, add/remove DP): before the stages above the driver
+releases the noisy user count and, unless ``items`` declared the catalogue, the private item
+selection -- each partition returns its users' weighted per-item counts (keyed on their ids), the
+driver tree-sums them and releases with the local fit's mechanisms and draws
+(:func:`privrec.models.dpals_axes.release_axes`) -- then plans from them
+(:func:`~privrec.models.dpals_axes.plan_on_axes`) and runs that plan on blocks restricted to the
+selected items (built where each partition lives).
+
 Not gathered: ``user_factors_`` (``None``): project users from their own histories with
 ``transform`` / ``partial_fit_users`` / ``recommend(userid, user_items)`` (billboard projection,
 free). Trust model: workers and driver together are the trusted curator of central DP, as the
@@ -56,13 +64,21 @@ import numpy as np
 from .._io import progress_steps
 from .._params import _param_fingerprint
 from .._validation import check_memory
+from ..models.dpals_axes import finish_axes, plan_on_axes, release_axes, set_selected_ids
 from ..privacy import make_rng
 from ..solvers._base import NOISE_BLOCK
 from ..solvers._linalg import as_task_array
 from ..tuning.auto import run_automatic_selection
-from ..tuning.plan import plan_fit
+from ..tuning.plan import plan_axes, plan_fit
 from ._client import get_client
-from .driver_stages import Sweep, als_step, release_attributes, release_counts_and_mean
+from .driver_stages import (
+    Sweep,
+    als_step,
+    catalogue_declared,
+    public_users,
+    release_attributes,
+    release_counts_and_mean,
+)
 from .driver_stages import set_ids as _set_ids
 from .partition import PartitionedInteractions, _release_freed_memory, partition_interactions
 from .reduce import DEFAULT_FAN_IN, tree_sum
@@ -72,6 +88,7 @@ from .selection import DaskSelectionData
 from .tasks import (  # noqa: F401
     PartitionState,
     StepData,
+    _block_nnz,
     _exact_counts,
     _exact_sum,
     _gram,
@@ -84,6 +101,7 @@ from .tasks import (  # noqa: F401
     _sampled_counts,
     _sampled_sum,
     _scan,
+    _select_columns,
     _solve_exact,
     _spend,
     _statistics,
@@ -91,6 +109,7 @@ from .tasks import (  # noqa: F401
     _user_count_sums,
     _user_step,
     _warm,
+    _weighted_counts,
     _with_user_reg,
 )
 from .tasks import _weights as _weights
@@ -110,12 +129,6 @@ def _check_model(model) -> None:
 
     if not isinstance(model, (DPALS, ALS)):
         raise TypeError(f"privrec.distributed.fit fits a DPALS or an ALS, got {type(model).__name__}")
-    if isinstance(model, DPALS) and model.axes == "release":
-        raise ValueError(
-            "DPALS(axes='release') -- releasing an undeclared roster and catalogue before the fit -- runs locally "
-            "only so far; on Dask declare the user roster and item catalogue (user_ids= / item_ids=) and use "
-            "axes='warn' (the default)"
-        )
     if isinstance(model, ALS) and model.feedback != "explicit":
         raise ValueError(
             "privrec.distributed.fit runs ALS as the exact DPALS path, which has no confidence weights: "
@@ -175,6 +188,7 @@ def fit(
     block_tasks: int = DEFAULT_BLOCK_TASKS,
     max_in_flight: int | None = None,
     _leaf_hook: Callable | None = None,
+    _shape: tuple[int, int] | None = None,
 ):
     """Fit ``model`` (a :class:`~privrec.models.DPALS` or :class:`~privrec.models.ALS`) on partitioned
     data with Dask; returns ``model``, fitted as by its own ``fit`` (see the module docstring).
@@ -187,7 +201,20 @@ def fit(
     ``fan_in``: of the summation trees; ``block_tasks``: item tasks per reduction block (a multiple
     of ``NOISE_BLOCK``; it changes the order of float sums, never the noise); ``max_in_flight``:
     blocks reduced at once (memory bound, default 4). ``_leaf_hook(offset, items)``: called at the
-    start of every statistics task (fault-injection tests only).
+    start of every statistics task (fault-injection tests only). ``_shape``: the public shape a
+    candidate of the automatic selection after the axes' releases plans for (the noisy user count,
+    the selected items; internal: such a fit releases no axes of its own).
+
+    ``DPALS(axes="release")``: the partitions' users are not a declared roster, and their item axis
+    is a declared catalogue only when ``items`` were given (a vocabulary the partitions still have,
+    by fingerprint). Before the fit the driver releases a noisy user count and, without a declared
+    catalogue, the private item selection (weighted Gaussian thresholding; each partition returns
+    its users' weighted per-item counts, keyed on their ids, and the driver adds them) with the local
+    fit's mechanisms, labels and random draws (:func:`privrec.models.dpals_axes.release_axes`),
+    plans the fit from them (:func:`~privrec.models.dpals_axes.plan_on_axes`), fits the selected
+    items' ratings and composes the ledger as the local fit
+    (:func:`~privrec.models.dpals_axes.finish_axes`): the guarantee is stated under add/remove of
+    one user, and ``item_ids_`` are the selected items' ids.
 
     DPALS: every method (SSP: ``dpals-uniform``, ``dpals-tail``, ``ada-dpals``; noisy GD: ``dpsgd-uniform``,
     ``dpsgd-tail``, ``ada-dpsgd``, whose T inner steps run at each block's root from the summed
@@ -241,20 +268,37 @@ def fit(
             )
     try:
         run_client = get_client(client or parts.client)
-        plan = None if isinstance(model, ALS) else _plan(model, parts)
-        if plan is not None and plan.kind == "selection":  # the local fit's selection, on the partitions
-            fit_kwargs = dict(
-                fan_in=fan_in, block_tasks=block_tasks, max_in_flight=max_in_flight, _leaf_hook=_leaf_hook
-            )
-            data = DaskSelectionData(parts, run_client, fit, fit_kwargs)
-            try:
-                run_automatic_selection(model, plan, data, show_progress)
-            finally:
-                data.release()
-            _set_ids(model, parts)
+        options = dict(fan_in=fan_in, block_tasks=block_tasks, max_in_flight=max_in_flight, _leaf_hook=_leaf_hook)
+        axes = released = None
+        fitted, shape = parts, _shape
+        if not isinstance(model, ALS):
+            model.axes_ = None  # as DPALS.fit: set below when the axes are released
+            axes = None if _shape is not None else _axes_plan(model, parts)
+        if axes is not None:  # DPALS(axes="release"): the axes' releases, then the fit planned from them
+            released, plan, fitted = _release_axes(model, parts, axes, run_client, options)
+            shape = (plan.n_users, plan.n_items)
         else:
-            driver = _Driver(model, parts, run_client, fan_in, block_tasks, max_in_flight, _leaf_hook)
-            driver.run(show_progress, plan)
+            plan = None if isinstance(model, ALS) else _plan(model, parts, shape)
+        try:
+            if plan is not None and plan.kind == "selection":  # the local fit's selection, on the partitions
+                data = DaskSelectionData(
+                    fitted, run_client, fit, {**options, **({} if shape is None else {"_shape": shape})}
+                )
+                try:
+                    run_automatic_selection(model, plan, data, show_progress)
+                finally:
+                    data.release()
+                _set_ids(model, fitted)
+            else:
+                driver = _Driver(model, fitted, run_client, fan_in, block_tasks, max_in_flight, _leaf_hook)
+                driver.run(show_progress, plan)
+        finally:
+            if fitted is not parts:
+                fitted.release()
+        if released is not None:
+            if released.selected:  # the released item axis: the selected items, with their ids
+                set_selected_ids(model, np.asarray(parts.item_ids)[released.items])
+            finish_axes(model, released)
     finally:
         if owned:
             parts.release()
@@ -263,10 +307,62 @@ def fit(
     return model
 
 
-def _plan(model, parts: PartitionedInteractions):
+def _axes_plan(model, parts: PartitionedInteractions):
+    """The releases of the undeclared axes of a ``DPALS(axes="release")`` fit on ``parts``
+    (:func:`privrec.tuning.plan.plan_axes`), or ``None``: the partitions' users are those with
+    ratings (no declared roster); their items are a declared catalogue when given
+    (:func:`~privrec.distributed.driver_stages.catalogue_declared`)."""
+    if not model._releases_axes:
+        return None
+    return plan_axes(model, roster=False, catalogue=catalogue_declared(parts))
+
+
+def _release_axes(model, parts: PartitionedInteractions, axes, client, options: dict):
+    """``(released, plan, fitted)``: the local :func:`~privrec.models.dpals_axes.fit_released_axes`
+    up to its fit, on the partitions -- the input checks on every rating, the axes' releases (the
+    weighted counts summed over partitions, keyed on the users' ids), the one plan made from them
+    and the partitions on the selected items' columns (``parts`` itself when the catalogue is
+    declared) that the plan is fitted on."""
+    o = options
+    driver = _Driver(model, parts, client, o["fan_in"], o["block_tasks"], o["max_in_flight"], o["_leaf_hook"])
+    cfg = model._resolve_config(None)
+    _, _, lo_v, hi_v = driver.scan_values(cfg)  # every rating checked, whichever items are selected
+    if not cfg.implicit:
+        model._check_rating_span(lo_v, hi_v, cfg)
+    base = driver.per_partition(_training_matrix, parts.blocks, cfg.implicit, name="axes-matrix")
+    ukeys = driver.per_partition(_partition_user_keys, parts.blocks, name="axes-user-keys")
+
+    def weighted(key: int) -> np.ndarray:
+        counts = driver.per_partition(_weighted_counts, base, axes.max_items, key, name="axes-counts", user_keys=ukeys)
+        return np.asarray(driver.total(counts, "axes-counts-sum"), dtype=np.float64)
+
+    released = release_axes(model, axes, parts.n_users, parts.n_items, weighted)
+    plan = plan_on_axes(model, released, "user ids")
+    fitted = _on_columns(driver, parts, released.items) if released.selected else parts
+    return released, plan, fitted
+
+
+def _on_columns(driver, parts: PartitionedInteractions, columns: np.ndarray) -> PartitionedInteractions:
+    """``parts`` on the selected item ``columns`` only (one new block per partition, built where
+    the partition lives); its item axis is the selection, not a declared catalogue."""
+    client = driver.client
+    cols = driver.share(np.asarray(columns, dtype=np.int64), "axes-columns")
+    blocks = [
+        client.submit(_select_columns, b, driver.offsets[p], cols, key=driver.key("axes-block", p))
+        for p, b in enumerate(parts.blocks)
+    ]
+    nnz = client.gather([client.submit(_block_nnz, b, key=driver.key("axes-nnz", p)) for p, b in enumerate(blocks)])
+    info = {k: v for k, v in parts.info.items() if k != "item_vocabulary_sha256"}
+    info["item_vocabulary"] = "selection"
+    ids = np.asarray(parts.item_ids)[np.asarray(columns, dtype=np.int64)]
+    return PartitionedInteractions(client, blocks, ids, parts.partition_sizes, np.asarray(nnz, dtype=np.int64), info)
+
+
+def _plan(model, parts: PartitionedInteractions, shape: tuple[int, int] | None = None):
     """The fit's :class:`~privrec.tuning.plan.FitPlan` for the partitioned roster and catalogue
-    (the same plan as the local fit of the same users: sampling keyed on their ids)."""
-    return plan_fit(model, parts.shape, keys="user ids")
+    (the same plan as the local fit of the same users: sampling keyed on their ids); ``shape``: the
+    public shape when it is not the partitions' (a selection's candidate after the axes' releases)."""
+    return plan_fit(model, parts.shape if shape is None else shape, keys="user ids")
 
 
 def _worker_threads(client) -> int:
@@ -322,19 +418,14 @@ class _Driver:
         _release_freed_memory(client)  # freed shuffle buffers still held by the workers' heaps
         n_users, n_items = parts.shape
         proxy, cfg, task_model, plan = self._settings(plan)
+        # what the rules read: the declared roster's size, or the noisy count of an undeclared one
+        users, rule_users = public_users(None if self.als else plan, n_users)
 
         # 0. validation (the local fit's input checks, from per-partition summaries) ----------------
-        scans = client.gather([client.submit(_scan, b, key=self.key("scan", p)) for p, b in enumerate(parts.blocks)])
-        nnz = sum(s["nnz"] for s in scans)
-        if nnz == 0:
-            raise ValueError("user_items holds no ratings (nnz = 0); every user and item has no data")
-        lo_v, hi_v = min(s["min"] for s in scans), max(s["max"] for s in scans)
-        if cfg.implicit:
-            if any(s["negative"] for s in scans):
-                raise ValueError("implicit feedback must be non-negative (counts, clicks); got negative values")
-        elif self.als:
+        scans, nnz, lo_v, hi_v = self.scan_values(cfg)
+        if not cfg.implicit and self.als:
             self._warn_als_range(scans, nnz)
-        else:
+        elif not cfg.implicit:
             model._check_rating_span(lo_v, hi_v, cfg)
         base = self.per_partition(_training_matrix, parts.blocks, cfg.implicit, name="matrix")
         # per-user sampling keyed on the users' ids (the local fit's keys for the same Interactions)
@@ -354,13 +445,23 @@ class _Driver:
         counts, mu = release_counts_and_mean(self, cfg, pipe, base, ukeys)
         head = pipe.head(counts, cfg.item_frac)
         counts_h = counts[head]
-        cfg = proxy._released_ridges(cfg, counts_h, n_users)
+        cfg = proxy._released_ridges(cfg, counts_h, users)
         alloc_key = pipe.allocation_key(cfg.allocation)  # drawn where the local pipe.allocate draws it
         trains = cfg.iterations > 0
         states: list = []
         if trains:
             states = self.per_partition(
-                _prepare, base, head, mu, counts_h, alloc_key, n_users, task_model, cfg, name="state", user_keys=ukeys
+                _prepare,
+                base,
+                head,
+                mu,
+                counts_h,
+                alloc_key,
+                rule_users,
+                task_model,
+                cfg,
+                name="state",
+                user_keys=ukeys,
             )
         if not self.als:
             model._exposure_parts = []  # this fit's noisy weighted counts (dpals_release.collect_exposure)
@@ -383,7 +484,7 @@ class _Driver:
             rng=rng,
             train_scale=cal.train_scale,
             counts_h=counts_h,
-            n_users=n_users,
+            n_users=rule_users,
             reg_items=reg_items,
             reg_dtype=reg_dtype,
             reg_future=self.share(reg_dtype, "reg") if trains else None,
@@ -401,9 +502,23 @@ class _Driver:
         ledger = pipe.finish()
         del states, warms, sweep
         release_attributes(
-            model, parts, cfg, cal, ledger, head, counts, V, b_items, mu, norm_u, norm_i, n_users, n_items, als=self.als
+            model, parts, cfg, cal, ledger, head, counts, V, b_items, mu, norm_u, norm_i, users, n_items, als=self.als
         )
         model.fit_timings_ = {"preprocess": t_pre, "steps": step_times, "projection": 0.0}
+
+    def scan_values(self, cfg) -> tuple[list, int, float, float]:
+        """``(scans, nnz, lowest, highest)``: the per-partition summaries of the raw ratings, after
+        the local fit's refusals (no ratings; negative implicit feedback). The caller checks the
+        range (``DPALS._check_rating_span``, called from the fit itself: its warning points there)."""
+        client, parts = self.client, self.parts
+        scans = client.gather([client.submit(_scan, b, key=self.key("scan", p)) for p, b in enumerate(parts.blocks)])
+        nnz = sum(s["nnz"] for s in scans)
+        if nnz == 0:
+            raise ValueError("user_items holds no ratings (nnz = 0); every user and item has no data")
+        lo_v, hi_v = min(s["min"] for s in scans), max(s["max"] for s in scans)
+        if cfg.implicit and any(s["negative"] for s in scans):
+            raise ValueError("implicit feedback must be non-negative (counts, clicks); got negative values")
+        return scans, nnz, lo_v, hi_v
 
     def _settings(self, plan):
         """``(proxy, cfg, task_model, plan)``: the DPALS whose stages run (ALS: its exact path), the

@@ -32,10 +32,12 @@ from ..allocation import (
     tail_weights,
     uniform_weights,
 )
+from ..allocation.partition import weighted_item_counts
 from ..privacy import clip_labels
 from ..solvers import TaskBatch
 from ..solvers._linalg import chunk_statistics, prepared_inputs, single_threaded_blas, spd_solve
 from ..solvers.ridge import frequency_regularization, scaled_regularization
+from .blocks import block_from_matrix
 from .partition import PartitionBlock
 
 # ---------------------------------------------------------------------- per-partition state
@@ -110,6 +112,26 @@ def _partition_user_keys(block: PartitionBlock, offset: int) -> np.ndarray:
 
 def _sampled_counts(R: sp.csr_matrix, offset: int, k: int, key: int, user_keys=None) -> np.ndarray:
     return sampled_item_counts(R, k, key, offset, user_keys)
+
+
+def _weighted_counts(R: sp.csr_matrix, offset: int, max_items: int, key: int, user_keys=None) -> np.ndarray:
+    """The partition's users' part of the item selection's weighted counts
+    (:func:`~privrec.allocation.partition.weighted_item_counts`, keyed on the users' ids: the
+    local fit's samples); the driver sums the partitions."""
+    return weighted_item_counts(R, max_items, key, user_keys, offset)
+
+
+def _select_columns(block: PartitionBlock, offset: int, columns: np.ndarray) -> PartitionBlock:
+    """The partition's block on the privately selected item columns (``columns``: sorted column
+    indices), as the local fit restricts its matrix to them."""
+    m = block.matrix[:, np.asarray(columns, dtype=np.int64)].tocsr()
+    m.sort_indices()
+    m = sp.csr_matrix((m.data.astype(np.float32, copy=False), m.indices.astype(np.int32), m.indptr), shape=m.shape)
+    return block_from_matrix(block.index, block.user_ids, m)
+
+
+def _block_nnz(block: PartitionBlock) -> int:
+    return int(block.matrix.nnz)
 
 
 def _exact_counts(R: sp.csr_matrix, offset: int) -> np.ndarray:

@@ -52,7 +52,18 @@ def model_from_config(run_config) -> DPALS:
         iterations=int(c["iterations"]) if int(c.get("iterations", 0)) > 0 else None,
         rating_range=(low, high) if high > low else None,
         random_state=None if seed < 0 else seed,
+        axes=str(c.get("axes", "warn")),
     )
+
+
+def _flag(run_config: dict, key: str) -> bool:
+    """A boolean run-configuration entry (``true`` / ``false``, or 1 / 0)."""
+    value = run_config.get(key, False)
+    if isinstance(value, str):
+        if value.strip().lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"run configuration {key!r} must be true or false, got {value!r}")
+        return value.strip().lower() in ("true", "1")
+    return bool(value)
 
 
 @serverapp.main()
@@ -67,6 +78,8 @@ def main(grid: Grid, context: Context) -> None:
         wait=float(c.get("wait", 120.0)),
         timeout=timeout if timeout > 0 else None,
         max_retries=int(c.get("max-retries", 2)),
+        roster=_flag(c, "roster"),
+        catalogue=_flag(c, "catalogue"),
     )
     out = Path(str(c.get("output-dir", "privrec-flower-output"))).expanduser()
     out.mkdir(parents=True, exist_ok=True)

@@ -36,6 +36,12 @@ clients of the per-item statistics before it adds the noise, and -- privrec's Fl
 secure aggregation (docs/federated-flower.md) -- each client's own sums, so it must be trusted with
 them as the Dask driver is. Clients see only released values and the public sampling keys.
 
+Undeclared axes (``DPALS(axes="release")``): before the fit the server releases the noisy number
+of users on the clients' roster and, unless the clients' columns are a declared catalogue, the
+private item selection from the clients' summed weighted per-item counts -- the local fit's
+releases (:func:`privrec.models.dpals_axes.release_axes`) -- plans the fit from them and sends the
+selected columns with every message of the fit; the report then states add/remove of one user.
+
 Dropouts: a client that fails a round is asked again (the same message: the same answer) and
 left out of that release after ``max_retries``; each user still contributes at most once to each
 release, so the sensitivity, the noise and the ledger are unchanged. :attr:`DPALS.federation_`
@@ -58,7 +64,8 @@ from flwr.app import Array, ArrayRecord, Context, Message
 
 from ..._params import _param_fingerprint
 from ...allocation import stable_user_keys
-from ...distributed.driver_stages import release_attributes
+from ...allocation.partition import weighted_item_counts
+from ...distributed.driver_stages import public_users, release_attributes
 from ...distributed.fit import (
     _prepare,
     _release_blocks,
@@ -69,12 +76,13 @@ from ...distributed.fit import (
     _training_matrix,
     _user_step,
 )
+from ...models.dpals_axes import ReleasedAxes, finish_axes, plan_on_axes, release_axes, set_selected_ids
 from ...models.dpals_release import item_side
 from ...privacy import make_rng
 from ...privacy.mechanisms import Release
 from ...solvers._linalg import as_task_array
 from ...tuning.auto import run_automatic_selection
-from ...tuning.plan import plan_fit
+from ...tuning.plan import plan_axes, plan_fit
 from ._common import DEFAULT_WAIT, Fault, Federation, check_fault, config_of, content, read_arrays, summed
 from .dpals_messages import _RELEASE_ARRAYS as _RELEASE_ARRAYS
 from .dpals_messages import _config_from_json, _config_json, _opt_int, _release_message, _release_model
@@ -198,10 +206,19 @@ def _holdout(shard: Shard, R: sp.csr_matrix, config: dict[str, Any]) -> tuple[sp
 def client_answer(shard: Shard, config: dict[str, Any], values: dict, state) -> tuple[dict, dict]:
     """One DP-ALS client's answer to one message: ``(config, arrays)`` of the reply.
 
-    ``state``: the client's ``Context.state`` (keeps its users' previous solutions)."""
+    ``state``: the client's ``Context.state`` (keeps its users' previous solutions). A message of a
+    fit on a private item selection carries the selected ``columns``: the client answers on its
+    users' ratings of those items only, as the local fit restricts its matrix to them."""
     stage = str(config["stage"])
     if stage == "roster":
         return _roster(shard, config), {}
+    if "columns" in values:
+        shard = _on_columns(shard, values["columns"])
+    if stage == "axes":  # the item selection's weighted counts: a sum over the shard's users
+        R = _matrix(shard, bool(config["implicit"]))
+        keys = stable_user_keys(shard.user_ids)
+        weighted = weighted_item_counts(R, int(config["k"]), int(str(config["key"])), keys)
+        return {}, {"weighted": np.asarray(weighted, dtype=np.float64)}
     if stage == "counts":
         R = _matrix(shard, bool(config["implicit"]), config)
         keys = stable_user_keys(shard.user_ids)
@@ -251,6 +268,13 @@ def client_answer(shard: Shard, config: dict[str, Any], values: dict, state) -> 
     raise ValueError(f"unknown DP-ALS stage {stage!r}")
 
 
+def _on_columns(shard: Shard, columns) -> Shard:
+    """The shard on the selected item ``columns`` (sorted column indices) only."""
+    m = shard.matrix[:, np.asarray(columns, dtype=np.int64)].tocsr()
+    m.sort_indices()
+    return Shard(shard.index, shard.user_ids, m)
+
+
 def register_client(app, load: Callable[[Context], Shard], fault: Fault | None = None) -> None:
     """Register the DP-ALS handler (message type ``query.dpals``) on a Flower ``ClientApp``.
 
@@ -278,9 +302,24 @@ def fit_dpals(
     timeout: float | None = None,
     max_retries: int = 2,
     job: str = "",
+    roster: bool = False,
+    catalogue: bool = False,
 ):
     """Fit the :class:`~privrec.models.DPALS` ``model`` on the clients of ``grid`` (call it from a
     ``ServerApp``'s main); returns ``model``, fitted as by ``DPALS.fit`` (module docstring).
+
+    ``DPALS(axes="release")``: the clients' users and item columns are released as the local fit
+    releases an undeclared roster and catalogue (``roster`` / ``catalogue``: that axis is a
+    declared public one, not released). The server releases the noisy count of the users on the
+    roster and the private item selection (each client returns its users' weighted per-item counts,
+    keyed on their ids; the server adds them) with the local fit's mechanisms, labels and random
+    draws (:func:`privrec.models.dpals_axes.release_axes`), plans the fit from them
+    (:func:`~privrec.models.dpals_axes.plan_on_axes`), fits the selected columns (sent with every
+    message of the fit) and composes the ledger as the local fit
+    (:func:`~privrec.models.dpals_axes.finish_axes`): the guarantee is stated under add/remove of
+    one user; ``item_ids_`` are the selected columns (the clients' item order). With
+    ``axes="warn"`` (the default) the clients' users and columns are the declared roster and
+    catalogue, as before.
 
     Private fits with every method (SSP ``dpals-*`` / ``ada-dpals``, noisy GD ``dpsgd-*`` /
     ``ada-dpsgd``), explicit or implicit feedback, biases, centering, ``unobserved_weight``,
@@ -292,30 +331,60 @@ def fit_dpals(
 
     if not isinstance(model, DPALS):
         raise TypeError(f"fit_dpals fits a DPALS, got {type(model).__name__}")
-    if model.axes == "release":
-        raise ValueError(
-            "DPALS(axes='release') runs locally only so far: a Flower deployment fits over the clients' declared "
-            "roster and the public item catalogue; use axes='warn' (the default)"
-        )
     fed = Federation(grid, APP, min_clients=min_clients, wait=wait, timeout=timeout, max_retries=max_retries, job=job)
     rating_range = model._rating_range()
     rating_bound = max(abs(v) for v in rating_range) if rating_range else float(model.rating_bound)
-    roster = fed.connect({"rating_range": json.dumps(rating_range), "rating_bound": rating_bound})
-    n_items_seen = {int(r["n_items"]) for r in roster.values()}
+    clients = fed.connect({"rating_range": json.dumps(rating_range), "rating_bound": rating_bound})
+    n_items_seen = {int(r["n_items"]) for r in clients.values()}
     if len(n_items_seen) != 1:
         raise ValueError(f"the clients disagree on the number of items: {sorted(n_items_seen)}")
     n_users, n_items = sum(fed.units.values()), n_items_seen.pop()
+    model.axes_ = None  # as DPALS.fit: set below when the axes are released
+    axes = plan_axes(model, roster=bool(roster), catalogue=bool(catalogue)) if model._releases_axes else None
+    if axes is not None:  # DPALS(axes="release"): the axes' releases, then the fit planned from them
+        _check_roster(model, model._resolve_config(None), clients)  # every rating, whichever items are selected
+        _fit_released_axes(model, fed, axes, n_users, n_items)
+        _finish_federated(model, fed)
+        return model
     plan = plan_fit(model, (n_users, n_items), keys="user ids")
     if not plan.private:
         raise ValueError("a Flower fit is private (finite epsilon); fit epsilon=inf locally with DPALS.fit")
-    _check_roster(model, plan.config, roster)
-    if plan.kind == "selection":  # the local fit's selection: candidates on the clients' training parts
-        run_automatic_selection(model, plan, FlowerSelectionData(fed, (n_users, n_items)), show_progress=False)
-        _set_ids(model, cast(Any, SimpleNamespace(item_ids=np.arange(n_items), info={}, n_items=n_items)))
-    else:
-        _fit_plan(model, fed, plan, (n_users, n_items))
+    _check_roster(model, plan.config, clients)
+    _run_plan(model, fed, plan, (n_users, n_items))
     _finish_federated(model, fed)
     return model
+
+
+def _run_plan(model, fed: Federation, plan, shape: tuple[int, int], columns: np.ndarray | None = None) -> None:
+    """Run the fit's ``plan`` for the public ``shape`` on the clients (``columns``: the selected
+    item columns every message carries): the local fit's selection, or one fit."""
+    if plan.kind == "selection":  # the local fit's selection: candidates on the clients' training parts
+        run_automatic_selection(model, plan, FlowerSelectionData(fed, shape, columns), show_progress=False)
+        n_items = shape[1]
+        _set_ids(model, cast(Any, SimpleNamespace(item_ids=np.arange(n_items), info={}, n_items=n_items)))
+    else:
+        _fit_plan(model, fed, plan, shape, columns=columns)
+
+
+def _fit_released_axes(model, fed: Federation, axes, n_users: int, n_items: int) -> ReleasedAxes:
+    """The local :func:`~privrec.models.dpals_axes.fit_released_axes` after its input checks, on the
+    clients: the axes' releases (the weighted counts summed over clients), the one plan made from
+    them, its fit on the selected columns, the composed ledger and the ids."""
+    cfg = model._resolve_config(None)
+
+    def weighted(key: int) -> np.ndarray:
+        config = {"stage": "axes", "k": int(axes.max_items), "key": str(key), "implicit": cfg.implicit}
+        replies = _ask(fed, "item selection", config)
+        return summed(replies, ["weighted"], {"weighted": ((n_items,), np.float64)})["weighted"]
+
+    released = release_axes(model, axes, n_users, n_items, weighted)
+    plan = plan_on_axes(model, released, "user ids")
+    columns = released.items if released.selected else None
+    _run_plan(model, fed, plan, (plan.n_users, plan.n_items), columns)
+    if released.selected:  # the released item axis: the selected columns
+        set_selected_ids(model, released.items)
+    finish_axes(model, released)
+    return released
 
 
 def _finish_federated(model, fed: Federation) -> None:
@@ -355,9 +424,10 @@ class FlowerSelectionData:
     losses against a candidate's release -- the server sees that sum before it adds the score noise,
     as it sees every other statistic (:data:`TRUST_STATEMENT`)."""
 
-    def __init__(self, fed: Federation, shape: tuple[int, int]):
+    def __init__(self, fed: Federation, shape: tuple[int, int], columns: np.ndarray | None = None):
         self.fed = fed
         self.shape = shape
+        self.columns = columns  # the selected item columns (a fit after the axes' releases), sent with every message
         self.part: dict[str, Any] = {}
         self.fits = 0
 
@@ -369,7 +439,7 @@ class FlowerSelectionData:
 
         self.fits += 1
         plan = plan_fit(model, self.shape, keys="user ids")
-        return _fit_plan(model, self.fed, plan, self.shape, {**part, "part_tag": f"-fit{self.fits}"})
+        return _fit_plan(model, self.fed, plan, self.shape, {**part, "part_tag": f"-fit{self.fits}"}, self.columns)
 
     def fit(self, model, show_progress: bool):
         return self._fit(model, self.part)
@@ -377,6 +447,8 @@ class FlowerSelectionData:
     def score(self, model, clip: float, rating_cap) -> float:
         config, arrays = _release_message(model)
         config.update(self.part, stage="losses", clip=float(clip), rating_cap=int(rating_cap or 0))
+        if self.columns is not None:
+            arrays = {**arrays, "columns": np.asarray(self.columns, dtype=np.int64)}
         replies = _ask(self.fed, "selection losses", config, arrays)
         return float(summed(replies, ["loss"], {"loss": ((1,), np.float64)})["loss"][0])
 
@@ -387,11 +459,15 @@ class FlowerSelectionData:
         """Nothing to gather: users project themselves (``user_factors_`` stays ``None``)."""
 
 
-def _fit_plan(model, fed: Federation, plan, shape: tuple[int, int], part: dict[str, Any] | None = None):
+def _fit_plan(model, fed: Federation, plan, shape: tuple[int, int], part: dict[str, Any] | None = None, columns=None):
     """One federated fit of ``plan`` (kind ``"fit"``) on the clients' users (``part``: the
-    selection's training parts, sent with every message). The local fit's stages, in its order."""
+    selection's training parts; ``columns``: the selected item columns; both sent with every
+    message). The local fit's stages, in its order."""
     part = dict(part or {})
-    n_users, n_items = shape
+    extra = {} if columns is None else {"columns": np.asarray(columns, dtype=np.int64)}
+    # what the rules read: the declared roster's size, or the noisy count of an undeclared one
+    users, n_users = public_users(plan, shape[0])
+    n_items = shape[1]
     cfg = plan.config
 
     # 1. the local fit's sequence: rng, init_rng, pipeline, calibration ------------------------
@@ -405,12 +481,12 @@ def _fit_plan(model, fed: Federation, plan, shape: tuple[int, int], part: dict[s
 
     def counts_round(key: int) -> np.ndarray:
         config = {"stage": "counts", "k": k, "key": str(key), "implicit": cfg.implicit, **part}
-        replies = _ask(fed, "item counts", config)
+        replies = _ask(fed, "item counts", config, extra or None)
         return summed(replies, ["counts"], {"counts": ((n_items,), np.float64)})["counts"]
 
     def mean_round(key: int, half: float, mid: float) -> tuple[float, float]:
         config = {"stage": "mean", "k": k, "key": str(key), "half": half, "mid": mid, "implicit": cfg.implicit}
-        replies = _ask(fed, "global mean", {**config, **part})
+        replies = _ask(fed, "global mean", {**config, **part}, extra or None)
         total, n = summed(replies, ["sums"], {"sums": ((2,), np.float64)})["sums"]
         return float(total), float(n)
 
@@ -418,7 +494,7 @@ def _fit_plan(model, fed: Federation, plan, shape: tuple[int, int], part: dict[s
     mu = pipe.release_sampled_mean(mean_round, k, cfg.rating_bound, cfg.rating_range) if cfg.center else 0.0
     head = pipe.head(counts, cfg.item_frac)
     counts_h = counts[head]
-    cfg = model._released_ridges(cfg, counts_h, n_users)
+    cfg = model._released_ridges(cfg, counts_h, users)
     alloc_key = pipe.allocation_key(cfg.allocation)  # drawn where the local pipe.allocate draws it
     model._exposure_parts = []  # this fit's noisy weighted counts (dpals_release.collect_exposure)
 
@@ -454,7 +530,8 @@ def _fit_plan(model, fed: Federation, plan, shape: tuple[int, int], part: dict[s
             "label_bound": float(solver.label_bound),
             **part,
         }
-        replies = _ask(fed, f"ALS step {t}", config, {"V": V, "b": b_items, "head": head, "counts_h": counts_h})
+        values = {"V": V, "b": b_items, "head": head, "counts_h": counts_h, **extra}
+        replies = _ask(fed, f"ALS step {t}", config, values)
         if any(int(config_of(r)["over_budget"]) for r in replies.values()):
             raise ValueError(
                 f"a client's per-user spend exceeds the declared budget {cfg.budget:.6g}; "
@@ -486,7 +563,7 @@ def _fit_plan(model, fed: Federation, plan, shape: tuple[int, int], part: dict[s
     ledger = pipe.finish()
     catalogue = SimpleNamespace(item_ids=np.arange(n_items), info={}, n_items=n_items)  # the clients' columns, no ids
     release_attributes(
-        model, catalogue, cfg, cal, ledger, head, counts, V, b_items, mu, 1.0, 1.0, n_users, n_items, als=False
+        model, catalogue, cfg, cal, ledger, head, counts, V, b_items, mu, 1.0, 1.0, users, n_items, als=False
     )
     model.fit_timings_ = {"preprocess": t_pre, "steps": step_times, "projection": 0.0}
     return model
@@ -542,4 +619,10 @@ def privacy_report(model) -> dict:
     trust statement of the federation and its round log."""
     report = model.privacy_report()
     report["federation"] = {**TRUST_STATEMENT, **(getattr(model, "federation_", None) or {})}
+    if getattr(model, "axes_", None):  # DPALS(axes="release"): what the server saw of the axes' releases
+        report["federation"]["server_sees"] += (
+            "; before the fit, the exact number of users on the clients (the noisy count's input) and, without a "
+            "declared catalogue, the sums over clients of the users' weighted per-item counts of the item selection, "
+            "before it adds the noise"
+        )
     return report
