@@ -79,9 +79,10 @@ from .dpals_scoring import DPALSScoringMixin
 from .dpals_stages import DPALSStagesMixin
 from .exposure import exposure_scores  # noqa: F401 (re-exported)
 from .inputs import check_rating_range  # noqa: F401 (re-exported)
+from .release import ReleaseHolder
 
 
-class DPALS(Hyperparameters, DPALSStagesMixin, DPALSScoringMixin, DPALSFileMixin, FactorizationModel):
+class DPALS(ReleaseHolder, Hyperparameters, DPALSStagesMixin, DPALSScoringMixin, DPALSFileMixin, FactorizationModel):
     """User-level DP alternating least squares (AdaDPALS / DPALS / AM-DPSGD; Krichene et al., ICML 2023, Alg. 3).
 
     Parameters
@@ -353,6 +354,7 @@ class DPALS(Hyperparameters, DPALSStagesMixin, DPALSScoringMixin, DPALSFileMixin
         from ..tuning.selection import LocalSelectionData
 
         n_users, n_items = R_full.shape
+        self._new_release()  # this fit's release (models/release.py)
         if user_keys is None:
             user_keys = self._sampling_user_keys(n_users)
         if plan is None:

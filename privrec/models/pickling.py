@@ -11,6 +11,8 @@ from __future__ import annotations
 import copy
 import warnings
 
+from .release import ReleaseHolder, flat_state, nested_state
+
 
 class PrivateStateWarning(UserWarning):
     """Pickling (``pickle``, ``joblib.dump``, ...) a fitted private model dropped the state its privacy
@@ -66,9 +68,10 @@ class PicklingMixin:
         similar items, exactly as the original. In-memory copies (``copy.copy`` / ``copy.deepcopy``)
         keep everything: they do not leave the process.
         """
-        state = dict(super().__getstate__())
+        raw = dict(super().__getstate__())
         if not (self._is_private() and self.__sklearn_is_fitted__()):
-            return state
+            return raw
+        state = flat_state(raw)  # a fit's release (models/release.py), field by field
         dropped = []
         for name in list(state):
             if name == "item_ids_":
@@ -97,11 +100,17 @@ class PicklingMixin:
                 PrivateStateWarning,
                 stacklevel=2,
             )
-        return state
+        return nested_state(state) if isinstance(self, ReleaseHolder) else state
+
+    def __setstate__(self, state):
+        # the fields of a fit's release go back into one release (also from a flat, older pickle)
+        super().__setstate__(nested_state(state) if isinstance(self, ReleaseHolder) else state)
 
     def __copy__(self):
         new = type(self).__new__(type(self))
         new.__dict__.update(self.__dict__)
+        if "release_" in new.__dict__:  # a copy's fields can be replaced without touching the original's
+            new.__dict__["release_"] = copy.copy(self.__dict__["release_"])
         return new
 
     def __deepcopy__(self, memo):

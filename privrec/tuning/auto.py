@@ -64,12 +64,11 @@ def selection_plan(candidates: list, shape: tuple[int, int], cfg: Any) -> Select
 
 
 def adopt_selection(model: Any, sel: PrivateSelection) -> Any:
-    """Make the winner's release ``model``'s: its fitted state (trailing underscore), with the whole
-    procedure's ledger; ``config_`` states the target epsilon and the epsilon spent (the
-    candidates' own epsilons are under ``selection_``)."""
-    for name, value in vars(sel.best_estimator_).items():  # the fitted state (trailing underscore) is the release
-        if name.endswith("_") and not name.startswith("__"):
-            setattr(model, name, value)
+    """Make the winner's release ``model``'s -- one assignment: a DPALS holds its fit's release as one
+    object, ``release_`` (:mod:`privrec.models.release`), and the winner's already carries the whole
+    procedure's ledger (:func:`~privrec.tuning.selection.run_selection`); ``config_`` states the
+    target epsilon and the epsilon spent (the candidates' own epsilons are under ``selection_``)."""
+    model.release_ = sel.best_estimator_.release_
     model.selection_["automatic"] = True
     config = dict(getattr(model, "config_", None) or {})
     config["epsilon_candidate"] = config.get("epsilon")
