@@ -132,3 +132,19 @@ def test_no_import_runs_up_a_floor():
 def test_no_import_circle():
     circles = _circles(import_graph())
     assert circles == [], "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+def test_no_module_over_600_lines_and_no_class_over_300():
+    """Issue 41's size limits: one concern per module, estimators thin."""
+    import ast
+
+    over = []
+    for path in sorted(ROOT.rglob("*.py")):
+        text = path.read_text()
+        name = str(path.relative_to(ROOT.parent))
+        if text.count("\n") > 600:
+            over.append(f"{name}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > 300:
+                over.append(f"{name}:{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert over == [], "over the size limits:\n" + "\n".join(over)
