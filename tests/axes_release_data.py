@@ -27,3 +27,26 @@ def plain_ratings(n_users=400, n_items=60, per_user=25, seed=0) -> pd.DataFrame:
     for u in range(0, n_users, 10):
         rows.append((f"u{u}", f"rare{u}", 4.0))
     return pd.DataFrame(rows, columns=["user", "item", "rating"])
+
+
+def hold_axes_releases(monkeypatch) -> dict:
+    """Hold the noisy user count and the selected items at their first released values (the
+    remove-one-user property tests): later fits reuse them, their events unchanged."""
+    from privrec.models import dpals_axes
+    from privrec.privacy.mechanisms import Release
+
+    real_count, real_select = dpals_axes.release_user_count, dpals_axes.release_item_selection
+    held: dict = {}
+
+    def count(n, z, rng):
+        rel = real_count(n, z, rng)
+        rel.value = held.setdefault("count", rel.value)
+        return rel
+
+    def select(weighted, z, k, delta, rng):
+        rel = real_select(weighted, z, k, delta, rng)
+        return Release(held.setdefault("items", rel.value), rel.events, rel.info)
+
+    monkeypatch.setattr(dpals_axes, "release_user_count", count)
+    monkeypatch.setattr(dpals_axes, "release_item_selection", select)
+    return held

@@ -20,12 +20,11 @@ import pytest
 pytest.importorskip("distributed", reason="dask.distributed is optional (pip install 'privrec[dask]')")
 pytest.importorskip("dask.dataframe", reason="dask.dataframe is optional (pip install 'dask[dataframe]')")
 
-from axes_release_data import BASE, SETTINGS, plain_ratings
+from axes_release_data import BASE, SETTINGS, hold_axes_releases, plain_ratings
 
 from privrec.allocation import partition
 from privrec.distributed import SerialClient, fit, partition_interactions
 from privrec.models import DPALS, dpals_axes
-from privrec.privacy.mechanisms import Release
 from privrec.tuning.plan import ITEM_SELECTION_DELTA_LABEL, plan_axes, plan_fit
 
 REL_TOL = 1e-4
@@ -146,20 +145,7 @@ def test_declared_catalogue_releases_only_the_user_count(ratings):
 def test_removing_one_user_changes_nothing_public_when_the_releases_are_held(ratings, monkeypatch):
     """With the noisy count and the selected items held fixed, a table without one user gives the
     same plan, configuration, events and array shapes (nothing exact shapes them)."""
-    real_count, real_select = dpals_axes.release_user_count, dpals_axes.release_item_selection
-    held: dict = {}
-
-    def count(n, z, rng):
-        rel = real_count(n, z, rng)
-        rel.value = held.setdefault("count", rel.value)
-        return rel
-
-    def select(weighted, z, k, delta, rng):
-        rel = real_select(weighted, z, k, delta, rng)
-        return Release(held.setdefault("items", rel.value), rel.events, rel.info)
-
-    monkeypatch.setattr(dpals_axes, "release_user_count", count)
-    monkeypatch.setattr(dpals_axes, "release_item_selection", select)
+    held = hold_axes_releases(monkeypatch)
     victim = ratings["user"].iloc[0]
     without = ratings[ratings["user"] != victim]
     for params in ({"factors": 0}, {"factors": 2, "iterations": 2}):

@@ -18,13 +18,12 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 pytest.importorskip("flwr", reason="Flower is optional (pip install 'privrec[flower]')")
 
-from axes_release_data import BASE, SETTINGS, plain_ratings
+from axes_release_data import BASE, SETTINGS, hold_axes_releases, plain_ratings
 
 from privrec.allocation import partition
 from privrec.federated import flower
 from privrec.federated.flower.testing import InProcessGrid
 from privrec.models import DPALS, dpals_axes
-from privrec.privacy.mechanisms import Release
 from privrec.tuning.plan import plan_axes, plan_fit
 
 N_CLIENTS = 4
@@ -125,20 +124,7 @@ def test_declared_axes_keywords(ratings, vocabulary):
 
 
 def test_removing_one_user_changes_nothing_public_when_the_releases_are_held(ratings, monkeypatch):
-    real_count, real_select = dpals_axes.release_user_count, dpals_axes.release_item_selection
-    held: dict = {}
-
-    def count(n, z, rng):
-        rel = real_count(n, z, rng)
-        rel.value = held.setdefault("count", rel.value)
-        return rel
-
-    def select(weighted, z, k, delta, rng):
-        rel = real_select(weighted, z, k, delta, rng)
-        return Release(held.setdefault("items", rel.value), rel.events, rel.info)
-
-    monkeypatch.setattr(dpals_axes, "release_user_count", count)
-    monkeypatch.setattr(dpals_axes, "release_item_selection", select)
+    hold_axes_releases(monkeypatch)
     kw = {**BASE, "factors": 2, "iterations": 2}
     a = _fed(ratings, kw)
     b = _fed(ratings[ratings["user"] != ratings["user"].iloc[0]], kw)
