@@ -207,7 +207,9 @@ def test_save_load_keeps_the_selected_ids_and_the_statement(ratings, tmp_path):
     assert back.privacy_report()["neighbouring_relation"] == m.privacy_report()["neighbouring_relation"]
     assert back.privacy_report()["delta_terms"] == m.privacy_report()["delta_terms"]
     some_user = ratings["user"].iloc[0]
-    assert len(back.recommend_ids(some_user, ratings, N=3, filter_already_liked_items=False)[0]) == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the user's items outside the selection are ignored quietly
+        assert len(back.recommend_ids(some_user, ratings, N=3, filter_already_liked_items=False)[0]) == 3
 
 
 def test_plan_before_the_releases_is_two_stage_and_the_budget_charges_it(ratings, tmp_path):
@@ -256,6 +258,32 @@ def test_axes_warn_keeps_the_zero_out_fit_on_the_datas_axes(ratings):
     from privrec.models.inputs import ItemCatalogueWarning, UserRosterWarning
 
     with pytest.warns((ItemCatalogueWarning, UserRosterWarning)):
-        m = DPALS(epsilon=20.0, rating_range=(1, 5), factors=0, random_state=0).fit(ratings, show_progress=False)
+        m = DPALS(epsilon=20.0, rating_range=(1, 5), factors=0, random_state=0, axes="warn").fit(
+            ratings, show_progress=False
+        )
     assert m.privacy_report()["neighbouring_relation"].startswith("user-level zero-out")
     assert m.item_factors_.shape[0] == ratings["item"].nunique()
+
+
+def test_the_default_releases_undeclared_axes_without_a_warning(ratings):
+    """Issue 42: ``DPALS()`` on a plain DataFrame releases what is undeclared (no warning); a
+    declared axis is used as given and only the other one is released."""
+    users, items = sorted(ratings["user"].unique()), sorted(ratings["item"].unique())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plain = DPALS(epsilon=20.0, rating_range=(1, 5), factors=0, random_state=0).fit(ratings, show_progress=False)
+        roster = DPALS(epsilon=20.0, rating_range=(1, 5), factors=0, random_state=0).fit(
+            ratings, users=users, show_progress=False
+        )
+        both = DPALS(epsilon=20.0, rating_range=(1, 5), factors=0, random_state=0).fit(
+            ratings, users=users, items=items, show_progress=False
+        )
+    assert DPALS().axes == "release"
+    assert plain.privacy_report()["neighbouring_relation"].startswith("user-level add/remove")
+    assert plain.axes_["roster"] == "noisy count" and plain.axes_["catalogue"] == "private selection"
+    assert plain.config_["n_users"] != len(users) and set(plain.item_ids_) < set(items)
+    labels = [e.label for e in roster.ledger_.entries]
+    assert partition.ITEM_SELECTION_LABEL in labels and partition.USER_COUNT_LABEL not in labels
+    assert roster.config_["n_users"] == len(users)
+    assert both.privacy_report()["neighbouring_relation"].startswith("user-level zero-out")
+    assert not getattr(both, "axes_", None) and list(both.item_ids_) == items

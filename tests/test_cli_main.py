@@ -162,6 +162,10 @@ def _console_script(trigger: str | None, argv: list[str], after: str = "") -> st
     return textwrap.dedent(f"""
         import os, signal, sys, time
 
+        # as a program started from a shell: Python's own SIGINT handler, whatever disposition the
+        # test process left for its children (an ignored SIGINT is inherited across exec)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
         class InterruptOnImport:
             def find_spec(self, name, path=None, target=None):
                 if name == {trigger!r}:

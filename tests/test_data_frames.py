@@ -153,7 +153,7 @@ def test_fit_accepts_csr_csc_coo_interactions_and_dataframe(df):
 
 
 def test_dataframe_with_string_ids_end_to_end(df, tmp_path):
-    m = DPALS(epsilon=5.0, factors=3, iterations=2, budget=10, random_state=0).fit(df, show_progress=False)
+    m = DPALS(axes="warn", epsilon=5.0, factors=3, iterations=2, budget=10, random_state=0).fit(df, show_progress=False)
     rated = set(df.loc[df["user"] == "user-3", "item"])
     ids, scores = m.recommend_ids("user-3", df, N=4)
     assert len(ids) == 4 and all(isinstance(i, str) for i in ids) and not set(ids) & rated
@@ -201,12 +201,14 @@ def test_model_files_keep_public_ids_only(df, tmp_path):
     assert list(loaded.user_ids_) == list(als.user_ids_) and list(loaded.item_ids_) == list(als.item_ids_)
     np.testing.assert_array_equal(loaded.recommend_ids("user-3", df, N=3)[0], als.recommend_ids("user-3", df, N=3)[0])
     # a private model: the item ids seen in training are saved (marked not public); user ids never are
-    dp = DPALS(epsilon=5.0, factors=2, iterations=1, budget=10, random_state=0).fit(df, show_progress=False)
+    dp = DPALS(axes="warn", epsilon=5.0, factors=2, iterations=1, budget=10, random_state=0).fit(
+        df, show_progress=False
+    )
     dp.save(tmp_path / "dp.npz")
     plain = load_model(tmp_path / "dp.npz")
     assert list(plain.item_ids_) == list(dp.item_ids_) and getattr(plain, "user_ids_", None) is None
     catalogue = sorted(df["item"].unique()) + ["unrated-item"]
-    dp2 = DPALS(epsilon=5.0, factors=2, iterations=1, budget=10, random_state=0).fit(
+    dp2 = DPALS(axes="warn", epsilon=5.0, factors=2, iterations=1, budget=10, random_state=0).fit(
         from_pandas(df, item_ids=catalogue), show_progress=False
     )
     with warnings.catch_warnings():
@@ -274,6 +276,6 @@ def test_a_given_vocabulary_changed_by_the_data_is_not_released(df, tmp_path):
     catalogue = sorted(df["item"].unique()) + ["unrated-item"]
     x = from_pandas(df, item_ids=catalogue).drop_empty()  # keeps info, but the item axis now depends on the data
     assert x.info["item_vocabulary"] == "given" and "unrated-item" not in x.item_ids
-    dp = DPALS(epsilon=5.0, factors=2, iterations=1, budget=10, random_state=0).fit(x, show_progress=False)
+    dp = DPALS(axes="warn", epsilon=5.0, factors=2, iterations=1, budget=10, random_state=0).fit(x, show_progress=False)
     dp.save(tmp_path / "dp.npz")
     assert list(load_model(tmp_path / "dp.npz").item_ids_) == list(dp.item_ids_)

@@ -156,7 +156,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_fit_equals_local_fit(client, parts, plays, case):
-    params = CASES[case]
+    params = {"axes": "warn", **CASES[case]}  # the declared-axes fit (released axes: test_axes_release_dask)
     data = plays if params.get("feedback") == "implicit" else parts
     dist = fit(DPALS(**params), data, client=client)
     local = DPALS(**params).fit(data.to_local(), show_progress=False)
@@ -176,6 +176,7 @@ def test_spectral_ridges_are_set_on_the_driver_as_in_the_local_fit(client, plays
 
     monkeypatch.setattr(dpals_module, "auto_config", spectral)
     params = dict(method="ada-dpals", epsilon=5.0, feedback="implicit", factors=6, iterations=2, random_state=18)
+    params["axes"] = "warn"
     dist = fit(DPALS(**params), plays, client=client)
     local = DPALS(**params).fit(plays.to_local(), show_progress=False)
     assert local.config_["reg_rule"] == "spectral" and local.config_["reg"] == local.config_["user_reg"] != 30.0

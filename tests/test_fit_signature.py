@@ -37,7 +37,7 @@ def test_unknown_keywords_raise(frame):
 def test_column_names_are_read_not_swallowed(frame):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = DPALS(epsilon=1.0, factors=0, iterations=1, show_progress=False)
+        model = DPALS(axes="warn", epsilon=1.0, factors=0, iterations=1, show_progress=False)
         model.fit(frame, user_col="user_id", item_col="movie", rating_col="stars")
     assert sorted(model.item_ids_) == sorted(frame["movie"].unique())
     assert sorted(model.user_ids_) == sorted(frame["user_id"].unique())

@@ -36,7 +36,9 @@ from privrec.federated.flower.testing import InProcessGrid
 from privrec.models import DPALS
 
 N_CLIENTS = 10
-SETTINGS = dict(epsilon=5.0, factors=4, iterations=3, random_state=11, rating_range=(1, 5), method="ada-dpals")
+SETTINGS = dict(
+    axes="warn", epsilon=5.0, factors=4, iterations=3, random_state=11, rating_range=(1, 5), method="ada-dpals"
+)
 MB = dict(rounds=6, batch_size=8, step_size=0.1, clip=1.0, random_state=5)
 
 
@@ -201,9 +203,9 @@ def test_simulated_mb_sgd_dropped_silo(simulated):
 def test_in_process_dpals_methods_equal_local(settings):
     R = ratings(n=160, m=70, seed=3)
     if settings.get("feedback") == "implicit":
-        kw = dict(epsilon=5.0, random_state=4, **settings)
+        kw = dict(axes="warn", epsilon=5.0, random_state=4, **settings)
     else:
-        kw = dict(epsilon=5.0, random_state=4, rating_range=(1, 5), **settings)
+        kw = dict(axes="warn", epsilon=5.0, random_state=4, rating_range=(1, 5), **settings)
     local = DPALS(**kw).fit(R, show_progress=False)
     grid = InProcessGrid(flower.client_app(shards=flower.split_users(R, 4)), 4)
     fed = flower.fit_dpals(DPALS(**kw), grid, min_clients=4)
@@ -218,7 +220,9 @@ def test_in_process_spectral_ridges_equal_local(monkeypatch):
     real = dpals_module.auto_config
     monkeypatch.setattr(dpals_module, "auto_config", lambda *a, **k: {**real(*a, **k), "reg_rule": "spectral"})
     R = ratings(n=160, m=70, seed=3)
-    kw = dict(epsilon=5.0, random_state=4, method="ada-dpals", feedback="implicit", factors=3, iterations=2)
+    kw = dict(
+        axes="warn", epsilon=5.0, random_state=4, method="ada-dpals", feedback="implicit", factors=3, iterations=2
+    )
     local = DPALS(**kw).fit(R, show_progress=False)
     grid = InProcessGrid(flower.client_app(shards=flower.split_users(R, 4)), 4)
     fed = flower.fit_dpals(DPALS(**kw), grid, min_clients=4)
@@ -252,20 +256,22 @@ def test_roster_checks_and_refusals():
     R = ratings(n=60, m=30, seed=5)
     grid = InProcessGrid(flower.client_app(shards=flower.split_users(R, 3)), 3)
     with pytest.raises(ValueError, match="outside the declared rating_range"):
-        flower.fit_dpals(DPALS(epsilon=5.0, rating_range=(2, 5), random_state=0), grid, min_clients=3)
+        flower.fit_dpals(DPALS(axes="warn", epsilon=5.0, rating_range=(2, 5), random_state=0), grid, min_clients=3)
     with pytest.raises(ValueError, match="finite epsilon"):
         flower.fit_dpals(DPALS(epsilon=float("inf")), grid, min_clients=3)
     with pytest.raises(TypeError, match="fits a DPALS"):
         flower.fit_dpals(object(), grid)
     with pytest.raises(TimeoutError, match="expected clients"):
-        flower.fit_dpals(DPALS(epsilon=5.0), grid, min_clients=4, wait=0.2)
+        flower.fit_dpals(DPALS(axes="warn", epsilon=5.0), grid, min_clients=4, wait=0.2)
     with pytest.raises(ValueError, match="trace"):
         flower.mb_sgd_on_grid(grid, LOSS, trace=True, **MB)
     with pytest.raises(ValueError, match="n_clients"):
         flower.split_users(R, 0)
     with pytest.warns(UserWarning, match="beyond rating_bound"):
         flower.fit_dpals(
-            DPALS(epsilon=5.0, rating_bound=4.0, random_state=0, factors=2, iterations=1), grid, min_clients=3
+            DPALS(axes="warn", epsilon=5.0, rating_bound=4.0, random_state=0, factors=2, iterations=1),
+            grid,
+            min_clients=3,
         )
 
 
@@ -302,7 +308,8 @@ def test_deployed_apps_in_process(tmp_path, capsys):
         flower.save_shard(path, shard)
         configs[shard.index] = {"data-path": str(path)}
     grid = InProcessGrid(fapp.clientapp, 3, configs)
-    run_config = {"epsilon": 2.0, "factors": 2, "iterations": 2, "random-state": 5, "rating-low": 1.0}
+    run_config = {"axes": "warn", "epsilon": 2.0, "factors": 2, "iterations": 2, "random-state": 5}
+    run_config["rating-low"] = 1.0
     run_config.update({"rating-high": 5.0, "min-clients": 3, "output-dir": str(tmp_path / "out")})
     fapp.main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config))
     assert "privrec: DP-ALS released 40 items x 2 factors at epsilon=" in capsys.readouterr().out
@@ -317,6 +324,7 @@ def test_deployed_apps_in_process(tmp_path, capsys):
     # the defaults: private (OS entropy), automatic rank and steps, no declared range
     default = fapp.model_from_config({})
     assert default.random_state is None and default.factors is None and default.rating_range is None
+    assert default.axes == "release"  # undeclared axes are released (add/remove DP), as DPALS()
 
 
 def test_example_writes_shards_and_needs_data(tmp_path, capsys):
@@ -356,7 +364,7 @@ def test_in_process_dropout_equals_the_zero_out_neighbour():
     shards = flower.split_users(R, 3)
     dead = lambda info: info["index"] == 1 and info["stage"] != "roster"
     grid = InProcessGrid(flower.client_app(shards=shards, fault=dead), 3)
-    kw = dict(epsilon=5.0, factors=2, iterations=2, random_state=2, rating_range=(1, 5))
+    kw = dict(axes="warn", epsilon=5.0, factors=2, iterations=2, random_state=2, rating_range=(1, 5))
     with pytest.warns(UserWarning, match="without some clients' users"):
         fed = flower.fit_dpals(DPALS(**kw), grid, min_clients=3, max_retries=1)
     keep = (~np.isin(np.arange(R.shape[0]), shards[1].user_ids)).astype(np.float32)

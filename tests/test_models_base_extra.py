@@ -346,12 +346,14 @@ def test_save_load_keeps_the_id_maps(id_model, tmp_path):
 
 
 def test_private_model_saves_the_item_ids_it_was_fitted_on(frame, tmp_path):
-    model = DPALS(epsilon=4.0, factors=2, iterations=1, budget=5, random_state=0).fit(frame, show_progress=False)
+    model = DPALS(axes="warn", epsilon=4.0, factors=2, iterations=1, budget=5, random_state=0).fit(
+        frame, show_progress=False
+    )
     model.save(tmp_path / "p.npz")
     assert list(load_model(tmp_path / "p.npz").item_ids_) == list(model.item_ids_)
     # with a public catalogue the ids are part of the release
     catalogue = [f"i{i}" for i in range(12)]
-    public = DPALS(epsilon=4.0, factors=2, iterations=1, budget=5, random_state=0).fit(
+    public = DPALS(axes="warn", epsilon=4.0, factors=2, iterations=1, budget=5, random_state=0).fit(
         from_pandas(frame, item_ids=catalogue), show_progress=False
     )
     with warnings.catch_warnings():

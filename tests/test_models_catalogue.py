@@ -30,7 +30,7 @@ def _frame(seed=0, n_users=30) -> pd.DataFrame:
 
 
 def _private() -> DPALS:
-    return DPALS(epsilon=3.0, factors=2, iterations=1, budget=3, rating_range=(1, 5), random_state=0)
+    return DPALS(axes="warn", epsilon=3.0, factors=2, iterations=1, budget=3, rating_range=(1, 5), random_state=0)
 
 
 def _fit_quietly(model, X, **kw):

@@ -33,7 +33,7 @@ def _frame(n_users=60, n_items=20, seed=0) -> pd.DataFrame:
 
 
 def _private(**kw) -> DPALS:
-    return DPALS(epsilon=4.0, factors=3, iterations=2, budget=5, rating_range=(1, 5), random_state=0, **kw)
+    return DPALS(axes="warn", epsilon=4.0, factors=3, iterations=2, budget=5, rating_range=(1, 5), random_state=0, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -189,10 +189,10 @@ def test_every_fitted_attribute_of_a_private_model_is_classified(frame):
     it, so whoever adds one decides (FactorizationModel._private_state / _released_state)."""
     models = [
         _private().fit(frame, show_progress=False),
-        DPALS(epsilon=3.0, feedback="implicit", factors=0, random_state=0).fit(frame, show_progress=False),
-        DPALS(method="dpsgd-tail", epsilon=3.0, factors=2, iterations=1, budget=4, rating_range=(1, 5)).fit(
-            frame, show_progress=False
-        ),
+        DPALS(axes="warn", epsilon=3.0, feedback="implicit", factors=0, random_state=0).fit(frame, show_progress=False),
+        DPALS(
+            axes="warn", method="dpsgd-tail", epsilon=3.0, factors=2, iterations=1, budget=4, rating_range=(1, 5)
+        ).fit(frame, show_progress=False),
     ]
     from privrec.models.release import RELEASE_FIELDS, flat_state
 

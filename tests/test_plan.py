@@ -40,7 +40,7 @@ def structured():
 
 
 def _model(**kw):
-    return DPALS(epsilon=EPS, rating_range=(0.5, 5), show_progress=False, **kw)
+    return DPALS(**{"axes": "warn", "epsilon": EPS, "rating_range": (0.5, 5), "show_progress": False, **kw})
 
 
 def test_the_plan_lists_exactly_what_the_fit_records(structured):
@@ -336,7 +336,7 @@ def test_flower_fit_without_any_client_fails_and_short_rounds_warn():
     rng = np.random.default_rng(0)
     R = sp.random(90, 40, density=0.2, random_state=1, format="csr", dtype=np.float32)
     R.data = rng.integers(1, 6, R.nnz).astype(np.float32)
-    kw = dict(epsilon=5.0, factors=2, iterations=1, rating_range=(1, 5))
+    kw = dict(axes="warn", epsilon=5.0, factors=2, iterations=1, rating_range=(1, 5))
     every = lambda info: info["stage"] != "roster"
     grid = InProcessGrid(flower.client_app(shards=flower.split_users(R, 3), fault=every), 3)
     with pytest.raises(RuntimeError, match="no Flower client answered .*nothing was released"):

@@ -50,11 +50,11 @@ def test_private_fit_on_a_roster_from_the_data_warns_and_a_declared_roster_does_
     df = _frame()
     items = [f"i{i}" for i in range(15)]
     with pytest.warns(UserRosterWarning, match="users=roster"):
-        DPALS(epsilon=2.0, random_state=0).fit(df, items=items, show_progress=False)
+        DPALS(epsilon=2.0, random_state=0, axes="warn").fit(df, items=items, show_progress=False)
     roster = [f"u{u}" for u in range(80)]  # 20 users on the roster have no ratings
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserRosterWarning)
-        model = DPALS(epsilon=2.0, random_state=0).fit(df, users=roster, items=items, show_progress=False)
+        model = DPALS(epsilon=2.0, random_state=0, axes="warn").fit(df, users=roster, items=items, show_progress=False)
     assert model.user_factors_.shape[0] == 80
     # non-private fits take any axis
     with warnings.catch_warnings():

@@ -219,7 +219,7 @@ def test_numeric_ids_beyond_int64_name_the_line(tmp_path, capsys):
 
 
 def test_the_declared_sizes_respect_the_address_space_left(tmp_path, monkeypatch):
-    model = _quiet_fit(DPALS(epsilon=1.0, factors=2, iterations=1, show_progress=False), _frame())
+    model = _quiet_fit(DPALS(axes="warn", epsilon=1.0, factors=2, iterations=1, show_progress=False), _frame())
     model.save(tmp_path / "m.npz")
     monkeypatch.setattr(MF, "_address_space_left", lambda: [("RLIMIT_AS", 5 << 30, (5 << 30) - (1 << 20), 1 << 20)])
     with pytest.raises(
@@ -233,7 +233,7 @@ def test_the_declared_sizes_respect_the_address_space_left(tmp_path, monkeypatch
 def test_a_crafted_file_is_refused_under_a_real_rlimit_as(tmp_path):
     """A 256 MiB declared array in a ~1 MB deflated file, read with 128 MiB of address space left:
     refused before numpy allocates; a real model still loads under the same limit."""
-    model = _quiet_fit(DPALS(epsilon=1.0, factors=2, iterations=1, show_progress=False), _frame())
+    model = _quiet_fit(DPALS(axes="warn", epsilon=1.0, factors=2, iterations=1, show_progress=False), _frame())
     model.save(tmp_path / "small.npz")
     code = textwrap.dedent(
         """
@@ -298,7 +298,7 @@ def test_atomic_writes_keep_the_mode(tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "new.txt").stat().st_mode) == 0o640
-    model = _quiet_fit(DPALS(epsilon=1.0, factors=0, iterations=1, show_progress=False), _frame())
+    model = _quiet_fit(DPALS(axes="warn", epsilon=1.0, factors=0, iterations=1, show_progress=False), _frame())
     path = tmp_path / "m.npz"
     path.write_bytes(b"")
     os.chmod(path, 0o644)
@@ -329,7 +329,9 @@ def test_a_dataframe_model_keeps_its_item_ids_through_save_and_pickle(tmp_path):
     import pickle
 
     df = _frame()
-    model = _quiet_fit(DPALS(epsilon=1.0, factors=2, iterations=1, show_progress=False, random_state=0), df)
+    model = _quiet_fit(
+        DPALS(axes="warn", epsilon=1.0, factors=2, iterations=1, show_progress=False, random_state=0), df
+    )
     ids, scores = model.recommend_ids("u1", df, N=5)
     assert all(str(i).startswith("m") for i in ids)
     model.save(tmp_path / "m.npz")

@@ -33,7 +33,7 @@ GRID = {"regularization": [5.0, 20.0], "epsilon": [1.0, 3.0]}
 
 
 def _search(refit=True):
-    model = DPALS(epsilon=1.0, factors=2, iterations=1, rating_range=(1, 5), random_state=0)
+    model = DPALS(axes="warn", epsilon=1.0, factors=2, iterations=1, rating_range=(1, 5), random_state=0)
     return GridSearchCV(model, GRID, cv=RatingSplitCV(2, random_state=0), error_score="raise", refit=refit)
 
 
@@ -80,7 +80,7 @@ def test_an_unfitted_search_is_bounded_with_its_costliest_setting_for_the_refit(
 def test_a_non_private_setting_releases_without_a_bound_and_bad_inputs_are_refused():
     ratings = _ratings()
     search = GridSearchCV(
-        DPALS(factors=2, iterations=1, rating_range=(1, 5)),
+        DPALS(axes="warn", factors=2, iterations=1, rating_range=(1, 5)),
         {"epsilon": [2.0, float("inf")]},
         cv=RatingSplitCV(2, random_state=0),
     )

@@ -322,7 +322,7 @@ def test_show_progress_is_a_constructor_parameter(make, capfd):
 def test_grid_search_over_a_private_model_warns_that_selection_is_not_accounted():
     ratings = _ratings(40, 12)
     grid = {"regularization": [5.0, 20.0]}
-    private = DPALS(epsilon=4.0, factors=2, iterations=1, budget=5, random_state=0)
+    private = DPALS(axes="warn", epsilon=4.0, factors=2, iterations=1, budget=5, random_state=0)
     with pytest.warns(PrivateSelectionWarning, match=r"privrec.tuning.select_private") as record:
         GridSearchCV(private, grid, cv=RatingSplitCV(2, random_state=0), error_score="raise", refit=False).fit(ratings)
     assert all("no privacy ledger counts" in str(w.message) for w in record if w.category is PrivateSelectionWarning)
@@ -345,7 +345,9 @@ def test_selection_warning_once_per_model():
     namespace = {"__name__": "sklearn.model_selection._fake"}
     exec("def score_twice(model, X):\n    return model.score(X), model.score(X)", namespace)
     ratings = _ratings(40, 12)
-    model = DPALS(epsilon=4.0, factors=2, iterations=1, budget=5, random_state=0).fit(ratings, show_progress=False)
+    model = DPALS(axes="warn", epsilon=4.0, factors=2, iterations=1, budget=5, random_state=0).fit(
+        ratings, show_progress=False
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         a, b = namespace["score_twice"](model, ratings)
@@ -362,7 +364,7 @@ def test_a_search_over_private_models_warns_once():
 
     ratings = _ratings(40, 12)
     search = GridSearchCV(
-        DPALS(epsilon=2.0, factors=0, iterations=1, rating_range=(1, 5), show_progress=False),
+        DPALS(axes="warn", epsilon=2.0, factors=0, iterations=1, rating_range=(1, 5), show_progress=False),
         {"epsilon": [1.0, 2.0, 4.0]},
         cv=RatingSplitCV(3, random_state=0),
         error_score="raise",

@@ -188,10 +188,12 @@ class DPALS(ReleaseHolder, Hyperparameters, DPALSStagesMixin, DPALSScoringMixin,
         guarantee if the seed is known).
     num_threads : worker threads of the (non-private) user-step solves (``None`` = usable cores).
     axes : what a private fit does when the user roster or the item catalogue is not declared (a
-        DataFrame / CSV input without ``users=`` / ``items=``). ``"release"``: release them first
-        -- a noisy user count and a private item selection (Gopi et al., ICML 2020) -- plan from
-        them and state the guarantee for adding or removing one user (``privrec fit --ratings``
-        does this); ``"warn"``: fit on the data's axes under zero-out, with a
+        DataFrame / CSV input without ``users=`` / ``items=``). ``"release"`` (the default, as
+        ``privrec fit --ratings``): release them first -- a noisy user count and a private item
+        selection (Gopi et al., ICML 2020) -- plan from them and state the guarantee for adding or
+        removing one user; on data with few users per item the selection may keep few items, or
+        none (a ``ValueError`` that says so): declare the catalogue then. ``"warn"``: fit on the
+        data's axes under zero-out, with a
         :class:`~privrec.models.inputs.UserRosterWarning` / ``ItemCatalogueWarning`` (those axes
         are then not covered). Declared axes are used as given either way; a bare matrix's shape
         is its caller's declaration.
@@ -247,7 +249,7 @@ class DPALS(ReleaseHolder, Hyperparameters, DPALSStagesMixin, DPALSScoringMixin,
     random_state: Any = param(default=None)  # checked by check_noise_random_state
     num_threads: int | None = param(POSITIVE_INT, None, default=None)
     show_progress: bool | None = param("boolean", None, default=None)  # None: a bar unless scikit-learn calls fit
-    axes: str = param(StrOptions({"warn", "release"}), default="warn")
+    axes: str = param(StrOptions({"release", "warn"}), default="release")
 
     # ------------------------------------------------------------------ resolved settings
     def _resolve_config(

@@ -166,7 +166,8 @@ class IdMapMixin:
     # ------------------------------------------------------------------ by original id
     def _id_rows(self, req: np.ndarray, user_items):
         """Rows (one per requested user) of ``user_items`` given by id: a long DataFrame or an
-        ``Interactions``; items unknown to the model are dropped (with a warning)."""
+        ``Interactions``; items unknown to the model are dropped (with a warning, unless the model's
+        items are a private item selection, which leaves items out by design)."""
         import pandas as pd
 
         if isinstance(user_items, pd.DataFrame):
@@ -188,7 +189,9 @@ class IdMapMixin:
         keep = pos >= 0
         item_idx = self._codes("item", np.asarray(items)[keep], self.n_items_, strict=False)
         unknown = int(np.count_nonzero(item_idx < 0))
-        if unknown:
+        # an item axis chosen by the private item selection leaves rated items out by design: they
+        # can be neither used nor recommended, and saying so on every call would be noise
+        if unknown and getattr(self, "_item_axis", None) != "selection":
             warnings.warn(
                 f"{unknown} rated item(s) of the queried users are not in the model's items and are ignored",
                 UserWarning,

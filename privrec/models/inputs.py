@@ -234,7 +234,7 @@ class FitInputMixin:
                 "have ratings): the guarantee is stated for a public roster (zero-out of one user's ratings), "
                 "and a user whose ratings are all removed would leave this one; declare the roster with "
                 "fit(X, users=roster) or privrec.data.from_pandas(..., user_ids=roster), or let the fit release it "
-                "privately (DPALS(axes='release'): add/remove DP)",
+                "privately (DPALS(axes='release'), the default: add/remove DP)",
                 UserRosterWarning,
                 stacklevel=3,
             )
@@ -264,7 +264,7 @@ class FitInputMixin:
                 f"private {type(self).__name__} fitted on an item axis taken from the data (only the items that have "
                 "ratings): which items have ratings is not covered by the privacy guarantee, and the released item "
                 f"arrays have one row per such item, saved with its id; {advice}, or let the fit select items privately "
-                "(DPALS(axes='release'): add/remove DP; strict_catalogue=True refuses such fits)",
+                "(DPALS(axes='release'), the default: add/remove DP; strict_catalogue=True refuses such fits)",
                 ItemCatalogueWarning,
                 stacklevel=3,
             )

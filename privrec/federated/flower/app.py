@@ -52,7 +52,7 @@ def model_from_config(run_config) -> DPALS:
         iterations=int(c["iterations"]) if int(c.get("iterations", 0)) > 0 else None,
         rating_range=(low, high) if high > low else None,
         random_state=None if seed < 0 else seed,
-        axes=str(c.get("axes", "warn")),
+        axes=str(c.get("axes", "release")),
     )
 
 

@@ -253,7 +253,7 @@ def fit_dpals(
     """Fit the :class:`~privrec.models.DPALS` ``model`` on the clients of ``grid`` (call it from a
     ``ServerApp``'s main); returns ``model``, fitted as by ``DPALS.fit`` (module docstring).
 
-    ``DPALS(axes="release")``: the clients' users and item columns are released as the local fit
+    ``DPALS(axes="release")`` (the default): the clients' users and item columns are released as the local fit
     releases an undeclared roster and catalogue (``roster`` / ``catalogue``: that axis is a
     declared public one, not released). The server releases the noisy count of the users on the
     roster and the private item selection (each client returns its users' weighted per-item counts,
@@ -263,8 +263,8 @@ def fit_dpals(
     message of the fit) and composes the ledger as the local fit
     (:func:`~privrec.models.dpals_axes.finish_axes`): the guarantee is stated under add/remove of
     one user; ``item_ids_`` are the selected columns (the clients' item order). With
-    ``axes="warn"`` (the default) the clients' users and columns are the declared roster and
-    catalogue, as before.
+    ``axes="warn"`` the clients' users and columns are the declared roster and catalogue
+    (zero-out).
 
     Private fits with every method (SSP ``dpals-*`` / ``ada-dpals``, noisy GD ``dpsgd-*`` /
     ``ada-dpsgd``), explicit or implicit feedback, biases, centering, ``unobserved_weight``,
