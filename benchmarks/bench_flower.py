@@ -396,7 +396,8 @@ def main(argv=None) -> int:
     if loaded is None:
         return 0
     R, description = loaded
-    base = dict(epsilon=5.0, random_state=7, rating_range=(1, 5))
+    # declared axes (the clients' users and items, as the local fit of the matrix it is compared with)
+    base = dict(epsilon=5.0, random_state=7, rating_range=(1, 5), axes="warn")
     cases = [("automatic configuration", base), ("factor model", {**base, "factors": 8, "iterations": 3})]
     clients = list(args.clients) + ([R.shape[0]] if args.one_user else [])
     in_process = [] if args.in_process is None else (list(args.in_process) or [R.shape[0]])

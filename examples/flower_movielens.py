@@ -81,7 +81,9 @@ def main(argv=None) -> int:
             )
         return 0
 
-    settings = dict(epsilon=args.epsilon, random_state=args.seed)
+    # axes="warn": the clients' users and items are the declared roster and catalogue, so the fit is
+    # compared with the local fit of the same matrix (the default, "release", selects items privately)
+    settings = dict(epsilon=args.epsilon, random_state=args.seed, axes="warn")
     if not args.synthetic:
         settings["rating_range"] = (1, 5)
     print(f"{data.shape[0]} users x {data.shape[1]} items, {data.nnz} ratings; {n_clients} Flower clients")

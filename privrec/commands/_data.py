@@ -63,15 +63,15 @@ def _data_args(p, split: bool = True) -> None:
         default=None,
         metavar="FILE",
         help="the public item catalogue of --ratings: a text file with one item id per line (items without "
-        "ratings get rows too; without it a private fit's item axis comes from the data, which the "
-        "guarantee does not cover)",
+        "ratings get rows too; without it a private fit selects its items privately: add/remove DP)",
     )
     g.add_argument(
         "--users",
         default=None,
         metavar="FILE",
         help="the public user roster of --ratings: a text file with one user id per line (the guarantee is "
-        "stated for zero-out of one user's ratings over a public roster)",
+        "stated for zero-out of one user's ratings over a public roster; without it the number of users is "
+        "released as a noisy count: add/remove DP)",
     )
     g.add_argument("--scale", type=float, default=None, help="shrink a generated dataset (e.g. 0.1)")
     g.add_argument(

@@ -18,9 +18,10 @@ is passed, in which case they are resolved with a ``UserWarning`` (see
 :meth:`Interactions.from_arrays`).
 
 Privacy note: without a given vocabulary, the item ids are *the items that have at least one
-rating*, which is itself a statistic of the data. A private model (``DPALS``) fitted on them
-warns (``ItemCatalogueWarning``), and its saved file records the item axis -- rows and ids -- as
-not public; give the public vocabulary (``item_ids=`` here) to have it covered. See
+rating*, which is itself a statistic of the data. A private ``DPALS`` fitted on them selects its
+items privately by default (add/remove DP); with ``axes="warn"`` it fits them, warns
+(``ItemCatalogueWarning``), and its saved file records the item axis -- rows and ids -- as not
+public; give the public vocabulary (``item_ids=`` here) to have it covered. See
 ``FactorizationModel.save``.
 
 The id vocabularies live in :mod:`privrec.data.vocabulary`, the columns and their values in

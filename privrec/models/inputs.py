@@ -28,13 +28,16 @@ cloned by scikit-learn keep the constructor value: ``show_progress=True`` asks f
 
 Item catalogue: ``fit(X, items=catalogue)`` declares the public item catalogue (the item axis is
 then the catalogue, whatever items have ratings: :func:`with_item_catalogue`), as
-``privrec.data.from_pandas(..., item_ids=catalogue)`` does. A *private* model fitted on an item axis
-derived from the data (a DataFrame / CSV without a catalogue) warns with
-:class:`ItemCatalogueWarning`; ``fit(X, strict_catalogue=True)`` refuses any private fit without a
-declared catalogue. :meth:`FactorizationModel.save` records where the axis came from (metadata
-``item_axis``: ``{"source": "catalogue" | "data" | "matrix", "public": bool}``). Likewise
-``fit(X, users=roster)`` declares the public user roster (:func:`with_user_roster`; a private fit
-on a roster taken from the data warns with :class:`UserRosterWarning`).
+``privrec.data.from_pandas(..., item_ids=catalogue)`` does. Without a declared catalogue (a DataFrame / CSV) a
+private ``DPALS`` selects its items privately by default (``axes="release"``: add/remove DP,
+:mod:`privrec.models.dpals_axes`); with ``axes="warn"`` (and for other private models) a private
+fit on an item axis derived from the data warns with :class:`ItemCatalogueWarning`.
+``fit(X, strict_catalogue=True)`` refuses any private fit without a declared catalogue.
+:meth:`FactorizationModel.save` records where the axis came from (metadata ``item_axis``:
+``{"source": "catalogue" | "selection" | "data" | "matrix", "public": bool}``). Likewise
+``fit(X, users=roster)`` declares the public user roster (:func:`with_user_roster`); without it the
+default DPALS fit releases a noisy user count, and with ``axes="warn"`` a private fit on a roster
+taken from the data warns with :class:`UserRosterWarning`.
 """
 
 from __future__ import annotations
@@ -79,7 +82,8 @@ class ItemCatalogueWarning(UserWarning):
     that have at least one rating. Which items have ratings is a statistic of the data -- with one
     user as an item's only rater, the released arrays have a row more with that user than without --
     so the item axis -- and the item ids saved with the model, which name its rows -- is not
-    covered by the privacy guarantee. Declare the public catalogue:
+    covered by the privacy guarantee. Emitted with ``DPALS(axes="warn")`` (the default,
+    ``"release"``, selects the items privately instead). Declare the public catalogue:
     ``model.fit(X, items=catalogue)``, ``privrec.data.from_pandas(..., item_ids=catalogue)`` or
     ``from_parquet(..., item_ids=catalogue)``; ``fit(X, strict_catalogue=True)`` refuses instead."""
 
@@ -89,7 +93,8 @@ class UserRosterWarning(UserWarning):
     (or an ``Interactions`` read from one) without a declared user roster lists only the users that
     have ratings. DPALS's guarantee is stated for the zero-out relation over a public roster (the
     number of users shapes the fit), and a user whose ratings are all removed would then vanish from
-    the roster, changing its size. Declare the roster: ``model.fit(X, users=roster)`` or
+    the roster, changing its size. Emitted with ``DPALS(axes="warn")`` (the default, ``"release"``,
+    releases a noisy user count instead). Declare the roster: ``model.fit(X, users=roster)`` or
     ``privrec.data.from_pandas(..., user_ids=roster)``."""
 
 
@@ -234,7 +239,7 @@ class FitInputMixin:
                 "have ratings): the guarantee is stated for a public roster (zero-out of one user's ratings), "
                 "and a user whose ratings are all removed would leave this one; declare the roster with "
                 "fit(X, users=roster) or privrec.data.from_pandas(..., user_ids=roster), or let the fit release it "
-                "privately (DPALS(axes='release'), the default: add/remove DP)",
+                "privately (leave axes at its default, 'release': add/remove DP)",
                 UserRosterWarning,
                 stacklevel=3,
             )
@@ -264,7 +269,7 @@ class FitInputMixin:
                 f"private {type(self).__name__} fitted on an item axis taken from the data (only the items that have "
                 "ratings): which items have ratings is not covered by the privacy guarantee, and the released item "
                 f"arrays have one row per such item, saved with its id; {advice}, or let the fit select items privately "
-                "(DPALS(axes='release'), the default: add/remove DP; strict_catalogue=True refuses such fits)",
+                "(leave axes at its default, 'release': add/remove DP; strict_catalogue=True refuses such fits)",
                 ItemCatalogueWarning,
                 stacklevel=3,
             )

@@ -114,8 +114,10 @@ class PersistenceMixin(LoadingMixin, PicklingMixin, MixinBase):
         ids always, so that the loaded model maps the same ids to the same rows. A *private*
         model's item ids are public only when they came from a declared catalogue: ids derived
         from the data, like the item axis itself, tell which items have ratings, which the privacy
-        guarantee does not cover -- the fit warns (``ItemCatalogueWarning``) and the file records
-        ``item_axis`` ``{"source": "data", "public": false}``.
+        guarantee does not cover -- such a fit (``DPALS(axes="warn")``) warns
+        (``ItemCatalogueWarning``) and the file records ``item_axis`` ``{"source": "data", "public":
+        false}``; ids chosen by the default private item selection are released under the ledger
+        (``{"source": "selection", "public": true}``).
         """
         self._check_fitted()
         self._check_params_unchanged()
@@ -184,8 +186,8 @@ class PersistenceMixin(LoadingMixin, PicklingMixin, MixinBase):
         if iids is not None and len(iids) == self.n_items_:
             # saved whatever the item axis: the ids name the saved item rows, so that a loaded model
             # recommends, exports and checks data by the same ids as the fitted one. A private model's
-            # data-derived axis (ids and rows alike) is not covered by the guarantee: the fit warned
-            # (ItemCatalogueWarning) and the file records item_axis public: false
+            # data-derived axis (ids and rows alike, axes="warn") is not covered by the guarantee: the
+            # fit warned (ItemCatalogueWarning) and the file records item_axis public: false
             entry = _ids_to_json(iids, "item")
             if entry is not None:
                 out["item_ids"] = entry

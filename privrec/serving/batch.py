@@ -76,7 +76,8 @@ def aligned_user_items(model, user_items) -> tuple[sp.csr_matrix, np.ndarray | N
     users x items matrix).
 
     An ``Interactions`` whose item ids differ from the model's ``item_ids_`` is re-indexed to the
-    model's items (ratings of items the model does not know are dropped, with a ``UserWarning``);
+    model's items (ratings of items the model does not know are dropped, with a ``UserWarning``
+    unless the model's items are a private item selection, which leaves items out by design);
     otherwise the columns must be the model's items (same count).
     """
     matrix = getattr(user_items, "matrix", None)
@@ -105,7 +106,7 @@ def aligned_user_items(model, user_items) -> tuple[sp.csr_matrix, np.ndarray | N
     cols = codes[csr.indices]
     keep = cols >= 0
     dropped = int(csr.nnz - np.count_nonzero(keep))
-    if dropped:
+    if dropped and getattr(model, "_item_axis", None) != "selection":
         warnings.warn(
             f"{dropped} rating(s) of {int(np.count_nonzero(codes < 0))} item(s) the model does not know are ignored",
             UserWarning,

@@ -7,6 +7,9 @@ with ``flwr run --run-config``):
 * ``epsilon``, ``delta``, ``method``, ``factors`` / ``iterations`` (0: automatic), ``rating-low`` /
   ``rating-high`` (the public rating range; equal values: none), ``random-state`` (-1: OS entropy,
   the private setting; a seed is for experiments and voids the guarantee);
+* ``axes`` (``"release"``, the default: the noisy user count and the private item selection first,
+  add/remove DP; ``"warn"``: the clients' users and items are the declared roster and catalogue,
+  zero-out), ``roster`` / ``catalogue`` (``true``: that axis is declared public, not released);
 * ``min-clients`` (SuperNodes to wait for), ``wait`` (seconds), ``timeout`` (seconds per round,
   0: none), ``max-retries``;
 * ``output-dir``: where the server writes the released model (``model.npz``, :meth:`DPALS.save`)

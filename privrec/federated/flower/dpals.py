@@ -26,17 +26,20 @@ the per-partition task bodies of that module running on the clients:
 
 Same answer: the same ``random_state`` gives the same sampling keys, noise seeds and noise, the
 same allocation (keyed on each user's id), the same ledger and epsilon as ``DPALS.fit`` on the
-whole matrix; only the float32 sums of the per-item statistics are added in another order (per
+whole matrix with declared axes (``axes="warn"``, or ``roster=True, catalogue=True``), and as the
+local fit of the same table with released axes (the default); only the float32 sums of the per-item statistics are added in another order (per
 client, then over clients), so the factors agree to float tolerance (observed ~1e-6 of their
 scale; the tests assert 1e-4, as for Dask).
 
 Trust (stated in :func:`privacy_report`): the released item side is (epsilon, delta) user-level DP
-under the zero-out relation of ``DPALS`` whoever reads it. The server sees the *exact* sums over
+whoever reads it: under add/remove of one user with the axes released (the default), under the
+zero-out relation of ``DPALS`` with both axes declared. The server sees the *exact* sums over
 clients of the per-item statistics before it adds the noise, and -- privrec's Flower apps use no
 secure aggregation (docs/federated-flower.md) -- each client's own sums, so it must be trusted with
 them as the Dask driver is. Clients see only released values and the public sampling keys.
 
-Undeclared axes (``DPALS(axes="release")``): before the fit the server releases the noisy number
+Undeclared axes (``DPALS(axes="release")``, the default; the clients' shards are undeclared unless
+``roster=True`` / ``catalogue=True``): before the fit the server releases the noisy number
 of users on the clients' roster and, unless the clients' columns are a declared catalogue, the
 private item selection from the clients' summed weighted per-item counts -- the local fit's
 releases (:func:`privrec.models.dpals_axes.release_axes`) -- plans the fit from them and sends the
