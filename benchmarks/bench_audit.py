@@ -396,6 +396,42 @@ def user_count_case(noise_factor: float = 1.0, epsilon: float = EPSILON) -> dict
     )
 
 
+def catalogue_size_case(noise_factor: float = 1.0, epsilon: float = EPSILON) -> dict:
+    """The noisy catalogue size of an undeclared catalogue with implicit feedback
+    (``partition.release_catalogue_size``, the multiplier and per-user sample size of a
+    ``DPALS(epsilon, feedback="implicit", axes="release")`` fit): D has 5,000 sampled items, D' one
+    user more who alone sampled ``max_items`` new ones (the sensitivity). ``noise_factor < 1``: the
+    control."""
+    from privrec.allocation import partition
+    from privrec.models import DPALS
+    from privrec.privacy import gaussian_event
+    from privrec.privacy.ledger import epsilon_of_event
+    from privrec.tuning.plan import plan_axes
+
+    axes = plan_axes(DPALS(epsilon=epsilon, delta=DELTA, feedback="implicit"), roster=False, catalogue=False)
+    z, k = axes.catalogue_multiplier, axes.max_items
+    claimed = epsilon_of_event(gaussian_event(z), DELTA, "pld")
+
+    def fit_release(n, seed):
+        return float(partition.release_catalogue_size(n, k, z * noise_factor, None).value)
+
+    control = noise_factor < 1
+    return dict(
+        name=("control: catalogue size, half the noise" if control else "catalogue size (undeclared catalogue)"),
+        family="axes",
+        epsilon=claimed,
+        fit_release=fit_release,
+        d0=5000,
+        d1=5000 + k,
+        reported=lambda: claimed,
+        neighbouring=f"add one user who alone sampled {k} items (5,000 -> {5000 + k} sampled items)",
+        canary=f"the added user's {k} items (sensitivity {k})",
+        statistic="the released noisy size",
+        settings={"noise_multiplier": z * noise_factor, "claimed_multiplier": z, "max_items": k},
+        expect_violation=control,
+    )
+
+
 def item_selection_case(noise_factor: float = 1.0, epsilon: float = EPSILON) -> dict:
     """The private item selection of an undeclared catalogue (``partition.release_item_selection``
     with the multiplier, sample size and delta term of a ``DPALS(epsilon, axes="release")`` fit):
@@ -624,6 +660,7 @@ def cases(cfg: dict) -> list[tuple[dict, int]]:
     # the releases of undeclared axes: microseconds per run, so many runs
     out += [(user_count_case(), cfg["axes_runs"]), (user_count_case(0.5), cfg["axes_runs"])]
     out += [(item_selection_case(), cfg["axes_runs"]), (item_selection_case(0.5), cfg["axes_runs"])]
+    out += [(catalogue_size_case(), cfg["axes_runs"]), (catalogue_size_case(0.5), cfg["axes_runs"])]
     return out
 
 

@@ -30,12 +30,14 @@ def plain_ratings(n_users=400, n_items=60, per_user=25, seed=0) -> pd.DataFrame:
 
 
 def hold_axes_releases(monkeypatch) -> dict:
-    """Hold the noisy user count and the selected items at their first released values (the
-    remove-one-user property tests): later fits reuse them, their events unchanged."""
+    """Hold the noisy user count, the selected items and the noisy catalogue size at their first
+    released values (the remove-one-user property tests): later fits reuse them, their events
+    unchanged."""
     from privrec.models import dpals_axes
     from privrec.privacy.mechanisms import Release
 
     real_count, real_select = dpals_axes.release_user_count, dpals_axes.release_item_selection
+    real_size = dpals_axes.release_catalogue_size
     held: dict = {}
 
     def count(n, z, rng):
@@ -47,6 +49,12 @@ def hold_axes_releases(monkeypatch) -> dict:
         rel = real_select(weighted, z, k, delta, rng)
         return Release(held.setdefault("items", rel.value), rel.events, rel.info)
 
+    def size(n, k, z, rng):
+        rel = real_size(n, k, z, rng)
+        rel.value = held.setdefault("catalogue", rel.value)
+        return rel
+
     monkeypatch.setattr(dpals_axes, "release_user_count", count)
     monkeypatch.setattr(dpals_axes, "release_item_selection", select)
+    monkeypatch.setattr(dpals_axes, "release_catalogue_size", size)
     return held

@@ -157,24 +157,9 @@ def test_bare_matrix_shape_is_the_callers_declaration():
 def test_removing_one_user_changes_nothing_public_when_the_releases_are_held(ratings, monkeypatch):
     """With the noisy count and the selected items held fixed, deleting one user leaves the plan,
     the config, the event list and every array shape unchanged (nothing exact shapes them)."""
-    from privrec.models import dpals_axes
-    from privrec.privacy.mechanisms import Release
+    from axes_release_data import hold_axes_releases
 
-    real_count, real_select = dpals_axes.release_user_count, dpals_axes.release_item_selection
-    held: dict = {}
-
-    def count(n, z, rng):
-        rel = real_count(n, z, rng)
-        rel.value = held.setdefault("count", rel.value)
-        return rel
-
-    def select(weighted, z, k, delta, rng):
-        rel = real_select(weighted, z, k, delta, rng)
-        items = held.setdefault("items", rel.value)
-        return Release(items, rel.events, rel.info)
-
-    monkeypatch.setattr(dpals_axes, "release_user_count", count)
-    monkeypatch.setattr(dpals_axes, "release_item_selection", select)
+    held = hold_axes_releases(monkeypatch)
     for params in ({"factors": 0}, {"factors": 2, "iterations": 2}, {"feedback": "implicit", "rating_range": None}):
         held.clear()
         a = _fit(ratings, params=params)
@@ -287,3 +272,58 @@ def test_the_default_releases_undeclared_axes_without_a_warning(ratings):
     assert roster.config_["n_users"] == len(users)
     assert both.privacy_report()["neighbouring_relation"].startswith("user-level zero-out")
     assert not getattr(both, "axes_", None) and list(both.item_ids_) == items
+
+
+def test_catalogue_size_is_released_with_sensitivity_max_items():
+    """The noisy number of sampled items: one user changes the exact number by at most the items
+    they sampled (<= max_items), the noise has std multiplier x max_items, and the event is the
+    Gaussian of that multiplier."""
+    from privrec.allocation.partition import release_catalogue_size, weighted_item_counts
+    from privrec.data import from_pandas
+
+    df = _frame(n_users=120, n_items=300, per_user=12)
+    x = from_pandas(df)
+    R = x.matrix.tocsr()
+    k = 5
+    full = np.count_nonzero(weighted_item_counts(R, k, key=7) > 0)
+    for u in range(0, R.shape[0], 7):
+        keep = np.ones(R.shape[0], dtype=bool)
+        keep[u] = False
+        # the same per-user samples without user u (keyed on row positions: pass the users' keys)
+        without = weighted_item_counts(R[keep], k, key=7, user_keys=np.flatnonzero(keep))
+        assert 0 <= full - np.count_nonzero(without > 0) <= k
+    rng = np.random.default_rng(0)
+    draws = np.array([release_catalogue_size(10_000, 200, 0.5, rng).value for _ in range(4000)])
+    assert abs(draws.std() / (0.5 * 200) - 1) < 0.05 and abs(draws.mean() - 10_000) < 5
+    rel = release_catalogue_size(3, 200, 0.5, rng)
+    assert rel.value >= 1.0 and rel.events[0][0] == partition.CATALOGUE_SIZE_LABEL
+
+
+def test_implicit_head_on_a_selected_axis_is_the_catalogues_fraction():
+    """The implicit rule's head restriction is a fraction of the catalogue; on a selected axis it is
+    that fraction of the released catalogue size, in items (every selected item when fewer pass)."""
+    m = DPALS(epsilon=20.0, feedback="implicit")
+    axes = plan_axes(m, roster=False, catalogue=False)
+    assert axes.catalogue_multiplier is not None
+    assert [lab for lab, _ in axes.events()][-1] == partition.CATALOGUE_SIZE_LABEL
+    auto = m._resolve_config((200_000, 20_000)).item_frac  # the head tier on a declared catalogue
+    assert auto is not None and auto < 1.0
+    cfg = m._resolve_config((200_000, 3_000), selected_items=True, catalogue_size=20_000.0)
+    assert cfg.item_frac == pytest.approx(auto * 20_000 / 3_000)
+    assert m._resolve_config((200_000, 1_500), selected_items=True, catalogue_size=20_000.0).item_frac is None
+    assert m._resolve_config((200_000, 3_000), selected_items=True).item_frac is None
+    # not released where it is not read: explicit ratings, a given item_frac, a declared catalogue
+    assert plan_axes(DPALS(epsilon=20.0), roster=False, catalogue=False).catalogue_multiplier is None
+    given = DPALS(epsilon=20.0, feedback="implicit", item_frac=0.5)
+    assert plan_axes(given, roster=False, catalogue=False).catalogue_multiplier is None
+    assert plan_axes(m, roster=False, catalogue=True).catalogue_multiplier is None
+    # its share comes out of the fit's
+    assert axes.epsilon < plan_axes(DPALS(epsilon=20.0), roster=False, catalogue=False).epsilon
+
+
+def test_implicit_fit_releases_the_catalogue_size(ratings):
+    m = _fit(ratings, params={"feedback": "implicit", "rating_range": None, "factors": 2})
+    labels = [e.label for e in m.ledger_.entries]
+    assert labels[:3] == [partition.USER_COUNT_LABEL, partition.ITEM_SELECTION_LABEL, partition.CATALOGUE_SIZE_LABEL]
+    assert m.axes_["catalogue_released"] >= 1.0 and m.axes_["catalogue_size_multiplier"] > 0
+    assert m.privacy_report()["epsilon"] <= 20.0

@@ -19,6 +19,10 @@ neither is public. The two releases here make them so:
   Gaussian event; on the items both neighbours have, the release is a Gaussian mechanism of
   sensitivity 1. The selected items become the item axis of the fit (their ids are released;
   the noisy counts are not used further).
+* :func:`release_catalogue_size` -- for implicit feedback, whose automatic head restriction is a
+  fraction of the catalogue: the number of items somebody sampled plus Gaussian noise of
+  sensitivity ``max_items`` (one user more or less adds or removes at most their ``t <= max_items``
+  sampled items). The head of a selected axis is that fraction of this noisy size.
 """
 
 from __future__ import annotations
@@ -31,17 +35,20 @@ from ..privacy.mechanisms import Release, gaussian_mechanism
 from ._rows import check_user_items, row_ids, sample_per_row
 
 __all__ = [
+    "CATALOGUE_SIZE_LABEL",
     "ITEM_SELECTION_LABEL",
     "USER_COUNT_LABEL",
+    "release_catalogue_size",
     "release_item_selection",
     "release_user_count",
     "selection_threshold",
     "weighted_item_counts",
 ]
 
-#: ledger labels of the two releases
+#: ledger labels of the releases
 USER_COUNT_LABEL = "user count"
 ITEM_SELECTION_LABEL = "item selection: weighted counts"
+CATALOGUE_SIZE_LABEL = "catalogue size: sampled items"
 
 
 def release_user_count(n_users: int, noise_multiplier: float, rng) -> Release:
@@ -50,6 +57,19 @@ def release_user_count(n_users: int, noise_multiplier: float, rng) -> Release:
     n = check_int(n_users, "n_users", minimum=0)
     release = gaussian_mechanism(
         np.float64(n), 1.0, float(noise_multiplier), rng, dtype=np.float64, label=USER_COUNT_LABEL
+    )
+    release.value = max(float(release.value), 1.0)
+    return release
+
+
+def release_catalogue_size(n_candidates: int, max_items: int, noise_multiplier: float, rng) -> Release:
+    """The noisy number of items somebody sampled (Gaussian, sensitivity ``max_items`` under
+    add/remove: a user samples at most ``max_items`` items, so adding or removing one changes the
+    number by at most that), kept as a float and at least 1."""
+    n = check_int(n_candidates, "n_candidates", minimum=0)
+    k = check_int(max_items, "max_items", minimum=1)
+    release = gaussian_mechanism(
+        np.float64(n), float(k), float(noise_multiplier), rng, dtype=np.float64, label=CATALOGUE_SIZE_LABEL
     )
     release.value = max(float(release.value), 1.0)
     return release

@@ -258,11 +258,12 @@ class DPALS(ReleaseHolder, Hyperparameters, DPALSStagesMixin, DPALSScoringMixin,
         bias_model: bool = False,
         target: tuple | None = None,
         selected_items: bool = False,
+        catalogue_size: float | None = None,
     ) -> DPALSConfig:
         """Validated, resolved settings for a ``shape = (n_users, n_items)`` fit
         (:func:`privrec.models.dpals_config.resolve_config`); ``target``: the (epsilon, delta) the
         fit is calibrated to when it is not the model's own (what is left after the axes' releases)."""
-        return resolve_config(self, shape, bias_model, target, selected_items)
+        return resolve_config(self, shape, bias_model, target, selected_items, catalogue_size)
 
     # ------------------------------------------------------------------ plan / fit
     def plan(self, X=None, *, shape: tuple[int, int] | None = None, users=None, items=None):

@@ -34,7 +34,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..allocation import sampling_key
-from ..allocation.partition import release_item_selection, release_user_count, weighted_item_counts
+from ..allocation.partition import (
+    release_catalogue_size,
+    release_item_selection,
+    release_user_count,
+    weighted_item_counts,
+)
 from ..privacy import PrivacyLedger, make_rng
 from ..tuning.plan import ITEM_SELECTION_DELTA_LABEL, AxesPlan, FitPlan, plan_fit
 from .dpals_config import binarised
@@ -47,8 +52,9 @@ class ReleasedAxes:
     """What :func:`release_axes` released: ``axes`` (the plan of the releases), ``ledger`` (their
     events and the selection's delta term), ``users`` (the noisy user count; the declared roster's
     size when it is declared), ``items`` (the selected column indices, sorted; every column when the
-    catalogue is declared), ``n_items`` (the columns before the selection) and ``info`` (what
-    ``axes_`` reports besides the plan)."""
+    catalogue is declared), ``n_items`` (the columns before the selection), ``info`` (what
+    ``axes_`` reports besides the plan) and ``catalogue_size`` (the noisy number of items somebody
+    sampled, where the plan releases it; else ``None``)."""
 
     axes: AxesPlan
     ledger: PrivacyLedger
@@ -56,6 +62,7 @@ class ReleasedAxes:
     items: np.ndarray
     n_items: int
     info: dict[str, Any]
+    catalogue_size: float | None = None
 
     @property
     def selected(self) -> bool:
@@ -83,7 +90,8 @@ def release_axes(
     :func:`~privrec.allocation.partition.weighted_item_counts` with the sampling ``key`` and the
     users' stable keys (computed in one piece or summed over blocks of users). The random draws
     come from a fresh ``make_rng(model.random_state)`` in this order: the count's noise, the
-    sampling key, the selection's noise. ``ValueError`` when no item passes the selection."""
+    sampling key, the selection's noise, the catalogue size's noise (where the plan releases the
+    number of items somebody sampled). ``ValueError`` when no item passes the selection."""
     rng = make_rng(model.random_state)  # OS entropy unless a seed was given (experiments only)
     ledger = PrivacyLedger()
     info: dict[str, Any] = {"relation": axes.relation}
@@ -94,6 +102,7 @@ def release_axes(
         users = float(count.value)
         info["users_released"] = users
     items = np.arange(n_items)
+    size = None
     if axes.item_multiplier is not None:
         weighted = weighted_counts(sampling_key(rng))
         chosen = release_item_selection(weighted, axes.item_multiplier, axes.max_items, axes.item_delta, rng)
@@ -101,13 +110,19 @@ def release_axes(
         ledger.spend_delta(ITEM_SELECTION_DELTA_LABEL, axes.item_delta)
         items = np.asarray(chosen.value, dtype=np.int64)
         info.update(items_selected=int(items.size), selection_threshold=float(chosen.info["threshold"]))
+        if axes.catalogue_multiplier is not None:
+            candidates = int(np.count_nonzero(np.asarray(weighted) > 0))
+            noisy = release_catalogue_size(candidates, axes.max_items, axes.catalogue_multiplier, rng)
+            noisy.record(ledger)
+            size = float(noisy.value)
+            info["catalogue_released"] = size
         if items.size == 0:
             raise ValueError(
                 f"no item passed the private item selection (threshold {chosen.info['threshold']:.1f} in weighted "
                 f"users, epsilon = {model.epsilon:g}): too few users rate each item for this epsilon; declare the item "
                 "catalogue (fit(X, items=catalogue), or --items FILE) or use a larger epsilon"
             )
-    return ReleasedAxes(axes, ledger, users, items, int(n_items), info)
+    return ReleasedAxes(axes, ledger, users, items, int(n_items), info, size)
 
 
 def plan_on_axes(model, released: ReleasedAxes, keys_from: str) -> FitPlan:
@@ -120,6 +135,7 @@ def plan_on_axes(model, released: ReleasedAxes, keys_from: str) -> FitPlan:
         keys=keys_from,
         target=(axes.epsilon, axes.delta),
         selected_items=released.selected,
+        catalogue_size=released.catalogue_size,
     )
     if released.counted:
         plan = dataclasses.replace(plan, users_released=released.users)

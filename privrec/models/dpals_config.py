@@ -222,6 +222,7 @@ def resolve_config(
     bias_model: bool = False,
     target: tuple | None = None,
     selected_items: bool = False,
+    catalogue_size: float | None = None,
 ) -> DPALSConfig:
     """Validated (constraint table), resolved settings; ``None`` values filled by :func:`auto_config`.
 
@@ -230,7 +231,9 @@ def resolve_config(
     ``target``: the (epsilon, delta) to calibrate to instead of the model's own (the share left
     after the releases of undeclared axes, :func:`privrec.tuning.plan.plan_axes`).
     ``selected_items``: the item axis is a private selection (those items already passed a noisy
-    count threshold), so the automatic head restriction (a fraction of the axis) does not cut again.
+    count threshold), so the automatic head restriction, a fraction of the catalogue, is that
+    fraction of ``catalogue_size`` (the released noisy size of the catalogue it was selected from)
+    among the selected items -- every selected item when fewer pass, or without ``catalogue_size``.
     """
     model._validate_params()
     check_noise_random_state(model.random_state, "DPALS")
@@ -303,7 +306,10 @@ def resolve_config(
     )
     max_norm = cfg["max_norm"] = chosen("max_norm")
     cfg["label_bound"] = _label_bound(model, implicit, center, rating_range, rating_bound)
-    item_frac = 1.0 if selected_items and model.item_frac is None else chosen("item_frac")
+    item_frac = chosen("item_frac")
+    if selected_items and model.item_frac is None:  # the same head as on the catalogue, in items
+        size = float(catalogue_size) if catalogue_size is not None else math.inf
+        item_frac = min(1.0, item_frac * size / max(int(n_items), 1))
     cfg["item_frac"] = None if item_frac >= 1.0 else item_frac
     # constant feature of the item bias: inside the clip ball in a private fit, 1 otherwise
     fit_biases = bool(model.biases) and not implicit

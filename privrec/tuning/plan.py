@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..allocation.partition import ITEM_SELECTION_LABEL, USER_COUNT_LABEL
+from ..allocation.partition import CATALOGUE_SIZE_LABEL, ITEM_SELECTION_LABEL, USER_COUNT_LABEL
 from ..privacy import gaussian_event
 from ..privacy.calibration import gaussian_rho as rho_of_event
 from ..privacy.ledger import PrivacyLedger, event_to_dict
@@ -52,6 +52,10 @@ __all__ = ["AxesPlan", "FitPlan", "plan_axes", "plan_fit", "two_stage_plan"]
 USER_COUNT_SHARE = 0.01
 #: share of rho for the private item selection of an undeclared catalogue
 ITEM_SELECTION_SHARE = 0.1
+#: share of rho for the noisy catalogue size (implicit feedback with the automatic head
+#: restriction, whose head is a fraction of the catalogue: the std is ``ITEM_SELECTION_MAX_ITEMS``
+#: times the multiplier, about 5,400 / 1,300 / 420 items at epsilon = 1 / 5 / 20)
+CATALOGUE_SIZE_SHARE = 0.02
 #: share of delta for the selection's threshold (the rest is the accountant's)
 ITEM_SELECTION_DELTA_SHARE = 0.25
 #: items per user in the selection's sample (each sampled item gets 1 / sqrt(t) of the user's weight)
@@ -69,7 +73,9 @@ class AxesPlan:
     ``roster`` / ``catalogue``: whether each axis was declared; ``user_multiplier`` /
     ``item_multiplier``: the Gaussian multipliers of the noisy user count and of the item
     selection (``None``: that axis is declared); ``item_delta``: the selection's delta term;
-    ``epsilon`` / ``delta``: the target the fit is calibrated to after them."""
+    ``epsilon`` / ``delta``: the target the fit is calibrated to after them;
+    ``catalogue_multiplier``: the multiplier of the noisy catalogue size (implicit feedback with
+    the automatic head restriction on a selected axis; ``None``: not released)."""
 
     roster: bool
     catalogue: bool
@@ -79,6 +85,7 @@ class AxesPlan:
     max_items: int
     epsilon: float
     delta: float
+    catalogue_multiplier: float | None = None
 
     @property
     def relation(self) -> str:
@@ -91,6 +98,8 @@ class AxesPlan:
             out.append((USER_COUNT_LABEL, gaussian_event(self.user_multiplier)))
         if self.item_multiplier is not None:
             out.append((ITEM_SELECTION_LABEL, gaussian_event(self.item_multiplier)))
+        if self.catalogue_multiplier is not None:
+            out.append((CATALOGUE_SIZE_LABEL, gaussian_event(self.catalogue_multiplier)))
         return out
 
     def delta_terms(self) -> list:
@@ -105,6 +114,7 @@ class AxesPlan:
             "item_selection_multiplier": self.item_multiplier,
             "item_selection_delta": self.item_delta if self.item_multiplier is not None else None,
             "item_selection_max_items": self.max_items if self.item_multiplier is not None else None,
+            "catalogue_size_multiplier": self.catalogue_multiplier,
             "fit_epsilon": self.epsilon,
             "fit_delta": self.delta,
         }
@@ -226,7 +236,9 @@ _MAX_PLANS = 64
 _NOT_PLANNED = frozenset({"random_state", "show_progress", "num_threads"})
 
 
-def _plan_key(model: Any, shape, keys: str, bias_model: bool, target, selected_items: bool = False) -> tuple | None:
+def _plan_key(
+    model: Any, shape, keys: str, bias_model: bool, target, selected_items: bool = False, catalogue_size=None
+) -> tuple | None:
     try:
         params = model.get_params(deep=False)
     except Exception:  # pragma: no cover - not a scikit-learn estimator
@@ -240,6 +252,7 @@ def _plan_key(model: Any, shape, keys: str, bias_model: bool, target, selected_i
         bias_model,
         None if target is None else tuple(float(v) for v in target),
         bool(selected_items),
+        None if catalogue_size is None else float(catalogue_size),
     )
 
 
@@ -251,16 +264,23 @@ def plan_fit(
     bias_model: bool = False,
     target: tuple | None = None,
     selected_items: bool = False,
+    catalogue_size: float | None = None,
 ) -> FitPlan:
     """The :class:`FitPlan` of ``model`` on a ``shape`` matrix (:func:`make_plan`), remembered for
     the same public inputs (a selection plans each candidate, then fits it). ``target``: the
     (epsilon, delta) left to the fit after the axes' releases (:class:`AxesPlan`);
-    ``selected_items``: the item axis is their private selection."""
-    key = _plan_key(model, shape, keys, bias_model, target, selected_items)
+    ``selected_items``: the item axis is their private selection; ``catalogue_size``: the released
+    noisy size of the catalogue it was selected from (or ``None``)."""
+    key = _plan_key(model, shape, keys, bias_model, target, selected_items, catalogue_size)
     if key is not None and key in _PLANS:
-        model._resolve_config(shape, bias_model=bias_model, target=target, selected_items=selected_items)
+        model._resolve_config(
+            shape, bias_model=bias_model, target=target, selected_items=selected_items, catalogue_size=catalogue_size
+        )
         return _PLANS[key]
-    plan = make_plan(model, shape, keys=keys, bias_model=bias_model, target=target, selected_items=selected_items)
+    plan = make_plan(
+        model, shape, keys=keys, bias_model=bias_model, target=target, selected_items=selected_items,
+        catalogue_size=catalogue_size,
+    )  # fmt: skip
     if key is not None:
         if len(_PLANS) >= _MAX_PLANS:
             _PLANS.pop(next(iter(_PLANS)))
@@ -276,13 +296,16 @@ def make_plan(
     bias_model: bool = False,
     target: tuple | None = None,
     selected_items: bool = False,
+    catalogue_size: float | None = None,
 ) -> FitPlan:
     """The :class:`FitPlan` of ``model`` (a DPALS) fitted on a ``shape = (n_users, n_items)`` matrix.
 
     ``shape``: the public roster and catalogue sizes (``None``: the default planning shape of
     ``DPALS._resolve_config``). ``keys``: see :class:`FitPlan`. ``bias_model``: the private bias
     model's settings instead of the automatic selection (a backend that cannot run it yet)."""
-    cfg = model._resolve_config(shape, bias_model=bias_model, target=target, selected_items=selected_items)
+    cfg = model._resolve_config(
+        shape, bias_model=bias_model, target=target, selected_items=selected_items, catalogue_size=catalogue_size
+    )
     n_users, n_items = (int(v) for v in shape) if shape is not None else (0, 0)
     name = type(model).__name__
     if not bias_model and selects_rank(model, cfg) and shape is not None:
@@ -310,7 +333,8 @@ def make_plan(
 def plan_axes(model: Any, *, roster: bool, catalogue: bool) -> AxesPlan | None:
     """The releases of the undeclared axes of a private ``model``'s fit (module docstring), or
     ``None`` when both are declared or the fit is not private. Public inputs only: epsilon,
-    delta, the accountant."""
+    delta, the accountant, the feedback type and ``item_frac`` (whether the automatic head
+    restriction may need the catalogue's size)."""
     if roster and catalogue:
         return None
     cfg = model._resolve_config(None)  # every parameter checked; epsilon and delta as given
@@ -322,7 +346,9 @@ def plan_axes(model: Any, *, roster: bool, catalogue: bool) -> AxesPlan | None:
     rho = gaussian_rho(eps, fit_delta) * 0.995  # a margin for the PLD discretisation of the parts
     user_share = 0.0 if roster else USER_COUNT_SHARE
     item_share = 0.0 if catalogue else ITEM_SELECTION_SHARE
-    fit_epsilon = epsilon_of_rho((1.0 - user_share - item_share) * rho, fit_delta)
+    # the implicit rule's head is a fraction of the catalogue: its size is released with the selection
+    size_share = CATALOGUE_SIZE_SHARE if (not catalogue and cfg.implicit and model.item_frac is None) else 0.0
+    fit_epsilon = epsilon_of_rho((1.0 - user_share - item_share - size_share) * rho, fit_delta)
     return AxesPlan(
         roster=bool(roster),
         catalogue=bool(catalogue),
@@ -332,6 +358,7 @@ def plan_axes(model: Any, *, roster: bool, catalogue: bool) -> AxesPlan | None:
         max_items=ITEM_SELECTION_MAX_ITEMS,
         epsilon=fit_epsilon,
         delta=fit_delta,
+        catalogue_multiplier=math.sqrt(0.5 / (size_share * rho)) if size_share else None,
     )
 
 
