@@ -326,4 +326,5 @@ def test_implicit_fit_releases_the_catalogue_size(ratings):
     labels = [e.label for e in m.ledger_.entries]
     assert labels[:3] == [partition.USER_COUNT_LABEL, partition.ITEM_SELECTION_LABEL, partition.CATALOGUE_SIZE_LABEL]
     assert m.axes_["catalogue_released"] >= 1.0 and m.axes_["catalogue_size_multiplier"] > 0
+    assert any("noisy number of items" in r for r in m.privacy_report()["released"])
     assert m.privacy_report()["epsilon"] <= 20.0

@@ -57,11 +57,12 @@ RELEASE_STATEMENT = {
 }
 
 
-def release_statement(roster: bool = True, catalogue: bool = True) -> dict:
+def release_statement(roster: bool = True, catalogue: bool = True, catalogue_size: bool = False) -> dict:
     """What a DPALS privacy report states, by which axes were declared: :data:`RELEASE_STATEMENT`
     when both were (zero-out over the public roster); with an undeclared roster the relation is
     add/remove of one user and the noisy user count is released; with an undeclared catalogue the
-    item axis is a private selection (its ids are released under the ledger)."""
+    item axis is a private selection (its ids are released under the ledger), and with
+    ``catalogue_size`` the noisy size of the catalogue it was selected from too."""
     if roster and catalogue:
         return {k: (list(v) if isinstance(v, list) else v) for k, v in RELEASE_STATEMENT.items()}
     public = ["epsilon, delta, the rating range / bound and every setting in config"]
@@ -79,6 +80,8 @@ def release_statement(roster: bool = True, catalogue: bool = True) -> dict:
         public.insert(1 if roster else 0, "the item catalogue (number of items; item ids when declared)")
     else:
         released.append("the item axis: the ids of the items chosen by private selection (config n_items)")
+        if catalogue_size:
+            released.append("the noisy number of items somebody sampled (axes catalogue_released; sizes the head)")
     return {"neighbouring_relation": relation, "public": public, "released": released}
 
 

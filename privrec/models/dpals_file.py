@@ -36,7 +36,11 @@ class DPALSFileMixin(DPALSMixinBase):
         report["method"] = self.method
         axes = getattr(self, "axes_", None) or {}
         report.update(
-            release_statement(axes.get("roster") != "noisy count", axes.get("catalogue") != "private selection")
+            release_statement(
+                axes.get("roster") != "noisy count",
+                axes.get("catalogue") != "private selection",
+                axes.get("catalogue_released") is not None,
+            )
         )
         target = check_epsilon(self.epsilon)
         report["target_epsilon"] = target if math.isfinite(target) else "inf"
