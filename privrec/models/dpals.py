@@ -142,7 +142,9 @@ class DPALS(ReleaseHolder, Hyperparameters, DPALSStagesMixin, DPALSScoringMixin,
     item_frac : keep only the top fraction of items by noisy count (``None`` = automatic, 1.0 = all
         items; the rule restricts large implicit-feedback problems to the top 10%). The
         head is selected from the already released counts (free post-processing; the extra count release
-        of the authors' reference implementation is not needed).
+        of the authors' reference implementation is not needed). On a privately selected item axis
+        the automatic head is 10% of the released noisy catalogue size, in items
+        (:func:`privrec.allocation.partition.release_catalogue_size`).
     count_fraction : share of the RDP budget for pre-processing; ``None`` ->
         ``privrec.privacy.default_count_fraction(epsilon)`` (paper: 12% at 1, 14% at 5, 20% at 20).
     count_sample : items per user sampled for the counts; ``None`` -> ``budget``, or 50 for the
