@@ -312,6 +312,12 @@ def test_implicit_head_on_a_selected_axis_is_the_catalogues_fraction():
     assert cfg.item_frac == pytest.approx(auto * 20_000 / 3_000)
     assert m._resolve_config((200_000, 1_500), selected_items=True, catalogue_size=20_000.0).item_frac is None
     assert m._resolve_config((200_000, 3_000), selected_items=True).item_frac is None
+    # a noisy size below the number of selected items is noise: at least every selected item's worth
+    low = m._resolve_config((200_000, 3_000), selected_items=True, catalogue_size=1.0).item_frac
+    assert low == pytest.approx(auto)
+    # the rule's small-rank tier trains every item: no cut, whatever the size
+    small = m._resolve_config((3_000, 300), selected_items=True, catalogue_size=1.0)
+    assert m._resolve_config((3_000, 3_000)).item_frac is None and small.item_frac is None
     # not released where it is not read: explicit ratings, a given item_frac, a declared catalogue
     assert plan_axes(DPALS(epsilon=20.0), roster=False, catalogue=False).catalogue_multiplier is None
     given = DPALS(epsilon=20.0, feedback="implicit", item_frac=0.5)
@@ -327,4 +333,7 @@ def test_implicit_fit_releases_the_catalogue_size(ratings):
     assert labels[:3] == [partition.USER_COUNT_LABEL, partition.ITEM_SELECTION_LABEL, partition.CATALOGUE_SIZE_LABEL]
     assert m.axes_["catalogue_released"] >= 1.0 and m.axes_["catalogue_size_multiplier"] > 0
     assert any("noisy number of items" in r for r in m.privacy_report()["released"])
+    from privrec.commands.report import _axes_sentence
+
+    assert "number of items somebody rated is released as a noisy count" in _axes_sentence(m.privacy_report())
     assert m.privacy_report()["epsilon"] <= 20.0

@@ -3,7 +3,7 @@ private item selection (DP partition selection).
 
 A ratings file with no declared user roster or item catalogue determines both axes: how many
 users there are, and which items anybody rated. Under the *add or remove one user* relation
-neither is public. The two releases here make them so:
+neither is public. The releases here make them so:
 
 * :func:`release_user_count` -- the number of users plus Gaussian noise (sensitivity 1: one user
   more or less). Every rule that would read the user count reads this noisy count instead.

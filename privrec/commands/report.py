@@ -491,6 +491,8 @@ def _axes_sentence(report: dict) -> str:
             if "private selection" in released
             else "the item catalogue was declared and is public"
         )
+        if "noisy number of items" in released:
+            axis += ", and the number of items somebody rated is released as a noisy count (it sizes the trained head)"
         return (
             "Nothing about the users is treated as public: the guarantee holds for adding or removing one user, "
             f"and their number is released as a noisy count; {axis}."

@@ -11,7 +11,8 @@ under add/remove of one user.
 
 Every backend runs the same three steps, in this order:
 
-1. :func:`release_axes` -- the two releases, from the exact number of users and the per-item
+1. :func:`release_axes` -- the releases (count, selection, and for implicit feedback the
+   catalogue size), from the exact number of users and the per-item
    weighted counts (:func:`~privrec.allocation.partition.weighted_item_counts`: a sum over users,
    so the local fit computes it in one piece, the Dask driver sums it over partitions and the
    Flower server over clients);

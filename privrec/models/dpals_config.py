@@ -234,9 +234,10 @@ def resolve_config(
     ``target``: the (epsilon, delta) to calibrate to instead of the model's own (the share left
     after the releases of undeclared axes, :func:`privrec.tuning.plan.plan_axes`).
     ``selected_items``: the item axis is a private selection (those items already passed a noisy
-    count threshold), so the automatic head restriction, a fraction of the catalogue, is that
-    fraction of ``catalogue_size`` (the released noisy size of the catalogue it was selected from)
-    among the selected items -- every selected item when fewer pass, or without ``catalogue_size``.
+    count threshold), so the automatic head restriction, where the rule has one (a fraction of the
+    catalogue), is that fraction of ``catalogue_size`` (the released noisy size of the catalogue it
+    was selected from, at least the number of selected items) among the selected items -- every
+    selected item when fewer pass, where the rule trains every item, or without ``catalogue_size``.
     """
     model._validate_params()
     check_noise_random_state(model.random_state, "DPALS")
@@ -311,8 +312,13 @@ def resolve_config(
     cfg["label_bound"] = _label_bound(model, implicit, center, rating_range, rating_bound)
     item_frac = chosen("item_frac")
     if selected_items and model.item_frac is None:  # the same head as on the catalogue, in items
-        size = float(catalogue_size) if catalogue_size is not None else math.inf
-        item_frac = min(1.0, item_frac * size / max(int(n_items), 1))
+        if item_frac < 1.0 and catalogue_size is not None:
+            # the selected items are among the sampled ones, so the size is at least their number
+            # (post-processing of two released values: a noisy size below it is noise)
+            size = max(float(catalogue_size), float(n_items))
+            item_frac = min(1.0, item_frac * size / max(int(n_items), 1))
+        else:  # the rule trains every item, or the size was not released: every selected item
+            item_frac = 1.0
     cfg["item_frac"] = None if item_frac >= 1.0 else item_frac
     # constant feature of the item bias: inside the clip ball in a private fit, 1 otherwise
     fit_biases = bool(model.biases) and not implicit

@@ -18,10 +18,12 @@ shape only -- never from the ratings.
 
 **Undeclared axes (add/remove DP).** A fit given a plain ratings file -- no declared user roster,
 no declared item catalogue -- has no public shape: how many users there are and which items
-anybody rated are statistics of the data. :func:`plan_axes` then plans two releases first
+anybody rated are statistics of the data. :func:`plan_axes` then plans their releases first
 (:mod:`privrec.allocation.partition`): a noisy user count (:data:`USER_COUNT_SHARE` of rho) where
 the roster is undeclared, and a private item selection (:data:`ITEM_SELECTION_SHARE` of rho and
-:data:`ITEM_SELECTION_DELTA_SHARE` of delta) where the catalogue is undeclared. The fit's own plan
+:data:`ITEM_SELECTION_DELTA_SHARE` of delta) where the catalogue is undeclared, with, for implicit
+feedback and the automatic head restriction, the noisy catalogue size
+(:data:`CATALOGUE_SIZE_SHARE` of rho). The fit's own plan
 is made after them, from the noisy count and the selected items, at the (epsilon, delta) they
 leave (:attr:`AxesPlan.epsilon`, :attr:`AxesPlan.delta`: every release is a Gaussian mechanism,
 so their rho add up to at most the target's). Before the releases the plan is *two-stage*
