@@ -211,7 +211,7 @@ def test_killed_worker_gives_identical_fit(client, parts, tmp_path, monkeypatch)
     hook = functools.partial(crash_once, str(tmp_path), 6)
     out = fit(DPALS(**params), parts, client=client, _leaf_hook=hook)
     assert (tmp_path / "crashed").exists()  # a worker process really died
-    client.wait_for_workers(2, timeout=60)
+    client.wait_for_workers(2, timeout=180)  # a restarted worker re-imports under the suite's load
     assert out.item_factors_.tobytes() == ref.item_factors_.tobytes()
     assert out.item_bias_.tobytes() == ref.item_bias_.tobytes()
     assert _ledger(out) == _ledger(ref)

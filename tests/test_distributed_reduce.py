@@ -287,7 +287,7 @@ def test_killed_worker_during_reduction_gives_identical_result(client, parts, tm
     )
     assert os.path.exists(marker)  # a worker process really died (and the blocks it held were rebuilt)
     _assert_identical(ref, out)
-    client.wait_for_workers(2, timeout=60)
+    client.wait_for_workers(2, timeout=180)  # a restarted worker re-imports under the suite's load
     # a root killed after summing, before returning: rerun with the same seed, the same noise
     marker = str(tmp_path / "root-crashed")
     out = reduce_item_blocks(
@@ -303,7 +303,7 @@ def test_killed_worker_during_reduction_gives_identical_result(client, parts, tm
     )
     assert os.path.exists(marker)
     _assert_identical(ref, out)
-    client.wait_for_workers(2, timeout=60)
+    client.wait_for_workers(2, timeout=180)  # a restarted worker re-imports under the suite's load
 
 
 def test_argument_errors_and_task_errors(client, parts):
