@@ -69,6 +69,12 @@ def client():
         "distributed", reason="dask.distributed is optional (pip install 'privrec[dask]')"
     )
     if "cluster" not in _CLUSTER:
+        import dask
+
+        # the killed-worker tests kill a worker twice; the cluster closes a nanny whose worker is not back
+        # under its name when this timeout after a loss expires, which a second loss at that moment
+        # triggers (its nanny then never restarts it): the nannies restart their workers themselves
+        dask.config.set({"distributed.deploy.lost-worker-timeout": "1h"})
         _CLUSTER["cluster"] = distributed.LocalCluster(
             n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None, silence_logs=50
         )
