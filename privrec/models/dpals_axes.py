@@ -121,7 +121,8 @@ def release_axes(
             raise ValueError(
                 f"no item passed the private item selection (threshold {chosen.info['threshold']:.1f} in weighted "
                 f"users, epsilon = {model.epsilon:g}): too few users rate each item for this epsilon; declare the item "
-                "catalogue (fit(X, items=catalogue), or --items FILE) or use a larger epsilon"
+                "catalogue (fit(X, items=catalogue); --items FILE; on Dask partition_interactions(..., items=); on "
+                "Flower fit_dpals(..., catalogue=True)) or use a larger epsilon"
             )
     return ReleasedAxes(axes, ledger, users, items, int(n_items), info, size)
 
