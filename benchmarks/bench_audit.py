@@ -358,11 +358,37 @@ def control_case(epsilon: float = EPSILON) -> dict:
 
 
 # ------------------------------------------------------------- the releases of undeclared axes (issue 42)
-def _axes_plan(epsilon: float = EPSILON):
+def _axes_plan(epsilon: float = EPSILON, **params):
     from privrec.models import DPALS
     from privrec.tuning.plan import plan_axes
 
-    return plan_axes(DPALS(epsilon=epsilon, delta=DELTA, axes="release"), roster=False, catalogue=False)
+    model = DPALS(epsilon=epsilon, delta=DELTA, axes="release", **params)
+    return plan_axes(model, roster=False, catalogue=False)
+
+
+def _noisy_count_case(release, z: float, noise_factor: float, d0: int, d1: int, **text) -> dict:
+    """An audit case of a noisy count of the axes (``release(n, multiplier)``, claimed multiplier
+    ``z``) on the neighbours ``d0`` / ``d1``; ``noise_factor < 1``: the control. ``text``: ``name``
+    (honest) and ``control`` names, ``neighbouring``, ``canary``, ``statistic``, ``settings``."""
+    from privrec.privacy import gaussian_event
+    from privrec.privacy.ledger import epsilon_of_event
+
+    claimed = epsilon_of_event(gaussian_event(z), DELTA, "pld")
+    control = noise_factor < 1
+    return dict(
+        name=text["control"] if control else text["name"],
+        family="axes",
+        epsilon=claimed,
+        fit_release=lambda n, seed: float(release(n, z * noise_factor).value),
+        d0=d0,
+        d1=d1,
+        reported=lambda: claimed,
+        neighbouring=text["neighbouring"],
+        canary=text["canary"],
+        statistic=text["statistic"],
+        settings={"noise_multiplier": z * noise_factor, "claimed_multiplier": z, **text.get("settings", {})},
+        expect_violation=control,
+    )
 
 
 def user_count_case(noise_factor: float = 1.0, epsilon: float = EPSILON) -> dict:
@@ -370,29 +396,18 @@ def user_count_case(noise_factor: float = 1.0, epsilon: float = EPSILON) -> dict
     multiplier a ``DPALS(epsilon, axes="release")`` fit uses): D has 1,000 users, D' one more.
     ``noise_factor < 1``: the control (less noise than the claim)."""
     from privrec.allocation import partition
-    from privrec.privacy import gaussian_event
-    from privrec.privacy.ledger import epsilon_of_event
 
-    z = _axes_plan(epsilon).user_multiplier
-    claimed = epsilon_of_event(gaussian_event(z), DELTA, "pld")
-
-    def fit_release(n, seed):
-        return float(partition.release_user_count(n, z * noise_factor, None).value)
-
-    control = noise_factor < 1
-    return dict(
-        name=("control: user count, half the noise" if control else "user count (undeclared roster)"),
-        family="axes",
-        epsilon=claimed,
-        fit_release=fit_release,
-        d0=1000,
-        d1=1001,
-        reported=lambda: claimed,
+    return _noisy_count_case(
+        lambda n, z: partition.release_user_count(n, z, None),
+        _axes_plan(epsilon).user_multiplier,
+        noise_factor,
+        1000,
+        1001,
+        name="user count (undeclared roster)",
+        control="control: user count, half the noise",
         neighbouring="add one user (1,000 -> 1,001 users)",
         canary="the added user (sensitivity 1)",
         statistic="the released noisy count",
-        settings={"noise_multiplier": z * noise_factor, "claimed_multiplier": z},
-        expect_violation=control,
     )
 
 
@@ -403,32 +418,21 @@ def catalogue_size_case(noise_factor: float = 1.0, epsilon: float = EPSILON) -> 
     user more who alone sampled ``max_items`` new ones (the sensitivity). ``noise_factor < 1``: the
     control."""
     from privrec.allocation import partition
-    from privrec.models import DPALS
-    from privrec.privacy import gaussian_event
-    from privrec.privacy.ledger import epsilon_of_event
-    from privrec.tuning.plan import plan_axes
 
-    axes = plan_axes(DPALS(epsilon=epsilon, delta=DELTA, feedback="implicit"), roster=False, catalogue=False)
-    z, k = axes.catalogue_multiplier, axes.max_items
-    claimed = epsilon_of_event(gaussian_event(z), DELTA, "pld")
-
-    def fit_release(n, seed):
-        return float(partition.release_catalogue_size(n, k, z * noise_factor, None).value)
-
-    control = noise_factor < 1
-    return dict(
-        name=("control: catalogue size, half the noise" if control else "catalogue size (undeclared catalogue)"),
-        family="axes",
-        epsilon=claimed,
-        fit_release=fit_release,
-        d0=5000,
-        d1=5000 + k,
-        reported=lambda: claimed,
+    axes = _axes_plan(epsilon, feedback="implicit")
+    k = axes.max_items
+    return _noisy_count_case(
+        lambda n, z: partition.release_catalogue_size(n, k, z, None),
+        axes.catalogue_multiplier,
+        noise_factor,
+        5000,
+        5000 + k,
+        name="catalogue size (undeclared catalogue)",
+        control="control: catalogue size, half the noise",
         neighbouring=f"add one user who alone sampled {k} items (5,000 -> {5000 + k} sampled items)",
         canary=f"the added user's {k} items (sensitivity {k})",
         statistic="the released noisy size",
-        settings={"noise_multiplier": z * noise_factor, "claimed_multiplier": z, "max_items": k},
-        expect_violation=control,
+        settings={"max_items": k},
     )
 
 

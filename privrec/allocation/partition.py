@@ -51,15 +51,20 @@ ITEM_SELECTION_LABEL = "item selection: weighted counts"
 CATALOGUE_SIZE_LABEL = "catalogue size: sampled items"
 
 
-def release_user_count(n_users: int, noise_multiplier: float, rng) -> Release:
-    """The noisy number of users (Gaussian, sensitivity 1 under add/remove), kept as a float: a
-    rounded count could equal the exact one. ``value`` is at least 1."""
-    n = check_int(n_users, "n_users", minimum=0)
+def _noisy_count(n: int, sensitivity: int, noise_multiplier: float, rng, label: str) -> Release:
+    """A count plus Gaussian noise of std ``noise_multiplier * sensitivity``, kept as a float (a
+    rounded count could equal the exact one) and at least 1."""
     release = gaussian_mechanism(
-        np.float64(n), 1.0, float(noise_multiplier), rng, dtype=np.float64, label=USER_COUNT_LABEL
+        np.float64(n), float(sensitivity), float(noise_multiplier), rng, dtype=np.float64, label=label
     )
     release.value = max(float(release.value), 1.0)
     return release
+
+
+def release_user_count(n_users: int, noise_multiplier: float, rng) -> Release:
+    """The noisy number of users (Gaussian, sensitivity 1 under add/remove), kept as a float: a
+    rounded count could equal the exact one. ``value`` is at least 1."""
+    return _noisy_count(check_int(n_users, "n_users", minimum=0), 1, noise_multiplier, rng, USER_COUNT_LABEL)
 
 
 def release_catalogue_size(n_candidates: int, max_items: int, noise_multiplier: float, rng) -> Release:
@@ -68,11 +73,7 @@ def release_catalogue_size(n_candidates: int, max_items: int, noise_multiplier: 
     number by at most that), kept as a float and at least 1."""
     n = check_int(n_candidates, "n_candidates", minimum=0)
     k = check_int(max_items, "max_items", minimum=1)
-    release = gaussian_mechanism(
-        np.float64(n), float(k), float(noise_multiplier), rng, dtype=np.float64, label=CATALOGUE_SIZE_LABEL
-    )
-    release.value = max(float(release.value), 1.0)
-    return release
+    return _noisy_count(n, k, noise_multiplier, rng, CATALOGUE_SIZE_LABEL)
 
 
 def weighted_item_counts(user_items, max_items: int, key: int, user_keys=None, row_offset: int = 0) -> np.ndarray:

@@ -53,9 +53,8 @@ class ReleasedAxes:
     """What :func:`release_axes` released: ``axes`` (the plan of the releases), ``ledger`` (their
     events and the selection's delta term), ``users`` (the noisy user count; the declared roster's
     size when it is declared), ``items`` (the selected column indices, sorted; every column when the
-    catalogue is declared), ``n_items`` (the columns before the selection), ``info`` (what
-    ``axes_`` reports besides the plan) and ``catalogue_size`` (the noisy number of items somebody
-    sampled, where the plan releases it; else ``None``)."""
+    catalogue is declared), ``n_items`` (the columns before the selection) and ``info`` (what
+    ``axes_`` reports besides the plan)."""
 
     axes: AxesPlan
     ledger: PrivacyLedger
@@ -63,7 +62,11 @@ class ReleasedAxes:
     items: np.ndarray
     n_items: int
     info: dict[str, Any]
-    catalogue_size: float | None = None
+
+    @property
+    def catalogue_size(self) -> float | None:
+        """The noisy number of items somebody sampled, where the plan released it; else ``None``."""
+        return self.info.get("catalogue_released")
 
     @property
     def selected(self) -> bool:
@@ -103,7 +106,6 @@ def release_axes(
         users = float(count.value)
         info["users_released"] = users
     items = np.arange(n_items)
-    size = None
     if axes.item_multiplier is not None:
         weighted = weighted_counts(sampling_key(rng))
         chosen = release_item_selection(weighted, axes.item_multiplier, axes.max_items, axes.item_delta, rng)
@@ -115,8 +117,7 @@ def release_axes(
             candidates = int(np.count_nonzero(np.asarray(weighted) > 0))
             noisy = release_catalogue_size(candidates, axes.max_items, axes.catalogue_multiplier, rng)
             noisy.record(ledger)
-            size = float(noisy.value)
-            info["catalogue_released"] = size
+            info["catalogue_released"] = float(noisy.value)
         if items.size == 0:
             raise ValueError(
                 f"no item passed the private item selection (threshold {chosen.info['threshold']:.1f} in weighted "
@@ -124,7 +125,7 @@ def release_axes(
                 "catalogue (fit(X, items=catalogue); --items FILE; on Dask partition_interactions(..., items=); on "
                 "Flower fit_dpals(..., catalogue=True)) or use a larger epsilon"
             )
-    return ReleasedAxes(axes, ledger, users, items, int(n_items), info, size)
+    return ReleasedAxes(axes, ledger, users, items, int(n_items), info)
 
 
 def plan_on_axes(model, released: ReleasedAxes, keys_from: str) -> FitPlan:

@@ -28,6 +28,13 @@ from .._validation import check_int, unhashable_id_error
 from .inputs import _id_array, as_user_items
 
 
+def ignores_unknown_items_quietly(model) -> bool:
+    """Whether ratings of items ``model`` does not know are dropped without a warning: its item
+    axis is a private item selection, which leaves rated items out by design (they can be neither
+    used nor recommended, and saying so on every call would be noise)."""
+    return getattr(model, "_item_axis", None) == "selection"
+
+
 def check_ids(ids, n: int, name: str) -> tuple[np.ndarray, bool]:
     """Return ``(ids as int64 1-D array, was_scalar)``; ``ValueError`` for negative / out-of-range ids."""
     scalar = np.ndim(ids) == 0
@@ -189,9 +196,7 @@ class IdMapMixin:
         keep = pos >= 0
         item_idx = self._codes("item", np.asarray(items)[keep], self.n_items_, strict=False)
         unknown = int(np.count_nonzero(item_idx < 0))
-        # an item axis chosen by the private item selection leaves rated items out by design: they
-        # can be neither used nor recommended, and saying so on every call would be noise
-        if unknown and getattr(self, "_item_axis", None) != "selection":
+        if unknown and not ignores_unknown_items_quietly(self):
             warnings.warn(
                 f"{unknown} rated item(s) of the queried users are not in the model's items and are ignored",
                 UserWarning,

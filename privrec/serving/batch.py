@@ -33,6 +33,7 @@ from .._io import atomic_path
 from .._optional import require
 from .._validation import check_int
 from ..models._base import _is_identity_ids, as_user_items
+from ..models.ids import ignores_unknown_items_quietly
 
 #: at most this many users per batch when ``batch_size`` is not given
 MAX_BATCH_USERS = 8192
@@ -106,7 +107,7 @@ def aligned_user_items(model, user_items) -> tuple[sp.csr_matrix, np.ndarray | N
     cols = codes[csr.indices]
     keep = cols >= 0
     dropped = int(csr.nnz - np.count_nonzero(keep))
-    if dropped and getattr(model, "_item_axis", None) != "selection":
+    if dropped and not ignores_unknown_items_quietly(model):
         warnings.warn(
             f"{dropped} rating(s) of {int(np.count_nonzero(codes < 0))} item(s) the model does not know are ignored",
             UserWarning,
